@@ -1,0 +1,38 @@
+"""t5lite: a compact JAX/Flax codebase for pre-training and fine-tuning Transformers."""
+from setuptools import find_packages, setup
+
+setup(
+    name="t5lite",
+    version="0.1.0",
+    description="Pre-train and fine-tune encoder, decoder and encoder-decoder Transformers in JAX/Flax.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["t5lite", "t5lite.*"]),
+    package_data={"t5lite": ["../gin/**/*.gin", "../configs/**/*.gin"]},
+    install_requires=[
+        "jax>=0.7,<0.11",
+        "flax>=0.11,<0.13",
+        "optax>=0.2.5,<0.3",
+        "orbax-checkpoint>=0.11,<0.13",
+        "chex>=0.1.89",
+        "gin-config>=0.5,<0.6",
+        "sentencepiece>=0.2,<0.3",
+        "numpy>=1.26",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        "metrics": ["scipy>=1.11", "scikit-learn>=1.4", "sacrebleu>=2.4,<3", "rouge-score>=0.1.2"],
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3.5",
+            "hypothesis>=6.100",
+            "scipy>=1.11",
+            "scikit-learn>=1.4",
+            "sacrebleu>=2.4,<3",
+            "rouge-score>=0.1.2",
+        ],
+        "hf": ["torch==2.13.0", "transformers>=4.40", "safetensors>=0.4", "tokenizers>=0.19"],
+    },
+    entry_points={"console_scripts": ["t5lite=t5lite.cli:main"]},
+)

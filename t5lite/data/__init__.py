@@ -1,0 +1,7 @@
+"""Data: vocabularies, sources, tasks and mixtures, preprocessors, feature converters, loader."""
+from t5lite.data.registry import (Feature, FunctionSource, Mixture, MixtureRegistry, Task, TaskRegistry,
+                                  get_mixture, get_task, get_task_or_mixture, map_over_dataset)
+from t5lite.data.vocab import SentencePieceVocabulary
+
+__all__ = ["Feature", "FunctionSource", "Mixture", "MixtureRegistry", "Task", "TaskRegistry", "get_mixture",
+           "get_task", "get_task_or_mixture", "map_over_dataset", "SentencePieceVocabulary"]

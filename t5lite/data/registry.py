@@ -1,0 +1,237 @@
+"""Tasks and mixtures: a dataset is a value you can print, get by name, and iterate.
+
+A Task is a source of raw examples, a list of preprocessors, the output features with their
+vocabularies, and the metrics. Preprocessors are functions over iterators of example dicts
+(`fn(dataset, **kwargs) -> iterator`), as seqio's are over tf.data; a preprocessor receives
+`sequence_length`, `output_features` and `seed` only if its signature names them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import itertools
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+
+Example = dict[str, Any]
+Preprocessor = Callable[..., Iterable[Example]]
+MetricFn = Callable[[Sequence[Any], Sequence[Any]], Mapping[str, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """One output feature (`inputs` or `targets`): its vocabulary and whether EOS is appended."""
+    vocabulary: Any
+    add_eos: bool = True
+    required: bool = True
+
+
+class Source(Protocol):
+    """Raw examples of a split. Shuffling and per-host sharding happen here, before preprocessing."""
+    splits: Sequence[str]
+
+    def load(self, split: str, *, data_dir: str | None = None, shuffle: bool = False, seed: int = 0,
+             shard_index: int = 0, shard_count: int = 1) -> Iterator[Example]: ...
+
+
+def shuffle_and_shard(examples: Sequence[Example], *, shuffle: bool, seed: int, shard_index: int,
+                      shard_count: int) -> Iterator[Example]:
+    """A seeded permutation of a random-access split, then every `shard_count`-th example."""
+    order = np.arange(len(examples))
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(len(examples))
+    for i in order[shard_index::shard_count]:
+        yield examples[int(i)]
+
+
+@dataclasses.dataclass
+class FunctionSource:
+    """Examples from a Python function `fn(split) -> sequence of dicts` (loaded once per call)."""
+    fn: Callable[[str], Sequence[Example]]
+    splits: Sequence[str] = ("train", "validation")
+
+    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
+        _check_split(self, split)
+        return shuffle_and_shard(list(self.fn(split)), shuffle=shuffle, seed=seed,
+                                 shard_index=shard_index, shard_count=shard_count)
+
+
+def _check_split(source, split: str) -> None:
+    if split not in source.splits:
+        raise ValueError(f"unknown split {split!r}; this source has {list(source.splits)}")
+
+
+def call_preprocessor(fn: Preprocessor, dataset: Iterable[Example], **available) -> Iterable[Example]:
+    """Calls `fn(dataset, ...)` passing only the keyword arguments its signature names."""
+    params = inspect.signature(fn).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in available.items() if takes_all or k in params}
+    return fn(dataset, **kwargs)
+
+
+def map_over_dataset(fn: Callable[..., Example | None]) -> Preprocessor:
+    """Turns a per-example function into a preprocessor; returning None drops the example."""
+    params = inspect.signature(fn).parameters
+
+    def preprocessor(dataset, **kwargs):
+        for ex in dataset:
+            out = fn(ex, **{k: v for k, v in kwargs.items() if k in params})
+            if out is not None:
+                yield out
+
+    preprocessor.__signature__ = inspect.Signature(
+        [inspect.Parameter("dataset", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [p for name, p in params.items() if name in ("sequence_length", "output_features", "seed")])
+    preprocessor.__name__ = getattr(fn, "__name__", "preprocessor")
+    preprocessor.__doc__ = fn.__doc__
+    return preprocessor
+
+
+@dataclasses.dataclass
+class Task:
+    name: str
+    source: Source
+    preprocessors: Sequence[Preprocessor]
+    output_features: Mapping[str, Feature]
+    metric_fns: Sequence[MetricFn] = ()
+    postprocess_fn: Callable[..., Any] | None = None
+
+    def __repr__(self):
+        steps = ", ".join(getattr(getattr(p, "func", p), "__name__", repr(p)) for p in self.preprocessors)
+        return (f"Task({self.name!r}, source={type(self.source).__name__}, splits={list(self.source.splits)}, "
+                f"preprocessors=[{steps}], features={list(self.output_features)})")
+
+    @property
+    def splits(self) -> Sequence[str]:
+        return self.source.splits
+
+    def get_dataset(self, split: str, sequence_length: Mapping[str, int] | None = None, shuffle: bool = False,
+                    seed: int = 0, data_dir: str | None = None, shard_index: int = 0,
+                    shard_count: int = 1) -> Iterator[Example]:
+        """Preprocessed examples of `split`: a deterministic function of the arguments."""
+        dataset: Iterable[Example] = self.source.load(split, data_dir=data_dir, shuffle=shuffle, seed=seed,
+                                                      shard_index=shard_index, shard_count=shard_count)
+        for i, fn in enumerate(self.preprocessors):
+            dataset = call_preprocessor(fn, dataset, sequence_length=sequence_length,
+                                        output_features=self.output_features, seed=seed * 1000 + i)
+        return iter(dataset)
+
+    def postprocess(self, text: str, example: Example | None = None, is_target: bool = False):
+        if self.postprocess_fn is None:
+            return text
+        return call_preprocessor(self.postprocess_fn, text, example=example, is_target=is_target)
+
+
+@dataclasses.dataclass
+class Mixture:
+    """Several tasks sampled by rate (T5's examples-proportional mixing lives in `rate_num_examples`)."""
+    name: str
+    tasks_and_rates: Sequence[tuple[str, float]]
+
+    def __repr__(self):
+        return f"Mixture({self.name!r}, {list(self.tasks_and_rates)})"
+
+    @property
+    def tasks(self) -> list[Task]:
+        return [get_task(name) for name, _ in self.tasks_and_rates]
+
+    @property
+    def output_features(self):
+        return self.tasks[0].output_features
+
+    @property
+    def splits(self):
+        return self.tasks[0].splits
+
+    def get_dataset(self, split, sequence_length=None, shuffle=False, seed=0, data_dir=None, shard_index=0,
+                    shard_count=1) -> Iterator[Example]:
+        """Interleaves the tasks' examples, choosing a task per example with the given rates."""
+        rates = np.array([r for _, r in self.tasks_and_rates], dtype=np.float64)
+        if rates.sum() <= 0:
+            raise ValueError(f"mixture {self.name!r}: rates must sum to a positive number, got {rates.tolist()}")
+        probs = rates / rates.sum()
+        iterators = [_repeat(t, split, sequence_length, shuffle, seed + k, data_dir, shard_index, shard_count)
+                     for k, t in enumerate(self.tasks)]
+        rng = np.random.default_rng(seed)
+        while True:
+            yield next(iterators[rng.choice(len(iterators), p=probs)])
+
+
+def _repeat(task, split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count):
+    for epoch in itertools.count():
+        yield from task.get_dataset(split, sequence_length, shuffle, seed * 7919 + epoch, data_dir,
+                                    shard_index, shard_count)
+
+
+def rate_num_examples(num_examples: int, maximum: int | None = None, temperature: float = 1.0) -> float:
+    """T5's examples-proportional rate: min(n, K) ** (1 / temperature)."""
+    n = num_examples if maximum is None else min(num_examples, maximum)
+    return float(n) ** (1.0 / temperature)
+
+
+class _Registry:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, Any] = {}
+
+    def _add(self, name: str, item):
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} is already registered; pick another name or remove it first")
+        self._items[name] = item
+        return item
+
+    def get(self, name: str):
+        if name not in self._items:
+            close = difflib.get_close_matches(name, self._items, n=5, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise KeyError(f"unknown {self.kind} {name!r}.{hint} `t5lite tasks list` shows all names.")
+        return self._items[name]
+
+    def remove(self, name: str) -> None:
+        self._items.pop(name, None)
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+
+class _TaskRegistry(_Registry):
+    def add(self, name: str, source: Source, preprocessors: Sequence[Preprocessor],
+            output_features: Mapping[str, Feature], metric_fns: Sequence[MetricFn] = (),
+            postprocess_fn=None) -> Task:
+        return self._add(name, Task(name, source, list(preprocessors), dict(output_features), list(metric_fns),
+                                    postprocess_fn))
+
+
+class _MixtureRegistry(_Registry):
+    def add(self, name: str, tasks_and_rates: Sequence[tuple[str, float]]) -> Mixture:
+        for task_name, _ in tasks_and_rates:
+            TaskRegistry.get(task_name)
+        return self._add(name, Mixture(name, list(tasks_and_rates)))
+
+
+TaskRegistry = _TaskRegistry("task")
+MixtureRegistry = _MixtureRegistry("mixture")
+
+
+def get_task(name: str) -> Task:
+    _register_builtin_tasks()
+    return TaskRegistry.get(name)
+
+
+def get_mixture(name: str) -> Mixture:
+    _register_builtin_tasks()
+    return MixtureRegistry.get(name)
+
+
+def get_task_or_mixture(name: str) -> Task | Mixture:
+    _register_builtin_tasks()
+    if name in MixtureRegistry.names():
+        return MixtureRegistry.get(name)
+    return TaskRegistry.get(name)
+
+
+def _register_builtin_tasks() -> None:
+    """Imports t5lite.data.tasks once; its modules register the built-in tasks."""
+    import t5lite.data.tasks  # noqa: F401

@@ -1,0 +1,28 @@
+"""Pre-training tasks on the embedded corpus (no download needed)."""
+from __future__ import annotations
+
+import functools
+
+from t5lite.data import preprocessors as P
+from t5lite.data.corpus import embedded_documents
+from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
+from t5lite.data.vocab import DEFAULT_VOCABULARY
+
+VALIDATION_EVERY = 50  # every 50th document is held out for validation
+
+
+def embedded_docs(split: str) -> list[dict]:
+    docs = embedded_documents()
+    held_out = split == "validation"
+    return [{"text": d} for i, d in enumerate(docs) if (i % VALIDATION_EVERY == 0) == held_out]
+
+
+FEATURES = {"inputs": Feature(DEFAULT_VOCABULARY), "targets": Feature(DEFAULT_VOCABULARY)}
+
+TaskRegistry.add(
+    "embedded_docs_span_corruption",
+    source=FunctionSource(embedded_docs, splits=("train", "validation")),
+    preprocessors=[functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"}), P.tokenize,
+                   P.span_corruption],
+    output_features=FEATURES,
+)

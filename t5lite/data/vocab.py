@@ -1,0 +1,171 @@
+"""SentencePiece vocabularies with T5's sentinel ids, and training one on a corpus.
+
+T5 convention: pad 0, EOS 1, UNK 2, and `extra_ids` sentinels at the top of the vocabulary,
+`<extra_id_0>` = vocab_size - 1 counting down.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from typing import Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+_SENTINEL_RE = re.compile(r"<extra_id_(\d+)>")
+
+
+class SentencePieceVocabulary:
+    """A SentencePiece model plus `extra_ids` sentinels appended at the top (as seqio does)."""
+
+    def __init__(self, model_path: str, extra_ids: int = 100):
+        self.model_path = str(model_path)
+        self.extra_ids = extra_ids
+        self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
+        if self._sp.pad_id() != PAD_ID or self._sp.eos_id() != EOS_ID or self._sp.unk_id() != UNK_ID:
+            raise ValueError(
+                f"{self.model_path}: expected pad/eos/unk ids 0/1/2 as in T5, got "
+                f"{self._sp.pad_id()}/{self._sp.eos_id()}/{self._sp.unk_id()}; train the model with "
+                "pad_id=0 eos_id=1 unk_id=2 bos_id=-1 (see t5lite.data.vocab.train_sentencepiece)."
+            )
+
+    def __repr__(self):
+        return f"SentencePieceVocabulary({self.model_path!r}, extra_ids={self.extra_ids})"
+
+    @property
+    def base_vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base_vocab_size + self.extra_ids
+
+    pad_id, eos_id, unk_id = PAD_ID, EOS_ID, UNK_ID
+
+    def sentinel_id(self, i: int) -> int:
+        if not 0 <= i < self.extra_ids:
+            raise ValueError(f"sentinel {i} out of range: this vocabulary has {self.extra_ids} extra ids")
+        return self.vocab_size - 1 - i
+
+    def encode(self, text: str) -> list[int]:
+        """Text to ids; `<extra_id_N>` strings become their sentinel ids, as in seqio."""
+        ids: list[int] = []
+        pos = 0
+        for m in _SENTINEL_RE.finditer(text):
+            ids.extend(self._sp.encode(text[pos:m.start()]))
+            ids.append(self.sentinel_id(int(m.group(1))))
+            pos = m.end()
+        ids.extend(self._sp.encode(text[pos:]))
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids to text; stops at EOS, drops padding, renders sentinels as `<extra_id_N>`."""
+        out, run = [], []
+        for i in (int(x) for x in ids):
+            if i == EOS_ID:
+                break
+            if i == PAD_ID:
+                continue
+            if i >= self.base_vocab_size:
+                out.append(self._sp.decode(run))
+                run = []
+                out.append(f"<extra_id_{self.vocab_size - 1 - i}>")
+            else:
+                run.append(i)
+        out.append(self._sp.decode(run))
+        return "".join(out)
+
+    def id_to_piece(self, i: int) -> str:
+        return f"<extra_id_{self.vocab_size - 1 - i}>" if i >= self.base_vocab_size else self._sp.id_to_piece(i)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("T5LITE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "t5lite"))
+
+
+def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir: str | None = None,
+                        model_type: str = "unigram", seed_sentencepiece_size: int = 200_000) -> str:
+    """Trains a T5-style SentencePiece model (pad 0, EOS 1, UNK 2, no BOS) and caches it.
+
+    The file name holds a hash of the corpus and the settings, so a second call with the same
+    corpus returns the cached model instead of training again.
+    """
+    texts = [t for t in texts if t.strip()]
+    digest = hashlib.sha256()
+    for t in texts:
+        digest.update(t.encode("utf-8"))
+        digest.update(b"\0")
+    digest.update(f"{vocab_size}-{model_type}".encode())
+    out_dir = out_dir or os.path.join(default_cache_dir(), "vocab")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"spm_{model_type}_{vocab_size}_{digest.hexdigest()[:12]}.model")
+    if os.path.exists(path):
+        return path
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "w", encoding="utf-8") as f:
+            for t in texts:
+                f.write(t.replace("\n", " ") + "\n")
+        prefix = os.path.join(tmp, "spm")
+        spm.SentencePieceTrainer.train(
+            input=corpus, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+            pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+            character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
+            seed_sentencepiece_size=seed_sentencepiece_size, max_sentence_length=1 << 16,
+            num_threads=os.cpu_count() or 1, minloglevel=2,
+        )
+        # Write atomically so a concurrent reader never sees a half-written model.
+        tmp_path = path + f".tmp{os.getpid()}"
+        with open(prefix + ".model", "rb") as src, open(tmp_path, "wb") as dst:
+            dst.write(src.read())
+        os.replace(tmp_path, path)
+    return path
+
+
+def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
+    """Embedding rows rounded up for TPU-friendly shapes (T5: 32100 -> 32128)."""
+    return int(np.ceil(vocab_size / multiple) * multiple)
+
+
+class DefaultVocabulary:
+    """The vocabulary the built-in tasks use, resolved on first use.
+
+    By default a 2000-piece unigram model trained on the embedded corpus (cached); point it at an
+    existing SentencePiece file (e.g. T5's public `spiece.model`) with `set_default_vocabulary`.
+    """
+    _path: str | None = None
+    _vocab: SentencePieceVocabulary | None = None
+    base_size = 2000
+    extra_ids = 100
+
+    def _resolve(self) -> SentencePieceVocabulary:
+        cls = DefaultVocabulary
+        if cls._vocab is None:
+            if cls._path is None:
+                from t5lite.data.corpus import embedded_documents
+                cls._path = train_sentencepiece(embedded_documents(), cls.base_size)
+            cls._vocab = SentencePieceVocabulary(cls._path, cls.extra_ids)
+        return cls._vocab
+
+    def __getattr__(self, name):
+        return getattr(self._resolve(), name)
+
+    def __repr__(self):
+        return f"DefaultVocabulary(path={DefaultVocabulary._path or 'trained on the embedded corpus on first use'})"
+
+
+def set_default_vocabulary(path: str | None, extra_ids: int = 100) -> None:
+    """Makes the built-in tasks use this SentencePiece model (None: the embedded-corpus one)."""
+    if path is not None and not os.path.exists(path):
+        raise FileNotFoundError(f"SentencePiece model {path!r} does not exist; pass the path of a .model file")
+    DefaultVocabulary._path, DefaultVocabulary._vocab = path, None
+    DefaultVocabulary.extra_ids = extra_ids
+
+
+DEFAULT_VOCABULARY = DefaultVocabulary()

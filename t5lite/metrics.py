@@ -1,0 +1,421 @@
+"""Evaluation metrics with the names, keys and conventions T5 registers for its tasks.
+
+Every metric is `fn(targets, predictions) -> dict[str, float]` with values scaled x100, so
+that numbers read like the tables in the T5 paper and match the keys T5X logs. Classification
+and correlation metrics are plain numpy (and checked against scikit-learn / scipy in the
+tests); BLEU and ROUGE call sacrebleu and rouge_score, because their tokenisation is the metric.
+The two are imported lazily so that the rest of t5lite does not need them installed.
+
+Which task uses what (as T5 registers it): cola -> matthews_corrcoef; sst2, mnli, qnli, rte,
+wnli, boolq, copa, wic -> accuracy; mrpc, qqp -> f1_score_with_invalid + accuracy; stsb ->
+pearson_corrcoef + spearman_corrcoef (predictions through string_to_float); squad -> squad;
+cb -> mean_multiclass_f1(3) + accuracy; multirc -> multirc_f1_over_all_answers +
+multirc_exact_match (or multirc_metrics for both); record -> record_metrics; wmt -> bleu;
+summarisation -> rouge.
+"""
+from __future__ import annotations
+
+import collections
+import re
+import string
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+MetricFn = Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]
+
+__all__ = [
+    "accuracy",
+    "f1_score_with_invalid",
+    "matthews_corrcoef",
+    "pearson_corrcoef",
+    "spearman_corrcoef",
+    "string_to_float",
+    "normalize_squad",
+    "squad",
+    "bleu",
+    "rouge",
+    "mean_multiclass_f1",
+    "multirc_f1_over_all_answers",
+    "multirc_exact_match",
+    "multirc_metrics",
+    "record_metrics",
+    "compute_metrics",
+]
+
+
+# ----------------------------------------------------------------------------- input checks
+
+def _as_lists(name: str, targets: Iterable[Any], predictions: Iterable[Any]) -> tuple[list, list]:
+    """Materialises both sides and rejects empty or misaligned inputs, naming the metric.
+
+    An empty eval set would otherwise show up as a silent nan (or 0) in the logs.
+    """
+    targets, predictions = list(targets), list(predictions)
+    if len(targets) != len(predictions):
+        raise ValueError(f"{name}: got {len(targets)} targets but {len(predictions)} predictions")
+    if not targets:
+        raise ValueError(f"{name}: targets and predictions are empty")
+    return targets, predictions
+
+
+def _value(x: Any, key: str = "value") -> Any:
+    """The payload of a SuperGLUE-style `{"group": ..., "value": ...}` dict, or `x` itself."""
+    return x[key] if isinstance(x, Mapping) else x
+
+
+# ----------------------------------------------------------------------------- classification
+
+def accuracy(targets, predictions) -> dict[str, float]:
+    """Percentage of exact matches; works for class ids and for strings alike."""
+    targets, predictions = _as_lists("accuracy", targets, predictions)
+    return {"accuracy": 100.0 * float(np.mean([t == p for t, p in zip(targets, predictions)]))}
+
+
+def _is_binary_label(x: Any) -> bool:
+    """True for 0/1 (ints, floats, bools, numpy scalars); False for -1, strings, None, nan."""
+    try:
+        return not isinstance(x, (str, bytes)) and x in (0, 1)
+    except (TypeError, ValueError):
+        return False
+
+
+def _binary_f1(targets: Sequence[int], predictions: Sequence[int]) -> float:
+    """F1 of the positive class (1); 0 when there are no positives at all, as sklearn does."""
+    t, p = np.asarray(targets) == 1, np.asarray(predictions) == 1
+    tp, fp, fn = np.sum(t & p), np.sum(~t & p), np.sum(t & ~p)
+    denom = 2 * tp + fp + fn
+    return float(2 * tp / denom) if denom else 0.0
+
+
+def f1_score_with_invalid(targets, predictions) -> dict[str, float]:
+    """Binary F1 where a prediction that is not 0/1 counts as the wrong class.
+
+    The string-to-label postprocessor maps text the model should not have produced to -1;
+    flipping it to `1 - target` charges it as an error without inventing a third class.
+    """
+    targets, predictions = _as_lists("f1_score_with_invalid", targets, predictions)
+    bad = [t for t in targets if not _is_binary_label(t)]
+    if bad:
+        raise ValueError(f"f1_score_with_invalid: targets must be 0 or 1, got {bad[0]!r}")
+    targets = [int(t) for t in targets]
+    fixed = [int(p) if _is_binary_label(p) else 1 - t for t, p in zip(targets, predictions)]
+    return {"f1": 100.0 * _binary_f1(targets, fixed)}
+
+
+def _confusion(targets: Sequence[Hashable], predictions: Sequence[Hashable]) -> np.ndarray:
+    """Confusion matrix (rows: target, columns: prediction) over every value seen.
+
+    An invalid prediction (-1) thus becomes a class of its own, which is what T5's
+    sklearn-based Matthews correlation does for cola.
+    """
+    index = {label: i for i, label in enumerate(dict.fromkeys([*targets, *predictions]))}
+    matrix = np.zeros((len(index), len(index)), dtype=np.int64)
+    for t, p in zip(targets, predictions):
+        matrix[index[t], index[p]] += 1
+    return matrix
+
+
+def matthews_corrcoef(targets, predictions) -> dict[str, float]:
+    """Matthews correlation (multi-class form); 0 when either side is constant, as sklearn."""
+    targets, predictions = _as_lists("matthews_corrcoef", targets, predictions)
+    c = _confusion(targets, predictions).astype(np.float64)
+    n, correct = c.sum(), np.trace(c)
+    true_counts, pred_counts = c.sum(axis=1), c.sum(axis=0)
+    cov_tp = correct * n - true_counts @ pred_counts
+    cov_tt = n * n - true_counts @ true_counts
+    cov_pp = n * n - pred_counts @ pred_counts
+    if cov_tt * cov_pp == 0:
+        return {"matthews_corrcoef": 0.0}
+    return {"matthews_corrcoef": 100.0 * float(cov_tp / np.sqrt(cov_tt * cov_pp))}
+
+
+def _class_f1(targets: Sequence[Any], predictions: Sequence[Any], label: Any) -> float:
+    """One-vs-rest F1 of `label`: 2TP / (#predicted + #true); 0 if it occurs on neither side.
+
+    The 0 for an absent class is sklearn's zero_division default, and it still enters the mean.
+    """
+    tp = sum(t == label and p == label for t, p in zip(targets, predictions))
+    denom = sum(p == label for p in predictions) + sum(t == label for t in targets)
+    return 2.0 * tp / denom if denom else 0.0
+
+
+def mean_multiclass_f1(num_classes: int) -> MetricFn:
+    """Macro F1 over the classes 0..num_classes-1 (cb uses 3), as `mean_<n>class_f1`.
+
+    Predictions outside 0..n-1 (invalid text -> -1) are misses for the true class and count
+    for no class of their own.
+    """
+    if num_classes < 2:
+        raise ValueError(f"mean_multiclass_f1: num_classes must be >= 2, got {num_classes}")
+    key = f"mean_{num_classes}class_f1"
+
+    def metric(targets, predictions) -> dict[str, float]:
+        targets, predictions = _as_lists(key, targets, predictions)
+        scores = [_class_f1(targets, predictions, label) for label in range(num_classes)]
+        return {key: 100.0 * float(np.mean(scores))}
+
+    metric.__name__ = metric.__qualname__ = key
+    return metric
+
+
+# ----------------------------------------------------------------------------- regression
+
+def string_to_float(text: str | bytes, default: float = -1.0) -> float:
+    """stsb postprocessor: the model's text as a float, `default` when it does not parse.
+
+    -1 lies outside the 0..5 STS-B range, so unparseable output hurts the correlation.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def _as_floats(name: str, targets, predictions) -> tuple[np.ndarray, np.ndarray]:
+    targets, predictions = _as_lists(name, targets, predictions)
+    return np.asarray(targets, dtype=np.float64), np.asarray(predictions, dtype=np.float64)
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson r; nan if either side is constant (r is undefined) or contains nan.
+
+    Constancy is tested exactly, not via a zero variance, so rounding noise in the mean
+    cannot turn a constant column into a spurious correlation.
+    """
+    if np.isnan(x).any() or np.isnan(y).any() or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    xc, yc = x - x.mean(), y - y.mean()
+    r = (xc @ yc) / np.sqrt((xc @ xc) * (yc @ yc))
+    return float(np.clip(r, -1.0, 1.0))
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks with ties sharing their average rank (what Spearman's rho needs)."""
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    starts_block = np.r_[True, sorted_x[1:] != sorted_x[:-1]]
+    starts = np.flatnonzero(starts_block)
+    ends = np.r_[starts[1:], len(x)]
+    block_rank = (starts + ends + 1) / 2.0          # mean of ranks starts+1 .. ends
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = block_rank[np.cumsum(starts_block) - 1]
+    return ranks
+
+
+def pearson_corrcoef(targets, predictions) -> dict[str, float]:
+    """Pearson r x100 (stsb). nan for constant inputs (e.g. a model that always says "3.0")."""
+    x, y = _as_floats("pearson_corrcoef", targets, predictions)
+    return {"pearson_corrcoef": 100.0 * _pearson(x, y)}
+
+
+def spearman_corrcoef(targets, predictions) -> dict[str, float]:
+    """Spearman rho x100 (stsb): Pearson on average ranks. nan for constant or nan inputs."""
+    x, y = _as_floats("spearman_corrcoef", targets, predictions)
+    if np.isnan(x).any() or np.isnan(y).any():
+        return {"spearman_corrcoef": float("nan")}
+    return {"spearman_corrcoef": 100.0 * _pearson(_average_ranks(x), _average_ranks(y))}
+
+
+# ----------------------------------------------------------------------------- SQuAD / ReCoRD
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_squad(text: str) -> str:
+    """The official SQuAD answer normalisation: lowercase, drop punctuation and a/an/the,
+    collapse whitespace. Order matters: punctuation goes before articles ("the-end" -> "theend").
+    """
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _token_f1(target: str, prediction: str) -> float:
+    """Bag-of-tokens F1 of two normalised answers.
+
+    As in the SQuAD v1.1 script (and T5), no overlap gives 0 -- including empty vs empty,
+    which still scores 1 on exact match.
+    """
+    pred_tokens, target_tokens = prediction.split(), target.split()
+    overlap = sum((collections.Counter(pred_tokens) & collections.Counter(target_tokens)).values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred_tokens), overlap / len(target_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _gold_answers(name: str, index: int, answers: Any) -> list[str]:
+    """A list of normalised gold answers; a bare string is one answer, an empty list an error."""
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    if not answers:
+        raise ValueError(f"{name}: example {index} has no gold answers")
+    return [normalize_squad(a) for a in answers]
+
+
+def _max_over_answers(name: str, targets, predictions) -> dict[str, float]:
+    """EM and F1 x100, each the best over an example's gold answers, averaged over examples."""
+    targets, predictions = _as_lists(name, targets, predictions)
+    em, f1 = [], []
+    for i, (answers, prediction) in enumerate(zip(targets, predictions)):
+        golds, pred = _gold_answers(name, i, answers), normalize_squad(prediction)
+        em.append(max(float(g == pred) for g in golds))
+        f1.append(max(_token_f1(g, pred) for g in golds))
+    return {"em": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
+
+
+def squad(targets, predictions) -> dict[str, float]:
+    """SQuAD EM/F1. Each target is the list of gold answers of one question."""
+    return _max_over_answers("squad", targets, predictions)
+
+
+def _deduplicate(targets: list, predictions: list) -> tuple[list, list]:
+    """Keeps the first example of each target "group" (ReCoRD repeats a query per answer)."""
+    seen: set = set()
+    kept_t, kept_p = [], []
+    for t, p in zip(targets, predictions):
+        if t["group"] in seen:
+            continue
+        seen.add(t["group"])
+        kept_t.append(t["value"])
+        kept_p.append(_value(p))
+    return kept_t, kept_p
+
+
+def record_metrics(targets, predictions) -> dict[str, float]:
+    """ReCoRD EM/F1: SQuAD scoring, max over the answer entities.
+
+    Targets are answer lists, or `{"group", "value": answers}` dicts; dict targets are
+    de-duplicated by group first (T5's deduplicate_metric), so a query counts once.
+    """
+    targets, predictions = _as_lists("record_metrics", targets, predictions)
+    if isinstance(targets[0], Mapping):
+        targets, predictions = _deduplicate(targets, predictions)
+    else:
+        predictions = [_value(p) for p in predictions]
+    return _max_over_answers("record_metrics", targets, predictions)
+
+
+# ----------------------------------------------------------------------------- MultiRC
+
+def _multirc_values(name: str, targets, predictions) -> tuple[list, list, list]:
+    """(groups, target values, prediction values), checking that dict groups line up."""
+    targets, predictions = _as_lists(name, targets, predictions)
+    for i, (t, p) in enumerate(zip(targets, predictions)):
+        if isinstance(p, Mapping) and "group" in p and p["group"] != t["group"]:
+            raise ValueError(f"{name}: example {i} has target group {t['group']!r} "
+                             f"but prediction group {p['group']!r}")
+    return ([t["group"] for t in targets], [t["value"] for t in targets],
+            [_value(p) for p in predictions])
+
+
+def _group_exact_match(groups: list, targets: list, predictions: list) -> float:
+    """Mean over groups of "every value in the group is right" (T5's mean_group_metric(all_match))."""
+    all_right: dict[Hashable, bool] = {}
+    for g, t, p in zip(groups, targets, predictions):
+        all_right[g] = all_right.get(g, True) and t == p
+    return 100.0 * float(np.mean(list(all_right.values())))
+
+
+def multirc_f1_over_all_answers(targets, predictions) -> dict[str, float]:
+    """MultiRC F1a: binary F1 (invalid = wrong) over every answer option, ignoring questions."""
+    _, t, p = _multirc_values("multirc_f1_over_all_answers", targets, predictions)
+    return f1_score_with_invalid(t, p)
+
+
+def multirc_exact_match(targets, predictions) -> dict[str, float]:
+    """MultiRC EM: share of questions ("group") whose answer options are all right."""
+    groups, t, p = _multirc_values("multirc_exact_match", targets, predictions)
+    return {"exact_match": _group_exact_match(groups, t, p)}
+
+
+def multirc_metrics(targets, predictions) -> dict[str, float]:
+    """Both MultiRC numbers under the SuperGLUE leaderboard names: exact_match and f1a."""
+    groups, t, p = _multirc_values("multirc_metrics", targets, predictions)
+    return {"exact_match": _group_exact_match(groups, t, p),
+            "f1a": f1_score_with_invalid(t, p)["f1"]}
+
+
+# ----------------------------------------------------------------------------- BLEU / ROUGE
+
+def _reference_streams(targets: list) -> list[list[str | None]]:
+    """Per-example references -> sacrebleu's reference streams (one list per reference slot).
+
+    Examples with fewer references are padded with None, which sacrebleu skips.
+    """
+    per_example = [[t] if isinstance(t, str) else list(t) for t in targets]
+    for i, refs in enumerate(per_example):
+        if not refs:
+            raise ValueError(f"bleu: example {i} has no references")
+    width = max(len(refs) for refs in per_example)
+    return [[refs[j] if j < len(refs) else None for refs in per_example] for j in range(width)]
+
+
+def bleu(targets, predictions) -> dict[str, float]:
+    """Corpus BLEU with T5's sacrebleu settings (intl tokenizer, exp smoothing, no lowercasing).
+
+    A target may be one reference string or a list of references for that example.
+    """
+    import sacrebleu
+
+    targets, predictions = _as_lists("bleu", targets, predictions)
+    score = sacrebleu.corpus_bleu(
+        predictions, _reference_streams(targets), smooth_method="exp", smooth_value=0.0,
+        force=False, lowercase=False, tokenize="intl", use_effective_order=False)
+    return {"bleu": float(score.score)}
+
+
+def _split_sentences(summary: str) -> str:
+    """T5's sentence split for rougeLsum: a newline after each space-separated " . "."""
+    return summary.replace(" . ", " .\n")
+
+
+def rouge(targets, predictions, score_keys: Sequence[str] = ("rouge1", "rouge2", "rougeLsum"),
+          use_stemmer: bool = True) -> dict[str, float]:
+    """ROUGE F-measures x100: the mid (median) of rouge_score's bootstrap over examples.
+
+    rougeLsum treats newlines as sentence boundaries; " . " is turned into one first, as T5
+    does. The bootstrap draws from numpy's global RNG, so seed it (np.random.seed) for
+    bit-exact repeats; the mid value is within a hair of the plain mean either way.
+    """
+    from rouge_score import rouge_scorer, scoring
+
+    targets, predictions = _as_lists("rouge", targets, predictions)
+    scorer = rouge_scorer.RougeScorer(list(score_keys), use_stemmer=use_stemmer)
+    aggregator = scoring.BootstrapAggregator()
+    for target, prediction in zip(targets, predictions):
+        aggregator.add_scores(scorer.score(target=_split_sentences(target),
+                                           prediction=_split_sentences(prediction)))
+    result = aggregator.aggregate()
+    return {key: 100.0 * float(result[key].mid.fmeasure) for key in score_keys}
+
+
+# ----------------------------------------------------------------------------- combining
+
+def _metric_name(fn: Callable) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+def compute_metrics(metric_fns: Sequence[MetricFn], targets, predictions) -> dict[str, float]:
+    """Runs each metric and merges the results into one dict.
+
+    Two metrics reporting the same key would silently overwrite each other in the logs, so
+    that is an error naming both.
+    """
+    targets, predictions = list(targets), list(predictions)
+    names = [_metric_name(fn) for fn in metric_fns]
+    if len(targets) != len(predictions):
+        raise ValueError(f"compute_metrics ({', '.join(names)}): got {len(targets)} targets "
+                         f"but {len(predictions)} predictions")
+    merged: dict[str, float] = {}
+    owner: dict[str, str] = {}
+    for fn, name in zip(metric_fns, names):
+        for key, value in fn(targets, predictions).items():
+            if key in merged:
+                raise ValueError(f"compute_metrics: key {key!r} returned by both "
+                                 f"{owner[key]} and {name}")
+            merged[key], owner[key] = value, name
+    return merged
