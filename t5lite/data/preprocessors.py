@@ -145,6 +145,11 @@ def random_spans_helper(inputs_length: int = 512, noise_density: float = 0.15,
                 num_noise + num_spans * extra_tokens_per_span_targets + 1)
 
     tokens_length = inputs_length - 1
+    # T5 starts here assuming it fits; with several extra tokens per span and tiny lengths it may not.
+    while tokens_length > 2 and lengths(tokens_length)[0] > inputs_length:
+        tokens_length -= 1
+    if tokens_length < 2 or lengths(tokens_length)[0] > inputs_length:
+        raise ValueError(f"random_spans_helper: inputs_length {inputs_length} is too short for span corruption")
     while lengths(tokens_length + 1)[0] <= inputs_length:
         tokens_length += 1
     _, targets_length = lengths(tokens_length)

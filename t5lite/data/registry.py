@@ -126,9 +126,10 @@ class Task:
 
 @dataclasses.dataclass
 class Mixture:
-    """Several tasks sampled by rate (T5's examples-proportional mixing lives in `rate_num_examples`)."""
+    """Several tasks sampled by rate: a number, or a function `rate(task, split, data_dir)` such as
+    `ExamplesProportional(maximum=K, temperature=T)`, T5's examples-proportional mixing."""
     name: str
-    tasks_and_rates: Sequence[tuple[str, float]]
+    tasks_and_rates: Sequence[tuple[str, float | Callable[..., float]]]
 
     def __repr__(self):
         return f"Mixture({self.name!r}, {list(self.tasks_and_rates)})"
@@ -148,7 +149,7 @@ class Mixture:
     def get_dataset(self, split, sequence_length=None, shuffle=False, seed=0, data_dir=None, shard_index=0,
                     shard_count=1) -> Iterator[Example]:
         """Interleaves the tasks' examples, choosing a task per example with the given rates."""
-        rates = np.array([r for _, r in self.tasks_and_rates], dtype=np.float64)
+        rates = np.array(self.rates(split, data_dir), dtype=np.float64)
         if rates.sum() <= 0:
             raise ValueError(f"mixture {self.name!r}: rates must sum to a positive number, got {rates.tolist()}")
         probs = rates / rates.sum()
@@ -157,6 +158,12 @@ class Mixture:
         rng = np.random.default_rng(seed)
         while True:
             yield next(iterators[rng.choice(len(iterators), p=probs)])
+
+
+    def rates(self, split: str, data_dir: str | None = None) -> list[float]:
+        """Each task's rate for `split` (rate functions are evaluated on that split)."""
+        return [float(rate(task, split, data_dir) if callable(rate) else rate)
+                for task, (_, rate) in zip(self.tasks, self.tasks_and_rates)]
 
 
 def _repeat(task, split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count):
@@ -169,6 +176,24 @@ def rate_num_examples(num_examples: int, maximum: int | None = None, temperature
     """T5's examples-proportional rate: min(n, K) ** (1 / temperature)."""
     n = num_examples if maximum is None else min(num_examples, maximum)
     return float(n) ** (1.0 / temperature)
+
+
+def num_examples(task: Task, split: str, data_dir: str | None = None) -> int:
+    """Raw examples in a split (before preprocessing): the source's own count if it has one, else by reading."""
+    count = getattr(task.source, "num_examples", None)
+    if count is not None:
+        return int(count(split, data_dir=data_dir))
+    return sum(1 for _ in task.source.load(split, data_dir=data_dir))
+
+
+@dataclasses.dataclass(frozen=True)
+class ExamplesProportional:
+    """A mixture rate: `rate_num_examples` of the task's size in the split being mixed."""
+    maximum: int | None = None
+    temperature: float = 1.0
+
+    def __call__(self, task: Task, split: str, data_dir: str | None = None) -> float:
+        return rate_num_examples(num_examples(task, split, data_dir), self.maximum, self.temperature)
 
 
 class _Registry:
@@ -205,7 +230,7 @@ class _TaskRegistry(_Registry):
 
 
 class _MixtureRegistry(_Registry):
-    def add(self, name: str, tasks_and_rates: Sequence[tuple[str, float]]) -> Mixture:
+    def add(self, name: str, tasks_and_rates: Sequence[tuple[str, float | Callable[..., float]]]) -> Mixture:
         for task_name, _ in tasks_and_rates:
             TaskRegistry.get(task_name)
         return self._add(name, Mixture(name, list(tasks_and_rates)))

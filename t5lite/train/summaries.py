@@ -1,0 +1,68 @@
+"""Where training metrics go: `metrics.jsonl`, TensorBoard events, and a PNG loss curve."""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+
+
+class MetricsWriter:
+    """Writes from the first host only; resuming drops logged steps past the restored checkpoint."""
+
+    def __init__(self, model_dir: str, resume_step: int = 0):
+        self.active = jax.process_index() == 0
+        self.path = os.path.join(model_dir, "metrics.jsonl")
+        self._tb = None
+        if not self.active:
+            return
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                kept = [line for line in f if line.strip() and json.loads(line)["step"] <= resume_step]
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.writelines(kept)
+        from tensorboardX import SummaryWriter
+        self._tb = SummaryWriter(os.path.join(model_dir, "tensorboard"))
+
+    def write(self, step: int, metrics: dict) -> None:
+        if not self.active:
+            return
+        record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        for key, value in metrics.items():
+            self._tb.add_scalar(key, float(value), int(step))
+        self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_loss_curve(metrics_path: str, out_path: str) -> str:
+    """A PNG of loss (and eval loss, if logged) against step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in ("loss", "eval_loss"):
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross entropy per target token")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(os.path.basename(os.path.dirname(os.path.abspath(metrics_path))) or "training")
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path

@@ -1,0 +1,276 @@
+"""The train loop: a jitted, sharded step over a device mesh, with checkpoints and metrics.
+
+`train()` is the gin entry point behind `t5lite train`. One step: build this host's batch,
+assemble the global batch on the mesh, run the jitted update (gradient accumulation inside),
+and every `log_every` steps fetch the averaged metrics — the only host sync in the loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from typing import Any, Mapping
+
+import flax
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm.auto import tqdm
+
+from t5lite import models
+from t5lite.data import registry, vocab as vocab_lib
+from t5lite.data.loader import Loader
+from t5lite.models.config import ModelConfig
+from t5lite.train import checkpoints, losses, mfu, summaries
+from t5lite.train.partitioning import Partitioner
+
+log = logging.getLogger("t5lite")
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    rng: jax.Array  # raw PRNG key data; the step's dropout key is fold_in(rng, step)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    z_loss: float = 1e-4
+    label_smoothing: float = 0.0
+
+
+def target_keys(batch: Mapping[str, Any]) -> tuple[str, str]:
+    """The (targets, loss weights) features: the encoder's for MLM, the decoder's otherwise."""
+    prefix = "encoder" if "encoder_target_tokens" in batch else "decoder"
+    return f"{prefix}_target_tokens", f"{prefix}_loss_weights"
+
+
+def dummy_batch(lengths: Mapping[str, int], batch_size: int = 1) -> dict[str, jax.ShapeDtypeStruct]:
+    return {k: jnp.ones((batch_size, n), jnp.int32) for k, n in lengths.items()}
+
+
+class TrainTask:
+    """The model, optimizer and shardings for one run; builds the state and the jitted step."""
+
+    def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation, schedule,
+                 partitioner: Partitioner, model_feature_lengths: Mapping[str, int], loss: LossConfig = LossConfig(),
+                 num_microbatches: int = 1):
+        self.config, self.optimizer, self.schedule = model_config, optimizer, schedule
+        self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
+        self.model = models.build(model_config)
+        self.feature_lengths = dict(model_feature_lengths)
+        with self.mesh_context():
+            abstract_vars = jax.eval_shape(self._init_variables, jax.random.key(0))
+        self.param_specs = nn.get_partition_spec(abstract_vars)["params"]
+        abstract_params = nn.unbox(abstract_vars)["params"]
+        abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+        param_shardings = partitioner.param_shardings(abstract_vars)["params"]
+        replicated = partitioner.sharding(None)
+        self.state_shardings = TrainState(
+            step=replicated, params=param_shardings,
+            opt_state=partitioner.opt_state_shardings(optimizer, abstract_opt, abstract_params, self.param_specs),
+            rng=replicated)
+        self.abstract_state = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            TrainState(jax.ShapeDtypeStruct((), jnp.int32), abstract_params, abstract_opt,
+                       jax.ShapeDtypeStruct((2,), jnp.uint32)),
+            self.state_shardings)
+        self.num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(abstract_params))
+
+    def mesh_context(self):
+        """Mesh and axis rules active while tracing, so activation sharding constraints resolve."""
+        return _MeshContext(self.partitioner)
+
+    def _init_variables(self, rng):
+        return self.model.init(rng, **dummy_batch(self.feature_lengths))
+
+    def init_state(self, seed: int, params=None) -> TrainState:
+        """A fresh state, created directly in its shardings (no host copy of the full model)."""
+        def create(rng):
+            init_rng, dropout_rng = jax.random.split(rng)
+            p = nn.unbox(self._init_variables(init_rng))["params"] if params is None else params
+            return TrainState(jnp.zeros((), jnp.int32), p, self.optimizer.init(p),
+                              jax.random.key_data(dropout_rng))
+        with self.mesh_context():
+            return jax.jit(create, out_shardings=self.state_shardings)(jax.random.key(seed))
+
+    def loss_and_metrics(self, params, batch, rng, total_weight):
+        targets_key, weights_key = target_keys(batch)
+        logits = self.model.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng})
+        loss, z = losses.cross_entropy(logits, batch[targets_key], batch[weights_key], self.loss.z_loss,
+                                       self.loss.label_smoothing)
+        correct = losses.token_accuracy_count(logits, batch[targets_key], batch[weights_key])
+        return loss.sum() / total_weight, {"loss_sum": loss.sum(), "z_loss_sum": z.sum(), "correct": correct}
+
+    def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+        _, weights_key = target_keys(batch)
+        total_weight = jnp.maximum(batch[weights_key].sum(), 1.0).astype(jnp.float32)
+        grad_fn = jax.grad(self.loss_and_metrics, has_aux=True)
+        if self.num_microbatches == 1:
+            grads, sums = grad_fn(state.params, batch, rng, total_weight)
+        else:
+            micro = jax.tree.map(lambda x: x.reshape((self.num_microbatches, -1) + x.shape[1:]), batch)
+
+            def accumulate(carry, inputs):
+                mb, i = inputs
+                g, s = grad_fn(state.params, mb, jax.random.fold_in(rng, i), total_weight)
+                return jax.tree.map(jnp.add, carry, (g, s)), None
+
+            zeros = (jax.tree.map(jnp.zeros_like, state.params),
+                     {"loss_sum": 0.0, "z_loss_sum": 0.0, "correct": 0.0})
+            (grads, sums), _ = jax.lax.scan(accumulate, zeros, (micro, jnp.arange(self.num_microbatches)))
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"loss": sums["loss_sum"] / total_weight, "z_loss": sums["z_loss_sum"] / total_weight,
+                   "accuracy": sums["correct"] / total_weight, "learning_rate": self.schedule(state.step),
+                   "grad_norm": optax.global_norm(grads), "target_tokens": total_weight}
+        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+    def jit_train_step(self):
+        batch_sharding = {k: self.partitioner.batch_sharding() for k in self.feature_lengths}
+        return jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding),
+                       out_shardings=(self.state_shardings, None), donate_argnums=(0,))
+
+    def flops_per_step(self, global_batch_size: int) -> float:
+        return global_batch_size * mfu.train_flops_per_example(
+            self.config, self.feature_lengths.get("encoder_input_tokens", 0),
+            self.feature_lengths.get("decoder_target_tokens", 0))
+
+
+class _MeshContext:
+    def __init__(self, partitioner: Partitioner):
+        self.partitioner = partitioner
+        self._contexts = []
+
+    def __enter__(self):
+        self._contexts = [jax.set_mesh(self.partitioner.mesh), nn.logical_axis_rules(self.partitioner.rules)]
+        for c in self._contexts:
+            c.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for c in reversed(self._contexts):
+            c.__exit__(*exc)
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+@gin.configurable(denylist=["overrides"])
+def model_config(preset: str = gin.REQUIRED, overrides: Mapping[str, Any] | None = None,
+                 dtype: str | None = None, scan_layers: bool | None = None, remat_policy: str | None = None,
+                 dropout_rate: float | None = None, vocab_size: int | None = None) -> ModelConfig:
+    """A preset with the fields users change most often overridden from gin."""
+    changes = dict(overrides or {})
+    for key, value in dict(dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy,
+                           dropout_rate=dropout_rate, vocab_size=vocab_size).items():
+        if value is not None:
+            changes[key] = value
+    return models.get_config(preset, **changes)
+
+
+def _check_vocabulary(task, cfg: ModelConfig) -> None:
+    vocabulary = task.output_features["targets"].vocabulary
+    if vocabulary.vocab_size > cfg.vocab_size:
+        raise ValueError(f"the task's vocabulary has {vocabulary.vocab_size} ids but the model's embedding has "
+                         f"{cfg.vocab_size} rows; use a preset or `model_config.vocab_size` of at least "
+                         f"{vocab_lib.padded_vocab_size(vocabulary.vocab_size)}")
+
+
+@gin.configurable(denylist=["progress"])
+def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
+          task_feature_lengths: Mapping[str, int] = gin.REQUIRED, batch_size: int = gin.REQUIRED,
+          train_steps: int = gin.REQUIRED, model: ModelConfig = gin.REQUIRED, optimizer=gin.REQUIRED,
+          feature_converter: str = "enc_dec", pack: bool = True, seed: int = 0, num_microbatches: int = 1,
+          z_loss: float = 1e-4, label_smoothing: float = 0.0, log_every: int = 10, checkpoint_every: int = 100,
+          keep_checkpoints: int = 3, async_checkpoints: bool = True, data_dir: str | None = None,
+          initial_checkpoint_path: str | None = None, vocabulary_path: str | None = None,
+          peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
+          progress: bool = True) -> dict:
+    """Trains (or resumes) a model in `model_dir`; returns the last logged metrics."""
+    os.makedirs(model_dir, exist_ok=True)
+    if vocabulary_path is not None:
+        vocab_lib.set_default_vocabulary(vocabulary_path)
+    partitioner = partitioner or Partitioner()
+    partitioner.check_batch_size(batch_size, num_microbatches)
+    task = registry.get_task_or_mixture(mixture_or_task_name)
+    _check_vocabulary(task, model)
+    optimizer, schedule = optimizer
+    loader = Loader(task, "train", task_feature_lengths, batch_size, feature_converter, pack=pack, seed=seed,
+                    data_dir=data_dir)
+    feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
+    trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
+                        LossConfig(z_loss, label_smoothing), num_microbatches)
+    ckpt = checkpoints.Checkpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints,
+                                    async_checkpoints)
+    if ckpt.latest_step() is not None:
+        state, data_state, start = ckpt.restore(trainer.abstract_state)
+        loader.restore(data_state)
+        log.info("resumed from step %d in %s", start, ckpt.directory)
+    else:
+        init_params = None
+        if initial_checkpoint_path:
+            abstract_params = trainer.abstract_state.params
+            init_params = checkpoints.restore_params(initial_checkpoint_path, abstract_params)
+        state, start = trainer.init_state(seed, init_params), 0
+    if jax.process_index() == 0:
+        with open(os.path.join(model_dir, "config.gin"), "w", encoding="utf-8") as f:
+            f.write(gin.config_str())
+    peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
+    flops_per_step = trainer.flops_per_step(batch_size)
+    tokens_per_step = batch_size * sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens"))
+    log.info("model %s: %.1fM params; %.3g FLOPs/step; peak %.3g FLOP/s/device (%s); mesh %s",
+             type(trainer.model).__name__, trainer.num_params / 1e6, flops_per_step, peak, peak_source,
+             dict(partitioner.mesh.shape))
+    writer = summaries.MetricsWriter(model_dir, resume_step=start)
+    step_fn = trainer.jit_train_step()
+    batches = iter(loader)
+    pending, last = [], {}
+    bar = tqdm(total=train_steps, initial=start, desc="train", unit="step", disable=not progress or jax.process_index())
+    tick, tick_step = time.perf_counter(), start
+    try:
+        with trainer.mesh_context():
+            for step in range(start + 1, train_steps + 1):
+                state, metrics = step_fn(state, partitioner.shard_batch(next(batches)))
+                pending.append(metrics)
+                if step % log_every == 0 or step == train_steps or step == start + 1:
+                    last = _summarise(pending)
+                    pending = []
+                    now = time.perf_counter()
+                    elapsed, steps_done = now - tick, step - tick_step
+                    last["steps_per_sec"] = steps_done / elapsed
+                    last["tokens_per_sec"] = tokens_per_step * steps_done / elapsed
+                    last["mfu"] = flops_per_step * steps_done / elapsed / (peak * jax.device_count())
+                    tick, tick_step = now, step
+                    if not math.isfinite(last["loss"]):
+                        raise NonFiniteLossError(
+                            f"loss is {last['loss']} at step {step}; the last good checkpoint is step "
+                            f"{ckpt.latest_step()} in {ckpt.directory}. Lower the learning rate, enable z_loss, "
+                            "or check the data, then rerun the same command to resume from there.")
+                    writer.write(step, last)
+                    bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last['accuracy']:.3f}",
+                                    tok_s=f"{last['tokens_per_sec']:.0f}")
+                ckpt.save(step, state, loader.state(), force=step == train_steps)
+                bar.update(1)
+    finally:
+        bar.close()
+        ckpt.close()
+        writer.close()
+    if jax.process_index() == 0 and os.path.exists(writer.path):
+        summaries.plot_loss_curve(writer.path, os.path.join(model_dir, "loss.png"))
+    return last
+
+
+def _summarise(pending: list[dict]) -> dict:
+    """Means over the steps since the last log (one device-to-host transfer)."""
+    fetched = jax.device_get(pending)
+    return {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}

@@ -1,0 +1,27 @@
+"""Shared test helpers: tiny model configs, a small synthetic task, and the shared data dir."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from t5lite.models import get_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_data_dir() -> Path:
+    return Path(os.environ.get("T5LITE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def micro_config():
+    """A T5 small enough to compile and train in a second or two."""
+    return get_config("t5_tiny", d_model=32, num_heads=2, head_dim=16, d_ff=64, num_encoder_layers=1,
+                      num_decoder_layers=1, vocab_size=2176)
+
+
+def random_tokens(rng: np.random.Generator, length: int, low: int = 3, high: int = 2000) -> np.ndarray:
+    return rng.integers(low, high, size=length).astype(np.int32)

@@ -1,0 +1,111 @@
+"""The train loop: resume equals an uninterrupted run, accumulation, losses, outputs, errors."""
+import json
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from t5lite.train import checkpoints, losses, optimizers
+from t5lite.train.trainer import NonFiniteLossError, train
+
+TASK = "embedded_docs_span_corruption"
+LENGTHS = {"inputs": 32, "targets": 8}
+
+
+def _train(model_dir, config, steps, **kwargs):
+    schedule = optimizers.rsqrt_decay(1.0, 100)
+    args = dict(model_dir=str(model_dir), mixture_or_task_name=TASK, task_feature_lengths=LENGTHS, batch_size=4,
+                train_steps=steps, model=config, optimizer=(optimizers.adafactor(schedule), schedule), log_every=1,
+                checkpoint_every=3, async_checkpoints=True, progress=False)
+    args.update(kwargs)
+    return train(**args)
+
+
+def _losses(model_dir):
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def _final_params(model_dir, step):
+    ckpt = checkpoints.Checkpointer(os.path.join(model_dir, "checkpoints"), 1)
+    import orbax.checkpoint as ocp
+    restored = ckpt.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    ckpt.close()
+    return restored.state["params"]
+
+
+def test_resume_sees_the_same_batches_and_reaches_the_same_params(tmp_path, micro_config):
+    config = micro_config.replace(dropout_rate=0.1)  # dropout: the RNG must be restored too
+    _train(tmp_path / "straight", config, 6)
+    _train(tmp_path / "resumed", config, 3)
+    assert max(_losses(tmp_path / "resumed")) == 3
+    _train(tmp_path / "resumed", config, 6)
+    straight, resumed = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
+    assert sorted(straight) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose([resumed[s] for s in range(1, 7)], [straight[s] for s in range(1, 7)], rtol=1e-6)
+    a, b = _final_params(tmp_path / "straight", 6), _final_params(tmp_path / "resumed", 6)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    for name in ("metrics.jsonl", "config.gin", "loss.png"):
+        assert (tmp_path / "resumed" / name).exists()
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "resumed" / "tensorboard"))
+
+
+def test_metrics_record_what_the_design_promises(tmp_path, micro_config):
+    last = _train(tmp_path, micro_config, 2)
+    with open(tmp_path / "metrics.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    for key in ("step", "loss", "learning_rate", "tokens_per_sec", "accuracy", "mfu"):
+        assert key in records[-1]
+    assert records[-1]["learning_rate"] == pytest.approx(0.1)  # 1 / sqrt(max(step, 100))
+    assert 0 < last["mfu"] < 1 and last["tokens_per_sec"] > 0
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path, micro_config):
+    config = micro_config.replace(dropout_rate=0.0)
+    one = _train(tmp_path / "one", config, 2)
+    two = _train(tmp_path / "two", config, 2, num_microbatches=2)
+    assert one["loss"] == pytest.approx(two["loss"], rel=1e-5)
+    assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-4)
+
+
+def test_nan_loss_stops_with_a_clear_error(tmp_path, micro_config):
+    schedule = optax.constant_schedule(1e30)
+    sgd = optax.sgd(schedule)
+    with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
+        _train(tmp_path, micro_config, 6, optimizer=(sgd, schedule))
+
+
+def test_vocabulary_larger_than_embedding_is_rejected(tmp_path, micro_config):
+    with pytest.raises(ValueError, match="vocabulary has 2100 ids"):
+        _train(tmp_path, micro_config.replace(vocab_size=1024), 1)
+
+
+def _numpy_cross_entropy(logits, target, z_loss, smoothing):
+    log_z = np.log(np.exp(logits - logits.max()).sum()) + logits.max()
+    log_probs = logits - log_z
+    v = len(logits)
+    dist = np.full(v, smoothing / (v - 1))
+    dist[target] = 1 - smoothing
+    entropy = -(dist * np.log(np.where(dist > 0, dist, 1))).sum()
+    return -(dist * log_probs).sum() - entropy + z_loss * log_z ** 2
+
+
+@pytest.mark.parametrize("z_loss,smoothing", [(0.0, 0.0), (1e-4, 0.0), (0.0, 0.1), (1e-4, 0.2)])
+def test_cross_entropy_matches_numpy(z_loss, smoothing):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, 11)).astype(np.float32) * 3
+    targets = rng.integers(0, 11, size=(2, 3))
+    weights = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    loss, _ = losses.cross_entropy(logits, targets, weights, z_loss, smoothing)
+    expected = np.array([[_numpy_cross_entropy(logits[b, t], targets[b, t], z_loss, smoothing) * weights[b, t]
+                          for t in range(3)] for b in range(2)])
+    np.testing.assert_allclose(np.asarray(loss), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_rsqrt_schedule_is_t5s():
+    schedule = optimizers.rsqrt_decay()
+    assert float(schedule(0)) == pytest.approx(0.01)
+    assert float(schedule(10_000)) == pytest.approx(0.01)
+    assert float(schedule(40_000)) == pytest.approx(0.005)
