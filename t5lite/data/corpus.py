@@ -25,7 +25,8 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 def is_prose(paragraph: str) -> bool:
     """A paragraph of sentences: mostly words, at least five of them, not code or a table."""
     lines = paragraph.splitlines()
-    if any(line.startswith(("    ", "\t", ">>>", "...", "$ ", "+--", "===", "---")) for line in lines):
+    if any(line[:1].isspace() or line.lstrip().startswith((">>>", "...", "$ ", "+--", "===", "---", "|"))
+           for line in lines):
         return False
     text = " ".join(lines)
     words = text.split()

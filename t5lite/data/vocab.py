@@ -7,24 +7,32 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
-_SENTINEL_RE = re.compile(r"<extra_id_(\d+)>")
 
 
 class SentencePieceVocabulary:
-    """A SentencePiece model plus `extra_ids` sentinels appended at the top (as seqio does)."""
+    """A SentencePiece model with `extra_ids` sentinels appended as user-defined pieces (as seqio does).
+
+    Appending them to the model itself lets SentencePiece encode `<extra_id_N>` inside text and
+    decode it back with the spacing around it intact.
+    """
 
     def __init__(self, model_path: str, extra_ids: int = 100):
         self.model_path = str(model_path)
         self.extra_ids = extra_ids
-        self._sp = spm.SentencePieceProcessor(model_file=self.model_path)
+        with open(self.model_path, "rb") as f:
+            proto = sp_pb2.ModelProto.FromString(f.read())
+        self.base_vocab_size = len(proto.pieces)
+        for i in reversed(range(extra_ids)):
+            proto.pieces.add(piece=f"<extra_id_{i}>", score=0.0, type=sp_pb2.ModelProto.SentencePiece.USER_DEFINED)
+        self._sp = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
         if self._sp.pad_id() != PAD_ID or self._sp.eos_id() != EOS_ID or self._sp.unk_id() != UNK_ID:
             raise ValueError(
                 f"{self.model_path}: expected pad/eos/unk ids 0/1/2 as in T5, got "
@@ -34,10 +42,6 @@ class SentencePieceVocabulary:
 
     def __repr__(self):
         return f"SentencePieceVocabulary({self.model_path!r}, extra_ids={self.extra_ids})"
-
-    @property
-    def base_vocab_size(self) -> int:
-        return self._sp.get_piece_size()
 
     @property
     def vocab_size(self) -> int:
@@ -51,38 +55,17 @@ class SentencePieceVocabulary:
         return self.vocab_size - 1 - i
 
     def encode(self, text: str) -> list[int]:
-        """Text to ids; `<extra_id_N>` strings become their sentinel ids, as in seqio."""
-        ids: list[int] = []
-        pos = 0
-        for m in _SENTINEL_RE.finditer(text):
-            ids.extend(self._sp.encode(text[pos:m.start()]))
-            ids.append(self.sentinel_id(int(m.group(1))))
-            pos = m.end()
-        ids.extend(self._sp.encode(text[pos:]))
-        return ids
+        return self._sp.encode(text)
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids to text; stops at EOS, drops padding, renders sentinels as `<extra_id_N>`."""
-        out, run = [], []
-        for i in (int(x) for x in ids):
-            if i == EOS_ID:
-                break
-            if i == PAD_ID:
-                continue
-            if i >= self.base_vocab_size:
-                out.append(self._sp.decode(run))
-                run = []
-                out.append(f"<extra_id_{self.vocab_size - 1 - i}>")
-            else:
-                run.append(i)
-        out.append(self._sp.decode(run))
-        return "".join(out)
+        """Ids to text, stopping at the first EOS (what T5X does with decoded outputs)."""
+        ids = [int(i) for i in ids]
+        if EOS_ID in ids:
+            ids = ids[:ids.index(EOS_ID)]
+        return self._sp.decode([i for i in ids if i != PAD_ID])
 
     def id_to_piece(self, i: int) -> str:
-        return f"<extra_id_{self.vocab_size - 1 - i}>" if i >= self.base_vocab_size else self._sp.id_to_piece(i)
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self.encode(t) for t in texts]
+        return self._sp.id_to_piece(int(i))
 
 
 def default_cache_dir() -> str:

@@ -1,0 +1,80 @@
+"""Runs a few train steps on a CPU mesh, for tests/test_partitioning.py (one process per host).
+
+Usage: python sharding_worker.py MODE OUT_JSON [PROCESS_ID NUM_PROCESSES PORT]
+MODE "mesh": 8 devices, mesh (2, 2, 2) vs a single device; writes both runs' losses.
+MODE "multihost": this process is one of NUM_PROCESSES hosts with 2 devices each.
+MODE "emulated": one process with 4 devices feeding the batch the 2 hosts would have fed.
+"""
+import json
+import os
+import sys
+
+mode, out_path = sys.argv[1], sys.argv[2]
+devices_per_process = {"mesh": 8, "multihost": 2, "emulated": 4}[mode]
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+
+if mode == "multihost":
+    process_id, num_processes, port = map(int, sys.argv[3:6])
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
+                               process_id=process_id)
+
+import numpy as np  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from t5lite.data import get_task  # noqa: E402
+from t5lite.data.loader import Loader  # noqa: E402
+from t5lite.models import get_config  # noqa: E402
+from t5lite.train import optimizers  # noqa: E402
+from t5lite.train.partitioning import Partitioner  # noqa: E402
+from t5lite.train.trainer import TrainTask  # noqa: E402
+
+LENGTHS = {"inputs": 32, "targets": 8}
+BATCH = 8
+STEPS = 3
+config = get_config("t5_tiny", d_model=32, num_heads=2, head_dim=16, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, dropout_rate=0.0)
+task = get_task("embedded_docs_span_corruption")
+
+
+def run(partitioner, batches):
+    schedule = optimizers.rsqrt_decay(1.0, 100)
+    trainer = TrainTask(config, optimizers.adafactor(schedule), schedule, partitioner,
+                        Loader(task, "train", LENGTHS, BATCH).converter.model_feature_lengths(LENGTHS, pack=True))
+    state = trainer.init_state(seed=0)
+    step = trainer.jit_train_step()
+    losses = []
+    with trainer.mesh_context():
+        for batch in batches:
+            state, metrics = step(state, partitioner.shard_batch(batch))
+            losses.append(float(metrics["loss"]))
+    # The encoder's first MLP input kernel, logical axes (embed, mlp), wherever the model nests it.
+    wi = next(leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.params)
+              if "encoder" in jax.tree_util.keystr(path) and "'wi" in jax.tree_util.keystr(path))
+    return losses, {"wi_spec": list(map(str, wi.sharding.spec)), "num_devices": len(wi.sharding.device_set)}
+
+
+def host_batches(process_index, process_count):
+    loader = Loader(task, "train", LENGTHS, BATCH, process_index=process_index, process_count=process_count)
+    it = iter(loader)
+    return [next(it) for _ in range(STEPS)]
+
+
+result = {}
+if mode == "mesh":
+    batches = host_batches(0, 1)
+    result["sharded"], result["sharded_layout"] = run(Partitioner((2, 2, 2)), batches)
+    result["single"], _ = run(Partitioner((1, 1, 1), devices=jax.devices()[:1]), batches)
+elif mode == "multihost":
+    batches = host_batches(jax.process_index(), jax.process_count())
+    result["losses"], result["layout"] = run(Partitioner((-1, 1, 1)), batches)
+    result["process_count"], result["device_count"] = jax.process_count(), jax.device_count()
+else:
+    per_host = [host_batches(i, 2) for i in range(2)]
+    batches = [{k: np.concatenate([per_host[0][s][k], per_host[1][s][k]]) for k in per_host[0][s]}
+               for s in range(STEPS)]
+    result["losses"], result["layout"] = run(Partitioner((-1, 1, 1)), batches)
+with open(out_path, "w") as f:
+    json.dump(result, f)
