@@ -20,8 +20,11 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "tensorboardX>=2.6",
+        "etils[epath]>=1.7",
     ],
     extras_require={
+        "tfds": ["tensorflow-datasets>=4.9.10,<5"],
+        "c4": ["langdetect>=1.0.9"],
         "metrics": ["scipy>=1.11", "scikit-learn>=1.4", "sacrebleu>=2.4,<3", "rouge-score>=0.1.2"],
         "test": [
             "pytest>=8",
@@ -31,6 +34,8 @@ setup(
             "scikit-learn>=1.4",
             "sacrebleu>=2.4,<3",
             "rouge-score>=0.1.2",
+            "tensorflow-datasets>=4.9.10,<5",
+            "langdetect>=1.0.9",
         ],
         "hf": ["torch==2.13.0", "transformers>=4.40", "safetensors>=0.4", "tokenizers>=0.19"],
     },

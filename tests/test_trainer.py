@@ -109,3 +109,11 @@ def test_rsqrt_schedule_is_t5s():
     assert float(schedule(0)) == pytest.approx(0.01)
     assert float(schedule(10_000)) == pytest.approx(0.01)
     assert float(schedule(40_000)) == pytest.approx(0.005)
+
+
+def test_bfloat16_scanned_rematerialised_model_trains_like_float32(tmp_path, micro_config):
+    config = micro_config.replace(dropout_rate=0.0, num_encoder_layers=2, num_decoder_layers=2)
+    f32 = _train(tmp_path / "f32", config, 3)
+    fast = _train(tmp_path / "bf16", config.replace(dtype="bfloat16", scan_layers=True, remat_policy="full"), 3)
+    assert np.isfinite(fast["loss"])
+    assert fast["loss"] == pytest.approx(f32["loss"], rel=0.02)

@@ -159,7 +159,6 @@ class Mixture:
         while True:
             yield next(iterators[rng.choice(len(iterators), p=probs)])
 
-
     def rates(self, split: str, data_dir: str | None = None) -> list[float]:
         """Each task's rate for `split` (rate functions are evaluated on that split)."""
         return [float(rate(task, split, data_dir) if callable(rate) else rate)

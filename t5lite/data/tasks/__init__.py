@@ -1,2 +1,7 @@
 """Built-in tasks; importing a module registers its tasks."""
 from t5lite.data.tasks import pretraining  # noqa: F401
+from t5lite.data.tasks import glue  # noqa: F401
+from t5lite.data.tasks import squad  # noqa: F401
+from t5lite.data.tasks import wmt  # noqa: F401
+from t5lite.data.tasks import summarization  # noqa: F401
+from t5lite.data.tasks import superglue  # noqa: F401

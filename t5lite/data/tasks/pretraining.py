@@ -1,4 +1,4 @@
-"""Pre-training tasks on the embedded corpus (no download needed)."""
+"""Pre-training tasks: span corruption on the embedded corpus (no download needed) and on C4."""
 from __future__ import annotations
 
 import functools
@@ -6,6 +6,7 @@ import functools
 from t5lite.data import preprocessors as P
 from t5lite.data.corpus import embedded_documents
 from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
+from t5lite.data.sources import TfdsSource
 from t5lite.data.vocab import DEFAULT_VOCABULARY
 
 VALIDATION_EVERY = 50  # every 50th document is held out for validation
@@ -22,6 +23,15 @@ FEATURES = {"inputs": Feature(DEFAULT_VOCABULARY), "targets": Feature(DEFAULT_VO
 TaskRegistry.add(
     "embedded_docs_span_corruption",
     source=FunctionSource(embedded_docs, splits=("train", "validation")),
+    preprocessors=[functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"}), P.tokenize,
+                   P.span_corruption],
+    output_features=FEATURES,
+)
+
+# T5's pre-training task on TFDS c4/en (cleaned by TFDS with the rules t5lite.data.c4 implements).
+TaskRegistry.add(
+    "c4_span_corruption",
+    source=TfdsSource("c4/en", ("train", "validation"), module="tensorflow_datasets.text.c4"),
     preprocessors=[functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"}), P.tokenize,
                    P.span_corruption],
     output_features=FEATURES,

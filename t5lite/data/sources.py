@@ -1,0 +1,397 @@
+"""Where a task's raw examples come from: TFDS, local files, or either.
+
+Every source follows `registry.Source`: `splits` and `load(split, *, data_dir, shuffle, seed,
+shard_index, shard_count)`. A split is held in random-access form (a TFDS array_record data
+source, or a local file read into a list), so `registry.shuffle_and_shard` can apply one seeded
+permutation and give host `i` every `shard_count`-th example: shards are disjoint, together cover
+the split, and the order is a pure function of the arguments, which is what makes a run resumable.
+
+Local files (TSV/CSV tables, JSON lines, plain text, aligned parallel text; task modules add their
+datasets' own layouts) are read into the same feature dicts TFDS yields, so one task's preprocessors
+serve both. A row that does not parse is reported as `path:line: reason`; the malformed-row policy
+("fail", the default, or "skip") decides whether it stops the load, and the skipped rows of a file
+are counted in one warning.
+"""
+from __future__ import annotations
+
+import codecs
+import contextlib
+import csv
+import dataclasses
+import gzip
+import importlib
+import io
+import itertools
+import json
+import logging
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+from etils import epath
+
+from t5lite.data.registry import Example, _check_split, shuffle_and_shard
+
+log = logging.getLogger(__name__)
+
+# ----------------------------------------------------------------------------- malformed rows
+
+POLICIES = ("fail", "skip")
+_default_policy = "fail"
+
+
+def set_malformed_policy(policy: str) -> None:
+    """Sets what file sources without their own `on_malformed` do with a bad row: "fail" or "skip"."""
+    global _default_policy
+    _default_policy = _checked_policy(policy)
+
+
+def _checked_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"malformed-row policy must be one of {POLICIES}, got {policy!r}")
+    return policy
+
+
+class MalformedRowError(ValueError):
+    """A row that does not parse, under the "fail" policy; the message starts with `path:line:`."""
+
+
+class Malformed(NamedTuple):
+    """What a reader yields instead of an example for a row that does not parse."""
+    reason: str
+
+
+Row = tuple[Any, "Example | Malformed"]  # (line number or other location, example or Malformed)
+
+
+def read_rows(path: str, reader: Callable[[str], Iterator[Row]], policy: str) -> list[Example]:
+    """All examples of one file; bad rows fail the load or are skipped and counted."""
+    examples, skipped, first = [], 0, ""
+    for where, row in reader(path):
+        if not isinstance(row, Malformed):
+            examples.append(row)
+            continue
+        message = f"{path}:{where}: {row.reason}"
+        if policy == "fail":
+            raise MalformedRowError(f"{message} (set on_malformed='skip' or "
+                                    "t5lite.data.sources.set_malformed_policy('skip') to skip such rows)")
+        skipped += 1
+        first = first or message
+    if skipped:
+        log.warning("%s: skipped %d malformed row(s); the first: %s", path, skipped, first)
+    return examples
+
+
+# ----------------------------------------------------------------------------- readers
+
+@contextlib.contextmanager
+def open_file(path: str):
+    """A binary file, local or remote (gs://...), decompressed when its name ends in ".gz"."""
+    with epath.Path(path).open("rb") as f:
+        yield gzip.GzipFile(fileobj=f) if str(path).endswith(".gz") else f
+
+
+def _lines(path: str) -> Iterator[tuple[int, str | Malformed]]:
+    """The file's lines numbered from 1, without newline or a leading UTF-8 byte-order mark.
+
+    Split on "\\n" only (as TFDS reads GLUE), so text containing other Unicode line breaks stays
+    one row; a line that is not valid UTF-8 comes back as Malformed rather than failing the file.
+    """
+    with open_file(path) as f:
+        for number, raw in enumerate(f, 1):
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                yield number, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                yield number, Malformed(f"not UTF-8 ({e.reason} at byte {e.start})")
+
+
+def _csv_records(path: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """Quoted CSV records (fields may span lines), each with the line it starts on."""
+    with open_file(path) as f:
+        text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
+        records = csv.reader(text, delimiter=delimiter)
+        start = 1
+        for fields in records:
+            yield start, fields
+            start = records.line_num + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """Rows of a TSV/CSV file as `{feature: value}` dicts, columns chosen by header name.
+
+    `features` maps feature -> column name. A file whose first line lacks the needed names has no
+    header; its columns are then named by `headerless` (CoLA's train and dev files). Features in
+    `defaults` may be absent from the header (GLUE's test files have no label column). `convert`
+    maps feature -> fn(str), raising ValueError on a bad value. With `quoted=False` a line is split
+    on the delimiter with no quoting (as TFDS reads GLUE: MRPC's text contains bare quotes);
+    `quoted=True` reads CSV whose fields may contain quoted newlines. Rows are numbered into
+    `index_key` from 0 (TFDS's `idx`); blank lines are ignored.
+    """
+    features: Mapping[str, str]
+    convert: Mapping[str, Callable[[str], Any]] = dataclasses.field(default_factory=dict)
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    headerless: Sequence[str] | None = None
+    delimiter: str = "\t"
+    quoted: bool = False
+    index_key: str | None = "idx"
+
+    def _records(self, path: str) -> Iterator[tuple[int, list[str] | Malformed]]:
+        if self.quoted:
+            yield from _csv_records(path, self.delimiter)
+            return
+        for number, line in _lines(path):
+            yield number, line if isinstance(line, Malformed) else (line.split(self.delimiter) if line else [])
+
+    def _columns(self, path: str, first: list[str]) -> tuple[list[str], bool]:
+        """(column names, whether `first` was the header)."""
+        needed = {col for feat, col in self.features.items() if feat not in self.defaults}
+        if needed <= set(first):
+            return first, True
+        if self.headerless is not None:
+            return list(self.headerless), False
+        raise ValueError(f"{path}: expected a header naming the columns {sorted(needed)}, "
+                         f"but the first line is {first[:12]}")
+
+    def __call__(self, path: str) -> Iterator[Row]:
+        records = ((n, r) for n, r in self._records(path) if r != [])
+        first = next(records, None)
+        if first is None:
+            return
+        if isinstance(first[1], Malformed):
+            raise ValueError(f"{path}:{first[0]}: cannot read the first line: {first[1].reason}")
+        columns, had_header = self._columns(path, first[1])
+        if not had_header:
+            records = itertools.chain([first], records)
+        position = {name: i for i, name in enumerate(columns)}
+        for index, (number, fields) in enumerate(records):
+            if isinstance(fields, Malformed):
+                yield number, fields
+            elif len(fields) != len(columns):
+                yield number, Malformed(f"expected {len(columns)} fields {columns}, got {len(fields)}")
+            else:
+                yield number, self._example(fields, position, index)
+
+    def _example(self, fields: list[str], position: Mapping[str, int], index: int) -> Example | Malformed:
+        ex: Example = {}
+        for feature, column in self.features.items():
+            if column not in position:
+                ex[feature] = self.defaults[feature]
+                continue
+            value = fields[position[column]]
+            try:
+                ex[feature] = self.convert[feature](value) if feature in self.convert else value
+            except ValueError as e:
+                return Malformed(f"bad {column!r} value {value!r}: {e}")
+        if self.index_key:
+            ex[self.index_key] = index
+        return ex
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonLines:
+    """One JSON object per line; `features` maps feature -> key (None keeps every key as it is)."""
+    features: Mapping[str, str] | None = None
+
+    def __call__(self, path: str) -> Iterator[Row]:
+        for number, line in _lines(path):
+            if isinstance(line, Malformed):
+                yield number, line
+                continue
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield number, Malformed(f"not JSON: {e.msg} at column {e.colno}")
+                continue
+            if not isinstance(obj, dict):
+                yield number, Malformed(f"expected a JSON object, got {type(obj).__name__}")
+            elif self.features is None:
+                yield number, obj
+            elif missing := [k for k in self.features.values() if k not in obj]:
+                yield number, Malformed(f"missing key(s) {missing}")
+            else:
+                yield number, {feature: obj[key] for feature, key in self.features.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TextLines:
+    """Each non-blank line of a plain-text file is one example `{key: line}`."""
+    key: str = "text"
+
+    def __call__(self, path: str) -> Iterator[Row]:
+        for number, line in _lines(path):
+            if isinstance(line, Malformed):
+                yield number, line
+            elif line.strip():
+                yield number, {self.key: line}
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelText:
+    """Aligned files `<prefix>.<lang>`: line i of each file together make example i, `{lang: line}`.
+
+    Files of different lengths are misaligned as a whole, so that is an error, never a skipped row.
+    """
+    languages: Sequence[str]
+
+    def paths(self, prefix: str) -> list[str]:
+        return [f"{prefix}.{lang}" for lang in self.languages]
+
+    def __call__(self, prefix: str) -> Iterator[Row]:
+        for rows in itertools.zip_longest(*(_lines(p) for p in self.paths(prefix))):
+            if None in rows:
+                counts = {lang: sum(1 for _ in _lines(p)) for lang, p in zip(self.languages, self.paths(prefix))}
+                raise ValueError(f"{prefix}.*: the files are not aligned, line counts differ: {counts}")
+            number = rows[0][0]
+            bad = [line for _, line in rows if isinstance(line, Malformed)]
+            yield number, bad[0] if bad else {lang: line for lang, (_, line) in zip(self.languages, rows)}
+
+
+@dataclasses.dataclass(frozen=True)
+class BySuffix:
+    """Chooses the reader by the file name's ending, e.g. {".jsonl": JsonLines(), ".csv": Table(...)}."""
+    readers: Mapping[str, Callable[[str], Iterator[Row]]]
+
+    def __call__(self, path: str) -> Iterator[Row]:
+        for suffix, reader in self.readers.items():
+            if path.endswith(suffix):
+                return reader(path)
+        raise ValueError(f"{path}: no reader for this kind of file; expected a name ending in {list(self.readers)}")
+
+
+# ----------------------------------------------------------------------------- sources
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclasses.dataclass
+class FileSource:
+    """Local files under `data_dir`; `split_files[split]` names the file(s) of each split.
+
+    A name may be one path relative to `data_dir`, a glob (all matches are read, in sorted order),
+    or a sequence of alternatives of which the first that exists is used. `reader(path)` yields
+    `(line, example or Malformed)`; a reader with `paths(name)` (ParallelText) reads several files
+    per name. `on_malformed` is "fail" or "skip" (None: `set_malformed_policy`'s default).
+    """
+    split_files: Mapping[str, str | Sequence[str]]
+    reader: Callable[[str], Iterator[Row]]
+    on_malformed: str | None = None
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.split_files)
+
+    def files(self, split: str, data_dir: str) -> list[str]:
+        """The paths to read for `split`, or [] when `data_dir` does not hold them."""
+        names = self.split_files[split]
+        for name in [names] if isinstance(names, str) else names:
+            path = str(epath.Path(data_dir) / name)
+            if _GLOB_CHARS & set(name):
+                matches = sorted(str(p) for p in epath.Path(data_dir).glob(name))
+                if matches:
+                    return matches
+            elif all(epath.Path(p).exists() for p in getattr(self.reader, "paths", lambda p: [p])(path)):
+                return [path]
+        return []
+
+    def read(self, split: str, data_dir: str | None) -> list[Example]:
+        """Every example of the split, in file order."""
+        _check_split(self, split)
+        if data_dir is None:
+            raise ValueError(f"a file source needs data_dir (the folder holding {self.split_files[split]!r})")
+        paths = self.files(split, data_dir)
+        if not paths:
+            raise FileNotFoundError(f"no file for split {split!r} in {data_dir}: expected {self.split_files[split]!r}")
+        policy = _checked_policy(self.on_malformed or _default_policy)
+        return [ex for path in paths for ex in read_rows(path, self.reader, policy)]
+
+    def num_examples(self, split: str, data_dir: str | None = None) -> int:
+        return len(self.read(split, data_dir))
+
+    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
+        return shuffle_and_shard(self.read(split, data_dir), shuffle=shuffle, seed=seed, shard_index=shard_index,
+                                 shard_count=shard_count)
+
+
+@dataclasses.dataclass
+class TfdsSource:
+    """A prepared TFDS dataset, read with `tfds.data_source` (array_record; no TensorFlow needed).
+
+    `data_dir` is TFDS's (local, or gs://bucket/... on TPU VMs); None is TFDS's default. Nothing is
+    downloaded: prepare the dataset first (`tfds build NAME --data_dir=...`). `module` is the TFDS
+    module defining the builder: without TensorFlow installed, `import tensorflow_datasets` skips
+    registering builders, so it is imported here by name.
+    """
+    name: str
+    splits: Sequence[str] = ("train", "validation", "test")
+    module: str | None = None
+
+    def data_source(self, split: str, data_dir: str | None):
+        """The split as TFDS's random-access sequence of numpy example dicts."""
+        _check_split(self, split)
+        import tensorflow_datasets as tfds  # imported only when a task actually reads TFDS
+        if self.module:
+            importlib.import_module(self.module)
+        try:
+            return tfds.data_source(self.name, split=split, data_dir=data_dir, download=False)
+        except Exception as e:  # TFDS raises several kinds (not found, not prepared, tfrecord format)
+            raise FileNotFoundError(
+                f"TFDS {self.name!r} split {split!r} cannot be read from {data_dir or 'the default TFDS data_dir'}: "
+                f"prepare it with `tfds build {self.name} --data_dir=DIR --file_format=array_record` "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+
+    def num_examples(self, split: str, data_dir: str | None = None) -> int:
+        return len(self.data_source(split, data_dir))
+
+    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
+        data = self.data_source(split, data_dir)
+        return map(to_python, shuffle_and_shard(data, shuffle=shuffle, seed=seed, shard_index=shard_index,
+                                                shard_count=shard_count))
+
+
+def to_python(value: Any) -> Any:
+    """TFDS's numpy values as plain Python: bytes -> str, arrays -> lists, 0-d -> scalars."""
+    if isinstance(value, Mapping):
+        return {k: to_python(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, (np.ndarray, np.generic)):
+        return to_python(value.tolist())
+    if isinstance(value, list):
+        return [to_python(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass
+class FilesOrTfds:
+    """One task, two ways to get its data: the local files when `data_dir` holds them, else TFDS."""
+    files: FileSource
+    tfds: TfdsSource
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.tfds.splits, *self.files.splits]))
+
+    def _pick(self, split: str, data_dir: str | None):
+        if data_dir is not None and split in self.files.splits and self.files.files(split, data_dir):
+            return self.files
+        return self.tfds
+
+    def _call(self, method: str, split: str, data_dir: str | None, **kwargs):
+        source = self._pick(split, data_dir)
+        try:
+            return getattr(source, method)(split, data_dir=data_dir, **kwargs)
+        except FileNotFoundError as e:
+            if source is self.files or split not in self.files.splits:
+                raise
+            raise FileNotFoundError(f"{e}; or pass a data_dir holding the local files "
+                                    f"{self.files.split_files[split]!r}") from e
+
+    def num_examples(self, split: str, data_dir: str | None = None) -> int:
+        return self._call("num_examples", split, data_dir)
+
+    def load(self, split, *, data_dir=None, **kwargs):
+        return self._call("load", split, data_dir, **kwargs)
