@@ -67,3 +67,45 @@ class Loader:
         for batch in converters.batch(rows, self.local_batch_size, drop_remainder=self.repeat):
             self.examples_consumed += int(batch.pop(EXAMPLES_KEY))
             yield batch
+
+
+def prefetch(loader: Loader, size: int = 2) -> Iterator[tuple[dict[str, np.ndarray], dict]]:
+    """(batch, loader state after that batch) pairs, produced `size` ahead on a background thread.
+
+    The state travels with its batch, so a checkpoint written after training on a batch records
+    exactly the position after it, however far the producer has run ahead.
+    """
+    import queue
+    import threading
+
+    done = object()
+    items: queue.Queue = queue.Queue(maxsize=size)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for batch in loader:
+                while not stop.is_set():
+                    try:
+                        items.put((batch, loader.state()), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(done)
+        except BaseException as e:  # surfaced in the consumer, with its traceback
+            items.put(e)
+
+    thread = threading.Thread(target=produce, name="t5lite-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
