@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t5lite.models import get_config
+from t5lite.data.vocab import default_cache_dir
+
+# XLA's CPU compiles dominate the suite; many tests compile the same step again (a resumed run,
+# a second model dir), so keep compiled programs on disk, for subprocesses too.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(default_cache_dir(), "jax-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+from t5lite.models import get_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
