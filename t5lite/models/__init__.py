@@ -1,15 +1,15 @@
-"""Models: configs and presets, and `build(config)` -> a Flax module."""
+"""Models: configs and presets, `build(config)` -> a Flax module, task heads and KV-cache helpers."""
 from t5lite.models.config import PRESETS, ModelConfig, get_config
-from t5lite.models.transformer import EncoderDecoder
+from t5lite.models.transformer import (Decoder, Encoder, EncoderDecoder, build_module, init_cache, scan_params,
+                                       unscan_params)
 
 
 def build(config: ModelConfig | str):
-    """A Flax module for a config (or a preset name)."""
+    """A Flax module for a config (or a preset name), chosen by `config.arch`."""
     if isinstance(config, str):
         config = get_config(config)
-    if config.arch == "encoder_decoder":
-        return EncoderDecoder(config)
-    raise NotImplementedError(f"arch={config.arch!r} is not built yet; available: encoder_decoder")
+    return build_module(config)
 
 
-__all__ = ["ModelConfig", "PRESETS", "build", "get_config"]
+__all__ = ["Decoder", "Encoder", "EncoderDecoder", "ModelConfig", "PRESETS", "build", "get_config", "init_cache",
+           "scan_params", "unscan_params"]

@@ -1,6 +1,15 @@
 """Model configuration: one frozen dataclass for every family, and the named presets.
 
 A preset is a value; gin or code derives variants with `dataclasses.replace`, never by copying.
+The three families differ only in `arch` and a handful of layout fields:
+
+| family              | arch            | norm  | norm_position | positions              | biases |
+|---------------------|-----------------|-------|---------------|------------------------|--------|
+| T5 (v1.0, v1.1)     | encoder_decoder | rms   | pre           | t5_relative            | no     |
+| BART                | encoder_decoder | layer | post          | learned (offset 2)     | yes    |
+| BERT and variants   | encoder         | layer | post          | learned (+ token type) | yes    |
+| DeBERTa-v3          | encoder         | layer | post          | disentangled           | yes    |
+| GPT-2               | decoder         | layer | pre           | learned                | yes    |
 """
 from __future__ import annotations
 
@@ -9,6 +18,8 @@ import difflib
 from typing import Callable
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
+POSITION_ENCODINGS = ("none", "learned", "sinusoidal", "t5_relative", "shaw_relative", "rotary", "disentangled")
+ENCODER_HEADS = ("mlm", "discriminator", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,36 +32,115 @@ class ModelConfig:
     d_ff: int = 2048
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
-    # ("relu",) is a plain MLP; ("gelu", "linear") is T5 v1.1's gated GELU.
+    # ("relu",) is a plain MLP; ("gelu", "linear") is T5 v1.1's gated GELU. "gelu" is the tanh
+    # approximation (HF "gelu_new"), "gelu_exact" the erf form (HF "gelu").
     mlp_activations: tuple[str, ...] = ("relu",)
     dropout_rate: float = 0.1
-    # Tied logits reuse the input embedding (scaled by d_model**-0.5 as in T5).
-    tie_embeddings: bool = True
+
+    # Block layout.
+    norm: str = "rms"                 # "rms" (T5: scale only) or "layer" (mean, scale and bias)
+    norm_position: str = "pre"        # "pre" (T5, GPT-2) or "post" (BERT, BART: norm after the residual add)
+    final_norm: bool = True           # a norm after the last layer (pre-norm stacks need one)
+    embedding_norm: bool = False      # a norm on the summed embeddings (BERT; BART's layernorm_embedding)
+    use_bias: bool = False            # biases on every dense layer (everything but T5)
+    scale_attention: bool = False     # q.k / sqrt(head_dim); T5 folds the scale into q's init instead
+    layer_norm_epsilon: float = 1e-6
+    # Parameter init: None is T5's fan-in scaling; a float is a fixed normal stddev (BERT's 0.02).
+    init_std: float | None = None
+
+    # Embeddings.
+    pad_token_id: int = 0             # padding mask of encoder inputs; RoBERTa and BART use 1
+    embedding_size: int | None = None  # factorised embedding V x E then E x H (ALBERT, ELECTRA); None: no projection
+    type_vocab_size: int = 0          # BERT's segment (sentence A/B) embeddings; 0: none
+    scale_embeddings: bool = False    # token embeddings times sqrt(d_model) (BART's scale_embedding)
+    max_position_embeddings: int = 512  # rows of a learned table, not counting `position_offset`
+    position_offset: int = 0          # learned positions start at this row (RoBERTa, BART: 2)
+
+    # Position encoding, selectable in every family. The bucket fields serve T5's buckets and
+    # DeBERTa's "disentangled" attention (its position_buckets and max_relative_positions).
     position_encoding: str = "t5_relative"
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
-    layer_norm_epsilon: float = 1e-6
+    shaw_max_distance: int = 16       # Shaw et al.: offsets are clipped to [-k, k]
+    rotary_base: float = 10000.0
+
+    share_layers: bool = False        # ALBERT: one set of layer parameters applied num_layers times
+
+    # Output heads.
+    tie_embeddings: bool = True       # LM / MLM output projection reuses the token embedding
+    scale_tied_logits: bool = True    # T5 v1.0 scales by d_model**-0.5 before tied logits
+    logits_bias: bool = False         # BART's final_logits_bias
+    encoder_head: str = "mlm"         # what an encoder's __call__ returns: "mlm", "discriminator", "none"
+    pooler: bool = False              # dense + tanh on the first token (BERT, ALBERT)
+    sentence_head: bool = False       # 2-way classifier on the pooler: BERT's NSP, ALBERT's SOP
+
     # Activation dtype; params stay float32. "bfloat16" on TPU.
     dtype: str = "float32"
+    # "einsum" (explicit softmax; required for Shaw embeddings and attention dropout) or "jax"
+    # (jax.nn.dot_product_attention, fused kernels on GPU/TPU).
+    attention_impl: str = "einsum"
     scan_layers: bool = False
     # "none", "full" (recompute everything) or "minimal" (save matmul outputs).
     remat_policy: str = "none"
 
     def __post_init__(self):
-        if self.arch not in ARCHITECTURES:
-            raise ValueError(f"arch={self.arch!r}: expected one of {ARCHITECTURES}")
-        if self.remat_policy not in ("none", "full", "minimal"):
-            raise ValueError(f"remat_policy={self.remat_policy!r}: expected 'none', 'full' or 'minimal'")
+        choices = dict(arch=ARCHITECTURES, position_encoding=POSITION_ENCODINGS, encoder_head=ENCODER_HEADS,
+                       norm=("rms", "layer"), norm_position=("pre", "post"), attention_impl=("einsum", "jax"),
+                       remat_policy=("none", "full", "minimal"))
+        for field, allowed in choices.items():
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field}={getattr(self, field)!r}: expected one of {allowed}")
+        if self.sentence_head and not self.pooler:
+            raise ValueError("sentence_head=True needs pooler=True (NSP / SOP read the pooled first token)")
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the token embedding table (E); d_model unless factorised."""
+        return self.embedding_size or self.d_model
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
 
-_T5_V1_1 = dict(mlp_activations=("gelu", "linear"), tie_embeddings=False, dropout_rate=0.0)
+_T5_V1_1 = dict(mlp_activations=("gelu", "linear"), tie_embeddings=False, scale_tied_logits=False, dropout_rate=0.0)
 _TINY = dict(vocab_size=2176, d_model=128, num_heads=4, head_dim=32, d_ff=512, num_encoder_layers=2,
              num_decoder_layers=2)
 
+# Fields shared by the Hugging Face-style (post-2018) families.
+_HF_STYLE = dict(norm="layer", use_bias=True, scale_attention=True, init_std=0.02, scale_tied_logits=False,
+                 position_encoding="learned")
+_BERT = dict(_HF_STYLE, arch="encoder", vocab_size=30522, d_model=768, num_heads=12, head_dim=64, d_ff=3072,
+             num_encoder_layers=12, num_decoder_layers=0, mlp_activations=("gelu_exact",), norm_position="post",
+             final_norm=False, embedding_norm=True, layer_norm_epsilon=1e-12, type_vocab_size=2, pooler=True,
+             sentence_head=True)
+_ROBERTA = dict(_BERT, vocab_size=50265, pad_token_id=1, position_offset=2, type_vocab_size=1, pooler=False,
+                sentence_head=False,
+                layer_norm_epsilon=1e-5)
+_ALBERT = dict(_BERT, vocab_size=30000, embedding_size=128, share_layers=True, mlp_activations=("gelu",))
+_ELECTRA = dict(_BERT, embedding_size=128, d_model=256, num_heads=4, d_ff=1024, pooler=False, sentence_head=False,
+                encoder_head="discriminator")
+# DeBERTa-v3: BERT's layout with disentangled attention (content<->position, log buckets) instead
+# of absolute positions, and no token types.
+_DEBERTA_V3 = dict(_BERT, vocab_size=128100, position_encoding="disentangled", relative_attention_num_buckets=256,
+                   relative_attention_max_distance=512, type_vocab_size=0, layer_norm_epsilon=1e-7, pooler=False,
+                   sentence_head=False)
+_GPT2 = dict(_HF_STYLE, arch="decoder", vocab_size=50257, d_model=768, num_heads=12, head_dim=64, d_ff=3072,
+             num_encoder_layers=0, num_decoder_layers=12, mlp_activations=("gelu",), layer_norm_epsilon=1e-5,
+             max_position_embeddings=1024)
+_BART = dict(_HF_STYLE, vocab_size=50265, d_model=768, num_heads=12, head_dim=64, d_ff=3072, num_encoder_layers=6,
+             num_decoder_layers=6, mlp_activations=("gelu_exact",), norm_position="post", final_norm=False,
+             embedding_norm=True, layer_norm_epsilon=1e-5, pad_token_id=1, position_offset=2,
+             max_position_embeddings=1024, logits_bias=True)
+_HF_TINY = dict(d_model=64, num_heads=4, head_dim=16, d_ff=128, max_position_embeddings=64)
+
+
+def _tiny(base: dict, **more) -> Callable[[], ModelConfig]:
+    layers = {k: min(v, 2) for k, v in base.items() if k.startswith("num_") and k.endswith("_layers")}
+    return lambda: ModelConfig(**{**base, **_HF_TINY, "vocab_size": 1000, **layers, **more})
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
+    # T5 (encoder-decoder, relative position buckets, RMS pre-norm).
     "t5_small": lambda: ModelConfig(),
     "t5_base": lambda: ModelConfig(d_model=768, num_heads=12, d_ff=3072, num_encoder_layers=12,
                                    num_decoder_layers=12),
@@ -64,6 +154,43 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
                                         num_decoder_layers=24, **_T5_V1_1),
     "t5_tiny": lambda: ModelConfig(**_TINY),
     "t5_1_1_tiny": lambda: ModelConfig(**{**_TINY, **_T5_V1_1}),
+    # BERT family (encoder).
+    "bert_base": lambda: ModelConfig(**_BERT),
+    "bert_large": lambda: ModelConfig(**{**_BERT, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
+                                         "num_encoder_layers": 24}),
+    "bert_tiny": _tiny(_BERT),
+    "roberta_base": lambda: ModelConfig(**_ROBERTA),
+    "roberta_large": lambda: ModelConfig(**{**_ROBERTA, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
+                                            "num_encoder_layers": 24}),
+    "roberta_tiny": _tiny(_ROBERTA),
+    "albert_base": lambda: ModelConfig(**_ALBERT),
+    "albert_large": lambda: ModelConfig(**{**_ALBERT, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
+                                           "num_encoder_layers": 24}),
+    "albert_tiny": _tiny(_ALBERT, embedding_size=32),
+    "electra_small": lambda: ModelConfig(**_ELECTRA),
+    "electra_small_generator": lambda: ModelConfig(**{**_ELECTRA, "encoder_head": "mlm"}),
+    "electra_base": lambda: ModelConfig(**{**_ELECTRA, "embedding_size": None, "d_model": 768, "num_heads": 12,
+                                           "d_ff": 3072}),
+    "electra_base_generator": lambda: ModelConfig(**{**_ELECTRA, "embedding_size": 768, "encoder_head": "mlm"}),
+    "electra_tiny": _tiny(_ELECTRA, embedding_size=32),
+    "electra_tiny_generator": _tiny(_ELECTRA, embedding_size=32, d_model=48, num_heads=3, d_ff=96,
+                                    encoder_head="mlm"),
+    "deberta_v3_base": lambda: ModelConfig(**_DEBERTA_V3),
+    "deberta_v3_tiny": _tiny(_DEBERTA_V3, relative_attention_num_buckets=16, relative_attention_max_distance=64),
+    # GPT-2 (decoder only).
+    "gpt2_small": lambda: ModelConfig(**_GPT2),
+    "gpt2_medium": lambda: ModelConfig(**{**_GPT2, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
+                                          "num_decoder_layers": 24}),
+    "gpt2_large": lambda: ModelConfig(**{**_GPT2, "d_model": 1280, "num_heads": 20, "d_ff": 5120,
+                                         "num_decoder_layers": 36}),
+    "gpt2_xl": lambda: ModelConfig(**{**_GPT2, "d_model": 1600, "num_heads": 25, "d_ff": 6400,
+                                      "num_decoder_layers": 48}),
+    "gpt2_tiny": _tiny(_GPT2),
+    # BART (encoder-decoder, learned positions, post-norm).
+    "bart_base": lambda: ModelConfig(**_BART),
+    "bart_large": lambda: ModelConfig(**{**_BART, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
+                                         "num_encoder_layers": 12, "num_decoder_layers": 12}),
+    "bart_tiny": _tiny(_BART),
 }
 
 

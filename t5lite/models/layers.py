@@ -1,12 +1,15 @@
-"""Building blocks: embeddings, attention, MLP, norms and position biases.
+"""Building blocks: dense layers, norms, embeddings, position encodings, masks, attention (with a KV
+cache) and the MLP.
 
 Every parameter is created with logical axis names (`embed`, `mlp`, `heads`, `kv`, `vocab`,
-`relpos_buckets`) so that `t5lite.train.partitioning` can map it onto a device mesh by rules.
-Parameters are float32; computation runs in `config.dtype`.
+`relpos_buckets`, `abspos_buckets`, `token_types`, `factorized_embed`) so that
+`t5lite.train.partitioning` can map it onto a device mesh by rules. Parameters are float32;
+computation runs in `config.dtype`.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -15,8 +18,8 @@ import jax.numpy as jnp
 from t5lite.models.config import ModelConfig
 
 NEG_INF = -1e10
-_ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "gelu_exact": lambda x: nn.gelu(x, approximate=False),
-                "silu": nn.silu, "linear": lambda x: x}
+ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "gelu_exact": lambda x: nn.gelu(x, approximate=False),
+               "silu": nn.silu, "tanh": jnp.tanh, "linear": lambda x: x}
 
 
 def dtype_of(config: ModelConfig):
@@ -32,34 +35,109 @@ def normal(stddev: float):
     return nn.initializers.normal(stddev=stddev)
 
 
-class RMSNorm(nn.Module):
-    """T5's LayerNorm: scale only, no mean subtraction, no bias; computed in float32."""
-    epsilon: float = 1e-6
+def init_std(config: ModelConfig, fan_in_std: float) -> float:
+    """The config's fixed init stddev (BERT-style 0.02) or else T5's fan-in scaled one."""
+    return config.init_std if config.init_std is not None else fan_in_std
+
+
+class Dense(nn.Module):
+    """`x[..., *in] @ kernel[*in, *features] (+ bias[*features])` over the last `in_ndim` axes of x.
+
+    `axes` names every kernel dimension, inputs first (e.g. ("embed", "heads", "kv") for a query).
+    """
+    features: tuple[int, ...]
+    axes: tuple[str, ...]
+    in_ndim: int = 1
+    use_bias: bool = False
+    stddev: float = 0.02
     dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x):
-        scale = param_with_axes(self, "scale", nn.initializers.ones, (x.shape[-1],), ("embed",))
-        x32 = x.astype(jnp.float32)
-        y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.epsilon)
-        return (y * scale).astype(self.dtype)
+        in_shape = x.shape[x.ndim - self.in_ndim:]
+        kernel = param_with_axes(self, "kernel", normal(self.stddev), (*in_shape, *self.features), self.axes)
+        y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=self.in_ndim)
+        if self.use_bias:
+            bias = param_with_axes(self, "bias", nn.initializers.zeros, self.features,
+                                   self.axes[len(self.axes) - len(self.features):])
+            y = y + bias.astype(self.dtype)
+        return y
+
+
+class Norm(nn.Module):
+    """RMSNorm (T5: scale only) or LayerNorm (mean, scale and bias); computed in float32."""
+    kind: str = "rms"
+    epsilon: float = 1e-6
+    dtype: jnp.dtype = jnp.float32
+    axis_name: str = "embed"
+
+    @nn.compact
+    def __call__(self, x):
+        features = (x.shape[-1],)
+        x = x.astype(jnp.float32)
+        if self.kind == "layer":
+            x = x - jnp.mean(x, axis=-1, keepdims=True)
+        y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon)
+        y = y * param_with_axes(self, "scale", nn.initializers.ones, features, (self.axis_name,))
+        if self.kind == "layer":
+            y = y + param_with_axes(self, "bias", nn.initializers.zeros, features, (self.axis_name,))
+        return y.astype(self.dtype)
+
+
+def make_norm(config: ModelConfig, name: str, axis_name: str = "embed") -> Norm:
+    return Norm(config.norm, config.layer_norm_epsilon, dtype_of(config), axis_name, name=name)
 
 
 class Embed(nn.Module):
-    """Token embedding; `attend` reuses the table as the output projection (tied logits)."""
+    """An embedding table; `attend` reuses it as an output projection (tied logits)."""
     num_embeddings: int
     features: int
     dtype: jnp.dtype = jnp.float32
+    stddev: float = 1.0
+    axes: tuple[str, str] = ("vocab", "embed")
 
     def setup(self):
-        self.embedding = param_with_axes(self, "embedding", normal(1.0), (self.num_embeddings, self.features),
-                                         ("vocab", "embed"))
+        self.embedding = param_with_axes(self, "embedding", normal(self.stddev),
+                                         (self.num_embeddings, self.features), self.axes)
 
     def __call__(self, ids):
         return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
 
     def attend(self, x):
         return jnp.einsum("...d,vd->...v", x, self.embedding.astype(self.dtype))
+
+
+# ----------------------------------------------------------------------------- positions
+
+def sinusoidal(positions, features: int, base: float = 10000.0):
+    """Vaswani et al.'s encoding [sin(p w_i) ..., cos(p w_i) ...], w_i = base^(-2i/features)."""
+    freqs = base ** (-jnp.arange(features // 2, dtype=jnp.float32) * 2.0 / features)
+    angles = positions[..., None].astype(jnp.float32) * freqs
+    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+
+
+class AbsolutePositionEmbedding(nn.Module):
+    """Learned (a table read at `position + position_offset`) or fixed sinusoidal encodings."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, positions):
+        cfg = self.config
+        if cfg.position_encoding == "sinusoidal":
+            return sinusoidal(positions, cfg.embed_dim).astype(dtype_of(cfg))
+        table = Embed(cfg.max_position_embeddings + cfg.position_offset, cfg.embed_dim, dtype_of(cfg),
+                      init_std(cfg, 1.0), ("abspos_buckets", "embed"), name="table")
+        return table(positions + cfg.position_offset)
+
+
+def rotary(x, positions, base: float = 10000.0):
+    """RoPE on x [batch, length, heads, head_dim]: rotates feature pairs (i, i + head_dim/2) by p w_i."""
+    half = x.shape[-1] // 2
+    freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions[:, :, None, None].astype(jnp.float32) * freqs          # [b, l, 1, half]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
 def relative_position_bucket(relative_position, bidirectional: bool, num_buckets: int, max_distance: int):
@@ -82,48 +160,162 @@ def relative_position_bucket(relative_position, bidirectional: bool, num_buckets
 
 
 class RelativePositionBias(nn.Module):
-    """Learned scalar bias per (bucket, head), shared by all layers of a stack (as in T5)."""
-    num_buckets: int
-    max_distance: int
-    num_heads: int
+    """T5: a learned scalar bias per (bucket, head), shared by all layers of a stack."""
+    config: ModelConfig
     bidirectional: bool
 
     @nn.compact
-    def __call__(self, q_positions, k_positions):
-        """Positions [batch, q] and [batch, k] -> bias [batch, heads, q, k]."""
-        table = param_with_axes(self, "rel_embedding", normal(1.0), (self.num_buckets, self.num_heads),
-                                ("relpos_buckets", "heads"))
-        rel = k_positions[:, None, :] - q_positions[:, :, None]
-        buckets = relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
+    def __call__(self, relative_positions):
+        """Offsets key - query [batch, q, k] -> bias [batch, heads, q, k]."""
+        cfg = self.config
+        table = param_with_axes(self, "rel_embedding", normal(init_std(cfg, 1.0)),
+                                (cfg.relative_attention_num_buckets, cfg.num_heads), ("relpos_buckets", "heads"))
+        buckets = relative_position_bucket(relative_positions, self.bidirectional,
+                                           cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
         return jnp.transpose(jnp.take(table, buckets, axis=0), (0, 3, 1, 2))
 
 
+def log_bucket(relative_positions, num_buckets: int, max_distance: int):
+    """DeBERTa's buckets: offsets within num_buckets/2 kept, larger ones log-spaced up to max_distance."""
+    rel = relative_positions.astype(jnp.float32)
+    mid = num_buckets // 2
+    abs_pos = jnp.where(jnp.abs(rel) < mid, mid - 1.0, jnp.abs(rel))
+    log_pos = jnp.ceil(jnp.log(abs_pos / mid) / math.log((max_distance - 1) / mid) * (mid - 1)) + mid
+    return jnp.where(abs_pos <= mid, rel, log_pos * jnp.sign(rel)).astype(jnp.int32)
+
+
+# ----------------------------------------------------------------------------- masks
+
+def attention_bias(q_mask, k_mask, causal: bool = False, q_segments=None, k_segments=None,
+                   q_prefix=None, k_prefix=None, q_index=None, k_index=None):
+    """Additive mask [batch, 1, q, k]: 0 where a query may attend, NEG_INF elsewhere.
+
+    Padding (mask 0) never attends or is attended; with segment ids, attention stays inside a
+    packed example; `causal` forbids looking ahead, except between two prefix positions
+    (`*_prefix`, a prefix LM's `decoder_causal_attention`). Causality compares the slots
+    `q_index` / `k_index` (default 0..len-1; a KV cache passes its write offset).
+    """
+    allowed = q_mask[:, :, None].astype(bool) & k_mask[:, None, :].astype(bool)
+    if q_segments is not None and k_segments is not None:
+        allowed &= q_segments[:, :, None] == k_segments[:, None, :]
+    if causal:
+        q_index = jnp.arange(q_mask.shape[1]) if q_index is None else q_index
+        k_index = jnp.arange(k_mask.shape[1]) if k_index is None else k_index
+        visible = (k_index[None, :] <= q_index[:, None])[None]
+        if q_prefix is not None:
+            visible = visible | (q_prefix[:, :, None].astype(bool) & k_prefix[:, None, :].astype(bool))
+        allowed &= visible
+    return jnp.where(allowed, 0.0, NEG_INF)[:, None, :, :].astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------- attention
+
+class AttentionInputs(NamedTuple):
+    """What a layer's attentions need besides the hidden states; built once per stack."""
+    bias: jax.Array                       # [b, 1 or heads, q, k] mask (+ T5 position bias)
+    encoded: jax.Array | None = None      # encoder output, for cross-attention
+    cross_bias: jax.Array | None = None
+    positions: jax.Array | None = None    # [b, q] query positions (rotary)
+    relative: jax.Array | None = None     # [b, q, k] key - query offsets (Shaw, DeBERTa)
+    cache_index: jax.Array | None = None  # KV cache write offset while decoding
+    rel_embeddings: jax.Array | None = None  # [2 * buckets, d] DeBERTa's relative position embeddings
+
+
 class MultiHeadAttention(nn.Module):
-    """Attention with T5's conventions: no biases, no 1/sqrt(d) scaling (folded into the q init)."""
+    """Multi-head attention with optional biases, 1/sqrt(d) scaling, RoPE, Shaw relative
+    embeddings, DeBERTa's disentangled attention and a KV cache.
+
+    With `decode=True` the keys and values live in the "cache" collection. The first call (from
+    `init_cache`, with a full-length input) creates it: zeros for self-attention, the projected
+    encoder output for cross-attention, which later steps reuse without recomputing. Each later
+    self-attention call writes its keys and values at `cache_index` and attends over the cache.
+    """
     config: ModelConfig
     deterministic: bool = True
+    decode: bool = False
+    is_self_attention: bool = True
+
+    def _dense(self, name, features, axes, in_ndim, fan_in_std):
+        cfg = self.config
+        return Dense(features, axes, in_ndim, cfg.use_bias, init_std(cfg, fan_in_std), dtype_of(cfg), name=name)
+
+    def _cached(self, k, v, cache_index):
+        """Self-attention: writes k, v at `cache_index`, returns the whole cache. Cross-attention:
+        stores the encoder's k, v on the first call. The first call returns k, v unchanged."""
+        initialized = self.has_variable("cache", "cached_key")
+        init = jnp.zeros_like if self.is_self_attention else (lambda a: a)
+        cached_k = self.variable("cache", "cached_key", init, k)
+        cached_v = self.variable("cache", "cached_value", init, v)
+        if not initialized:
+            return k, v
+        if self.is_self_attention:
+            cached_k.value = jax.lax.dynamic_update_slice_in_dim(cached_k.value, k, cache_index, axis=1)
+            cached_v.value = jax.lax.dynamic_update_slice_in_dim(cached_v.value, v, cache_index, axis=1)
+        return cached_k.value, cached_v.value
+
+    def _disentangled_bias(self, q, k, relative, rel_embeddings, query_proj, key_proj, scale):
+        """DeBERTa: content->position (q_i . P^K[d_ij]) + position->content (k_j . P^Q[d_ij]), with
+        d_ij the log bucket of i - j and P^Q, P^K the shared query / key projections of the
+        relative embeddings. Returns [b, heads, q, k] (already scaled)."""
+        cfg = self.config
+        span = cfg.relative_attention_num_buckets
+        idx = log_bucket(-relative, span, cfg.relative_attention_max_distance)
+        idx = jnp.clip(idx + span, 0, 2 * span - 1)[:, None]                        # [b, 1, q, k]
+        pos_q, pos_k = query_proj(rel_embeddings), key_proj(rel_embeddings)        # [2 span, h, hd]
+        c2p = jnp.take_along_axis(jnp.einsum("bqhd,rhd->bhqr", q, pos_k), idx, axis=-1)
+        p2c = jnp.take_along_axis(jnp.einsum("bkhd,rhd->bhrk", k, pos_q), idx, axis=-2)
+        return (c2p + p2c * scale).astype(jnp.float32)
 
     @nn.compact
-    def __call__(self, inputs_q, inputs_kv, bias):
-        """`bias` [batch or 1, heads or 1, q, k] holds the mask (NEG_INF) plus any position bias."""
+    def __call__(self, inputs_q, inputs_kv, bias, positions=None, relative=None, cache_index=None,
+                 rel_embeddings=None):
         cfg = self.config
         dtype = dtype_of(cfg)
         d, h, hd = cfg.d_model, cfg.num_heads, cfg.head_dim
+        head_axes = ("embed", "heads", "kv")
+        query_proj = self._dense("query", (h, hd), head_axes, 1, (d * hd) ** -0.5)
+        q = nn.with_logical_constraint(query_proj(inputs_q), ("batch", "length", "heads", "kv"))
+        rope = cfg.position_encoding == "rotary" and self.is_self_attention
+        shaw = cfg.position_encoding == "shaw_relative" and self.is_self_attention
+        disentangled = cfg.position_encoding == "disentangled" and self.is_self_attention
+        key_proj = self._dense("key", (h, hd), head_axes, 1, d ** -0.5)
+        if self.decode and not self.is_self_attention and self.has_variable("cache", "cached_key"):
+            k, v = self.get_variable("cache", "cached_key"), self.get_variable("cache", "cached_value")
+        else:
+            k = key_proj(inputs_kv)
+            v = self._dense("value", (h, hd), head_axes, 1, d ** -0.5)(inputs_kv)
+            if rope:
+                k = rotary(k, positions, cfg.rotary_base)
+            if self.decode:
+                k, v = self._cached(k, v, cache_index)
+        if rope:
+            q = rotary(q, positions, cfg.rotary_base)
+        # DeBERTa scales by sqrt(3 head_dim): three score terms instead of one.
+        scale = (hd * (3 if disentangled else 1)) ** -0.5 if cfg.scale_attention else 1.0
+        q = q * scale
+        if disentangled:
+            bias = bias + self._disentangled_bias(q, k, relative, rel_embeddings, query_proj, key_proj, scale)
 
-        def proj(name, x, stddev):
-            kernel = param_with_axes(self, name, normal(stddev), (d, h, hd), ("embed", "heads", "kv"))
-            return jnp.einsum("bld,dhk->blhk", x, kernel.astype(dtype))
-
-        q = proj("query", inputs_q, (d * hd) ** -0.5)
-        k = proj("key", inputs_kv, d ** -0.5)
-        v = proj("value", inputs_kv, d ** -0.5)
-        q = nn.with_logical_constraint(q, ("batch", "length", "heads", "kv"))
-        logits = jnp.einsum("bqhk,bthk->bhqt", q, k).astype(jnp.float32) + bias
-        weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
-        weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=self.deterministic)
-        out = jnp.einsum("bhqt,bthk->bqhk", weights, v)
-        out_kernel = param_with_axes(self, "out", normal((h * hd) ** -0.5), (h, hd, d), ("heads", "kv", "embed"))
-        out = jnp.einsum("bqhk,hkd->bqd", out, out_kernel.astype(dtype))
+        dropout = cfg.dropout_rate if not self.deterministic else 0.0
+        if cfg.attention_impl == "jax" and not shaw and dropout == 0.0:
+            out = jax.nn.dot_product_attention(q, k, v, bias=bias.astype(dtype), scale=1.0)
+        else:
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
+            if shaw:
+                clip = cfg.shaw_max_distance
+                buckets = jax.nn.one_hot(jnp.clip(relative, -clip, clip) + clip, 2 * clip + 1, dtype=dtype)
+                table_std = init_std(cfg, hd ** -0.5)
+                rel_k = param_with_axes(self, "relpos_key", normal(table_std), (2 * clip + 1, hd),
+                                        ("relpos_buckets", "kv")).astype(dtype)
+                rel_v = param_with_axes(self, "relpos_value", normal(table_std), (2 * clip + 1, hd),
+                                        ("relpos_buckets", "kv")).astype(dtype)
+                logits = logits + jnp.einsum("bqhd,rd,bqkr->bhqk", q, rel_k, buckets).astype(jnp.float32)
+            weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
+            weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=self.deterministic)
+            out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+            if shaw:
+                out = out + jnp.einsum("bhqk,bqkr,rd->bqhd", weights, buckets, rel_v)
+        out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5)(out)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
 
 
@@ -139,26 +331,11 @@ class MlpBlock(nn.Module):
         hidden = None
         for i, act in enumerate(cfg.mlp_activations):
             name = "wi" if len(cfg.mlp_activations) == 1 else f"wi_{i}"
-            kernel = param_with_axes(self, name, normal(cfg.d_model ** -0.5), (cfg.d_model, cfg.d_ff),
-                                     ("embed", "mlp"))
-            h = _ACTIVATIONS[act](jnp.einsum("bld,df->blf", x, kernel.astype(dtype)))
+            h = Dense((cfg.d_ff,), ("embed", "mlp"), 1, cfg.use_bias, init_std(cfg, cfg.d_model ** -0.5), dtype,
+                      name=name)(x)
+            h = ACTIVATIONS[act](h)
             hidden = h if hidden is None else hidden * h
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
         hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=self.deterministic)
-        wo = param_with_axes(self, "wo", normal(cfg.d_ff ** -0.5), (cfg.d_ff, cfg.d_model), ("mlp", "embed"))
-        return jnp.einsum("blf,fd->bld", hidden, wo.astype(dtype))
-
-
-def attention_bias(q_mask, k_mask, causal: bool = False, q_segments=None, k_segments=None):
-    """Additive mask [batch, 1, q, k]: 0 where a query may attend, NEG_INF elsewhere.
-
-    Padding (mask 0) never attends or is attended; with segment ids, attention stays inside
-    a packed example; `causal` forbids looking ahead.
-    """
-    allowed = q_mask[:, :, None].astype(bool) & k_mask[:, None, :].astype(bool)
-    if q_segments is not None and k_segments is not None:
-        allowed &= q_segments[:, :, None] == k_segments[:, None, :]
-    if causal:
-        q_len, k_len = q_mask.shape[1], k_mask.shape[1]
-        allowed &= jnp.tril(jnp.ones((q_len, k_len), bool))[None]
-    return jnp.where(allowed, 0.0, NEG_INF)[:, None, :, :].astype(jnp.float32)
+        return Dense((cfg.d_model,), ("mlp", "embed"), 1, cfg.use_bias, init_std(cfg, cfg.d_ff ** -0.5), dtype,
+                     name="wo")(hidden)

@@ -1,8 +1,20 @@
-"""Transformer stacks and the encoder-decoder model (T5 v1.0 / v1.1).
+"""Transformer stacks and the three model families.
 
-Layers are either a Python loop (`layers_0`, `layers_1`, ...) or one `nn.scan` over a stacked
-`layers` axis (faster compiles on deep models); both can be rematerialised. The model takes
-T5X feature names and returns float32 logits.
+- `Encoder` (BERT, RoBERTa, ALBERT, ELECTRA): `__call__` -> MLM logits [b, l, vocab] (ELECTRA's
+  discriminator: replaced-token logits [b, l]; `encoder_head="none"`: hidden states).
+- `Decoder` (GPT-2; prefix LM with `decoder_causal_attention`): `__call__` -> LM logits.
+- `EncoderDecoder` (T5 v1.0 / v1.1 / mT5, BART): `__call__` -> LM logits.
+Every model's `encode` returns the final hidden states (of the decoder for decoder-only models).
+
+One `Stack` serves every family: embeddings (+ absolute positions, token types, norm,
+factorised projection), masks, the relative position scheme, the layers and a final norm.
+Layers are a Python loop (`layers_0`, `layers_1`, ...) or one `nn.scan` over a stacked
+`layers` axis (same param tree up to that axis; see `scan_params` / `unscan_params`);
+ALBERT's shared layer is one `layers` entry either way. Any of them can be rematerialised.
+
+Incremental decoding (decoder-only and encoder-decoder): `init_cache` allocates the "cache"
+collection, then each call with `decode=True` feeds the next token(s) and returns their logits;
+see `init_cache` below for the API.
 """
 from __future__ import annotations
 
@@ -10,141 +22,258 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5lite.models import heads as H
 from t5lite.models import layers as L
 from t5lite.models.config import ModelConfig
 
 _REMAT_POLICIES = {"full": None, "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
-class EncoderLayer(nn.Module):
+class TransformerLayer(nn.Module):
+    """Self-attention, optional cross-attention and an MLP, each a residual sublayer whose norm
+    comes before it (pre-norm: T5, GPT-2) or after the residual add (post-norm: BERT, BART)."""
     config: ModelConfig
     deterministic: bool = True
+    decode: bool = False
+    cross: bool = False
 
     @nn.compact
-    def __call__(self, x, bias):
+    def __call__(self, x, inputs: L.AttentionInputs):
         cfg = self.config
         dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
-        y = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="pre_attention_layer_norm")(x)
-        y = L.MultiHeadAttention(cfg, self.deterministic, name="attention")(y, y, bias)
-        x = x + dropout(y, deterministic=self.deterministic)
-        y = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="pre_mlp_layer_norm")(x)
-        y = L.MlpBlock(cfg, self.deterministic, name="mlp")(y)
-        x = x + dropout(y, deterministic=self.deterministic)
+
+        def residual(name, sublayer, x):
+            norm = L.make_norm(cfg, f"{name}_norm")
+            if cfg.norm_position == "pre":
+                return x + dropout(sublayer(norm(x)), deterministic=self.deterministic)
+            return norm(x + dropout(sublayer(x), deterministic=self.deterministic))
+
+        attention = lambda name, is_self: L.MultiHeadAttention(cfg, self.deterministic, self.decode, is_self,
+                                                               name=name)
+        x = residual("self_attention", lambda y: attention("self_attention", True)(
+            y, y, inputs.bias, inputs.positions, inputs.relative, inputs.cache_index, inputs.rel_embeddings), x)
+        if self.cross:
+            x = residual("cross_attention", lambda y: attention("cross_attention", False)(
+                y, inputs.encoded, inputs.cross_bias), x)
+        x = residual("mlp", L.MlpBlock(cfg, self.deterministic, name="mlp"), x)
         return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
 
 
-class DecoderLayer(nn.Module):
-    config: ModelConfig
-    deterministic: bool = True
-
-    @nn.compact
-    def __call__(self, x, bias, encoded, cross_bias):
-        cfg = self.config
-        dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
-        y = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="pre_self_attention_layer_norm")(x)
-        y = L.MultiHeadAttention(cfg, self.deterministic, name="self_attention")(y, y, bias)
-        x = x + dropout(y, deterministic=self.deterministic)
-        y = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="pre_cross_attention_layer_norm")(x)
-        y = L.MultiHeadAttention(cfg, self.deterministic, name="encoder_decoder_attention")(y, encoded, cross_bias)
-        x = x + dropout(y, deterministic=self.deterministic)
-        y = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="pre_mlp_layer_norm")(x)
-        y = L.MlpBlock(cfg, self.deterministic, name="mlp")(y)
-        x = x + dropout(y, deterministic=self.deterministic)
-        return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
-
-
-def run_layers(parent: nn.Module, layer_cls, config: ModelConfig, num_layers: int, deterministic: bool, x, *args):
-    """Applies `num_layers` layers, looped or scanned and optionally rematerialised, per the config."""
+def run_layers(config: ModelConfig, num_layers: int, x, inputs: L.AttentionInputs, **layer_options):
+    """Applies `num_layers` layers: looped or scanned, shared (ALBERT) or not, optionally remat'd."""
+    layer_cls = TransformerLayer
     if config.remat_policy != "none":
         layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[config.remat_policy],
                              prevent_cse=not config.scan_layers)
+    if config.share_layers and layer_options.get("decode"):
+        raise NotImplementedError("a KV cache with share_layers=True would share one cache across layers")
     if config.scan_layers:
-        stack = nn.scan(layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
-                        in_axes=(nn.broadcast,) * len(args), length=num_layers,
-                        metadata_params={nn.PARTITION_NAME: "layers"})
-        x, _ = stack(config, deterministic, name="layers")(x, *args)
+        if config.share_layers:
+            variables = dict(variable_broadcast="params", variable_axes={"cache": 0})
+        else:
+            variables = dict(variable_axes={"params": 0, "cache": 0}, metadata_params={nn.PARTITION_NAME: "layers"})
+        stack = nn.scan(layer_cls, **variables, split_rngs={"params": not config.share_layers, "dropout": True},
+                        in_axes=(nn.broadcast,), length=num_layers)
+        x, _ = stack(config, name="layers", **layer_options)(x, inputs)
+        return x
+    if config.share_layers:
+        layer = layer_cls(config, name="layers", **layer_options)
+        for _ in range(num_layers):
+            x, _ = layer(x, inputs)
         return x
     for i in range(num_layers):
-        x, _ = layer_cls(config, deterministic, name=f"layers_{i}")(x, *args)
+        x, _ = layer_cls(config, name=f"layers_{i}", **layer_options)(x, inputs)
     return x
 
 
-def _positions(tokens, positions):
-    if positions is not None:
-        return positions
-    return jnp.broadcast_to(jnp.arange(tokens.shape[1])[None], tokens.shape)
-
-
-def _relpos(config: ModelConfig, bidirectional: bool, name: str):
-    return L.RelativePositionBias(config.relative_attention_num_buckets, config.relative_attention_max_distance,
-                                  config.num_heads, bidirectional, name=name)
-
-
-class Encoder(nn.Module):
+class Stack(nn.Module):
+    """One encoder or decoder stack; `causal` stacks are decoders, `cross` ones attend to an encoder."""
     config: ModelConfig
-    embedder: nn.Module
+    token_embedder: L.Embed
+    num_layers: int
+    causal: bool = False
+    cross: bool = False
+
+    def _embed(self, tokens, positions, token_types, deterministic):
+        cfg = self.config
+        x = self.token_embedder(tokens)
+        if cfg.scale_embeddings:
+            x = x * cfg.d_model ** 0.5
+        if cfg.position_encoding in ("learned", "sinusoidal"):
+            x = x + L.AbsolutePositionEmbedding(cfg, name="position_embedder")(positions)
+        if cfg.type_vocab_size:
+            token_types = jnp.zeros_like(tokens) if token_types is None else token_types
+            x = x + L.Embed(cfg.type_vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0),
+                            ("token_types", "embed"), name="token_type_embedder")(token_types)
+        if cfg.embedding_norm:
+            x = L.make_norm(cfg, "embedding_norm")(x)
+        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+        if cfg.embedding_size is not None:
+            x = L.Dense((cfg.d_model,), ("factorized_embed", "embed"), 1, cfg.use_bias,
+                        L.init_std(cfg, cfg.embed_dim ** -0.5), L.dtype_of(cfg), name="embedding_projection")(x)
+        return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+    def _decode_slots(self, tokens, causal_attention):
+        """KV-cache bookkeeping: (query slots, key slots, key prefix flags), or None on the
+        first (cache-creating) call. Advances the write index by the number of new tokens."""
+        initialized = self.has_variable("cache", "index")
+        index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+        prefix = self.variable("cache", "prefix", lambda: jnp.zeros(tokens.shape, bool))
+        if not initialized:
+            return None
+        start = index.value
+        new_prefix = jnp.zeros(tokens.shape, bool) if causal_attention is None else causal_attention.astype(bool)
+        prefix.value = jax.lax.dynamic_update_slice_in_dim(prefix.value, new_prefix, start, axis=1)
+        index.value = start + tokens.shape[1]
+        return start + jnp.arange(tokens.shape[1]), jnp.arange(prefix.value.shape[1]), prefix.value
+
+    def _padding_mask(self, tokens, segment_ids):
+        if not self.causal:
+            return tokens != self.config.pad_token_id
+        # Decoder inputs start with 0 (a shifted-in BOS): only segment ids mark a decoder's padding.
+        return segment_ids > 0 if segment_ids is not None else jnp.ones_like(tokens, bool)
 
     @nn.compact
-    def __call__(self, tokens, segment_ids=None, positions=None, deterministic=True):
+    def __call__(self, tokens, token_types=None, segment_ids=None, positions=None, causal_attention=None,
+                 encoded=None, encoder_mask=None, encoder_segment_ids=None, deterministic=True, decode=False):
         cfg = self.config
-        positions = _positions(tokens, positions)
-        bias = L.attention_bias(tokens > 0, tokens > 0, q_segments=segment_ids, k_segments=segment_ids)
-        bias = bias + _relpos(cfg, True, "relpos_bias")(positions, positions)
-        x = nn.Dropout(cfg.dropout_rate)(self.embedder(tokens), deterministic=deterministic)
-        x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-        x = run_layers(self, EncoderLayer, cfg, cfg.num_encoder_layers, deterministic, x, bias)
-        x = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="encoder_norm")(x)
+        slots = self._decode_slots(tokens, causal_attention) if decode else None
+        if slots is not None:
+            # A decoding step: queries sit at the cache's write index, keys are every cache slot
+            # (unwritten ones are in the future, so the causal mask hides them). No packing.
+            q_index, k_index, k_prefix = slots
+            positions = jnp.broadcast_to(q_index, tokens.shape)
+            k_positions = jnp.broadcast_to(k_index, (tokens.shape[0], k_index.shape[0]))
+            q_mask, k_mask, segment_ids, cache_index = jnp.ones_like(tokens, bool), k_positions >= 0, None, q_index[0]
+        else:
+            q_index = k_index = cache_index = None
+            k_prefix = causal_attention
+            if positions is None:
+                positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+            k_positions = positions
+            q_mask = k_mask = self._padding_mask(tokens, segment_ids)
+
+        x = self._embed(tokens, positions, token_types, deterministic)
+        bias = L.attention_bias(q_mask, k_mask, self.causal, segment_ids, segment_ids,
+                                causal_attention, k_prefix, q_index, k_index)
+        relative = k_positions[:, None, :] - positions[:, :, None]
+        if cfg.position_encoding == "t5_relative":
+            bias = bias + L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(relative)
+        cross_bias = None
+        if self.cross:
+            cross_bias = L.attention_bias(q_mask, encoder_mask, q_segments=segment_ids,
+                                          k_segments=encoder_segment_ids)
+        rel_embeddings = None
+        if cfg.position_encoding == "disentangled":   # DeBERTa: one normalised table per stack
+            shape = (2 * cfg.relative_attention_num_buckets, cfg.d_model)
+            table = L.param_with_axes(self, "rel_embedding", L.normal(L.init_std(cfg, 1.0)), shape,
+                                      ("relpos_buckets", "embed"))
+            rel_embeddings = L.make_norm(cfg, "rel_embedding_norm")(table)
+        inputs = L.AttentionInputs(bias, encoded, cross_bias, positions,
+                                   relative if cfg.position_encoding in ("shaw_relative", "disentangled") else None,
+                                   cache_index, rel_embeddings)
+        x = run_layers(cfg, self.num_layers, x, inputs, deterministic=deterministic, decode=decode, cross=self.cross)
+        if cfg.final_norm:
+            x = L.make_norm(cfg, "final_norm")(x)
         return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
 
-class Decoder(nn.Module):
-    config: ModelConfig
-    embedder: nn.Module
-
-    @nn.compact
-    def __call__(self, encoded, encoder_tokens, tokens, encoder_segment_ids=None, segment_ids=None,
-                 positions=None, deterministic=True):
-        cfg = self.config
-        positions = _positions(tokens, positions)
-        # Decoder inputs start with 0 (the shifted-in BOS), so the target mask is "not padding
-        # in the row", taken from the segment ids when packed and from all positions otherwise.
-        dec_mask = segment_ids > 0 if segment_ids is not None else jnp.ones_like(tokens, bool)
-        bias = L.attention_bias(dec_mask, dec_mask, causal=True, q_segments=segment_ids, k_segments=segment_ids)
-        bias = bias + _relpos(cfg, False, "relpos_bias")(positions, positions)
-        cross_bias = L.attention_bias(dec_mask, encoder_tokens > 0, q_segments=segment_ids,
-                                      k_segments=encoder_segment_ids)
-        x = nn.Dropout(cfg.dropout_rate)(self.embedder(tokens), deterministic=deterministic)
-        x = run_layers(self, DecoderLayer, cfg, cfg.num_decoder_layers, deterministic, x, bias, encoded, cross_bias)
-        x = L.RMSNorm(cfg.layer_norm_epsilon, L.dtype_of(cfg), name="decoder_norm")(x)
-        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-        if cfg.tie_embeddings:
-            logits = self.embedder.attend(x * cfg.d_model ** -0.5)
-        else:
-            kernel = L.param_with_axes(self, "logits_dense", L.normal(cfg.d_model ** -0.5),
-                                       (cfg.d_model, cfg.vocab_size), ("embed", "vocab"))
-            logits = jnp.einsum("bld,dv->blv", x, kernel.astype(x.dtype))
-        return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+def _token_embedder(cfg: ModelConfig) -> L.Embed:
+    return L.Embed(cfg.vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0), name="token_embedder")
 
 
-class EncoderDecoder(nn.Module):
-    """T5: `apply(variables, **features)` -> logits; `method="encode"` -> encoder states."""
+class Encoder(nn.Module):
+    """BERT family: `apply(vars, encoder_input_tokens=..., token_type_ids=...)` -> MLM logits."""
     config: ModelConfig
 
     def setup(self):
         cfg = self.config
-        self.token_embedder = L.Embed(cfg.vocab_size, cfg.d_model, L.dtype_of(cfg))
-        self.encoder = Encoder(cfg, self.token_embedder)
-        self.decoder = Decoder(cfg, self.token_embedder)
+        self.token_embedder = _token_embedder(cfg)
+        self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
+        if cfg.pooler:
+            self.pooler = H.Pooler(cfg)
+        if cfg.sentence_head:
+            self.sentence_head = H.SequenceClassificationHead(cfg, num_labels=2)
+        if cfg.encoder_head == "mlm":
+            self.mlm_head = H.MlmHead(cfg, self.token_embedder)
+        elif cfg.encoder_head == "discriminator":
+            self.discriminator_head = H.DiscriminatorHead(cfg)
+
+    def encode(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
+               enable_dropout=False, **unused_features):
+        return self.encoder(encoder_input_tokens, token_type_ids, encoder_segment_ids, encoder_positions,
+                            deterministic=not enable_dropout)
+
+    def pool(self, encoder_input_tokens, **features):
+        """BERT's pooled [CLS] vector [batch, d_model] (configs with `pooler=True`)."""
+        return self.pooler(self.encode(encoder_input_tokens, **features))
+
+    def sentence_logits(self, encoder_input_tokens, **features):
+        """NSP (BERT) or SOP (ALBERT) logits [batch, 2] (configs with `sentence_head=True`)."""
+        return self.sentence_head(self.pool(encoder_input_tokens, **features))
+
+    def __call__(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
+                 enable_dropout=False, **unused_features):
+        x = self.encode(encoder_input_tokens, token_type_ids, encoder_segment_ids, encoder_positions, enable_dropout)
+        if self.config.pooler and self.is_initializing():   # create every param in one init
+            pooled = self.pooler(x)
+            if self.config.sentence_head:
+                self.sentence_head(pooled)
+        if self.config.encoder_head == "mlm":
+            return self.mlm_head(x)
+        if self.config.encoder_head == "discriminator":
+            return self.discriminator_head(x)
+        return x.astype(jnp.float32)
+
+
+class Decoder(nn.Module):
+    """GPT family: `apply(vars, decoder_input_tokens=...)` -> LM logits. A prefix LM passes
+    `decoder_causal_attention` (1 over the prefix), which the prefix attends to bidirectionally."""
+    config: ModelConfig
+
+    def setup(self):
+        cfg = self.config
+        self.token_embedder = _token_embedder(cfg)
+        self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True)
+        self.lm_head = H.LmHead(cfg, self.token_embedder)
+
+    def encode(self, decoder_input_tokens, decoder_segment_ids=None, decoder_positions=None,
+               decoder_causal_attention=None, enable_dropout=False, decode=False, **unused_features):
+        return self.decoder(decoder_input_tokens, None, decoder_segment_ids, decoder_positions,
+                            decoder_causal_attention, deterministic=not enable_dropout, decode=decode)
+
+    def __call__(self, decoder_input_tokens, decoder_segment_ids=None, decoder_positions=None,
+                 decoder_causal_attention=None, enable_dropout=False, decode=False, **unused_features):
+        return self.lm_head(self.encode(decoder_input_tokens, decoder_segment_ids, decoder_positions,
+                                        decoder_causal_attention, enable_dropout, decode))
+
+    def init_cache(self, batch_size: int, max_decode_length: int):
+        self.encode(jnp.zeros((batch_size, max_decode_length), jnp.int32), decode=True)
+
+
+class EncoderDecoder(nn.Module):
+    """T5 and BART: `apply(variables, **features)` -> logits; `method="encode"` -> encoder states."""
+    config: ModelConfig
+
+    def setup(self):
+        cfg = self.config
+        self.token_embedder = _token_embedder(cfg)
+        self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
+        self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True, cross=True)
+        self.lm_head = H.LmHead(cfg, self.token_embedder)
 
     def encode(self, encoder_input_tokens, encoder_segment_ids=None, encoder_positions=None,
                enable_dropout=False, **unused_features):
-        return self.encoder(encoder_input_tokens, encoder_segment_ids, encoder_positions,
+        return self.encoder(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
                             deterministic=not enable_dropout)
 
     def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids=None,
-               decoder_segment_ids=None, decoder_positions=None, enable_dropout=False, **unused_features):
-        return self.decoder(encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids,
-                            decoder_segment_ids, decoder_positions, deterministic=not enable_dropout)
+               decoder_segment_ids=None, decoder_positions=None, enable_dropout=False, decode=False,
+               **unused_features):
+        x = self.decoder(decoder_input_tokens, None, decoder_segment_ids, decoder_positions, None, encoded,
+                         encoder_input_tokens != self.config.pad_token_id, encoder_segment_ids,
+                         deterministic=not enable_dropout, decode=decode)
+        return self.lm_head(x)
 
     def __call__(self, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids=None,
                  decoder_segment_ids=None, encoder_positions=None, decoder_positions=None,
@@ -152,3 +281,74 @@ class EncoderDecoder(nn.Module):
         encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions, enable_dropout)
         return self.decode(encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids,
                            decoder_segment_ids, decoder_positions, enable_dropout)
+
+    def init_cache(self, encoded, encoder_input_tokens, max_decode_length: int):
+        dummy = jnp.zeros((encoded.shape[0], max_decode_length), jnp.int32)
+        self.decode(encoded, encoder_input_tokens, dummy, decode=True)
+
+
+_MODELS = {"encoder": Encoder, "decoder": Decoder, "encoder_decoder": EncoderDecoder}
+
+
+def build_module(config: ModelConfig) -> nn.Module:
+    return _MODELS[config.arch](config)
+
+
+def init_cache(module: nn.Module, params, max_decode_length: int, *, batch_size: int | None = None,
+               encoded=None, encoder_input_tokens=None):
+    """The "cache" collection for incremental decoding of `module` (a Decoder or EncoderDecoder).
+
+    Decoder:        init_cache(model, params, max_len, batch_size=b)
+    EncoderDecoder: init_cache(model, params, max_len, encoded=enc, encoder_input_tokens=tokens)
+    (the encoder keys/values of every cross-attention layer are projected here, once.)
+
+    Then, per step (or for a whole prompt at once), with tokens [b, n]:
+        logits, state = model.apply({"params": params, "cache": cache}, ..., decode=True, mutable=["cache"])
+        cache = state["cache"]
+    where `...` is `decoder_input_tokens=tokens` (plus `decoder_causal_attention` for a prefix-LM
+    prompt) for a Decoder, and `encoded, encoder_input_tokens, tokens, method="decode"` for an
+    EncoderDecoder. The cache holds `index` (next write slot) per stack and `key`/`value`
+    [b, len, heads, head_dim] per attention layer (stacked on a leading layers axis when scanned).
+    """
+    if isinstance(module, EncoderDecoder):
+        args, kwargs = (encoded, encoder_input_tokens, max_decode_length), {}
+    else:
+        args, kwargs = (batch_size, max_decode_length), {}
+    _, state = module.apply({"params": params}, *args, method="init_cache", mutable=["cache"], **kwargs)
+    return state["cache"]
+
+
+def unscan_params(params):
+    """(Unboxed) scanned params (`layers` with a leading layers axis) -> the looped layout (`layers_0`, ...)."""
+    def walk(tree):
+        if not isinstance(tree, dict):
+            return tree
+        out = {}
+        for key, value in tree.items():
+            if key == "layers" and isinstance(value, dict) and _stacked(value):
+                n = jax.tree.leaves(value)[0].shape[0]
+                for i in range(n):
+                    out[f"layers_{i}"] = jax.tree.map(lambda a, i=i: a[i], value)
+            else:
+                out[key] = walk(value)
+        return out
+    return walk(params)
+
+
+def scan_params(params):
+    """The looped layout (`layers_0`, ...) -> scanned params (`layers` stacked on axis 0)."""
+    def walk(tree):
+        if not isinstance(tree, dict):
+            return tree
+        layer_keys = sorted((k for k in tree if k.startswith("layers_")), key=lambda k: int(k.split("_")[1]))
+        out = {k: walk(v) for k, v in tree.items() if k not in layer_keys}
+        if layer_keys:
+            out["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *[tree[k] for k in layer_keys])
+        return out
+    return walk(params)
+
+
+def _stacked(layer_tree) -> bool:
+    """Scanned layers carry a leading axis; ALBERT's shared `layers` do not (1-D norms tell)."""
+    norm = layer_tree.get("mlp_norm", {}).get("scale")
+    return norm is not None and jnp.ndim(norm) == 2

@@ -1,0 +1,1 @@
+"""Interoperability with other ecosystems: Hugging Face checkpoints (`hf`), sentence embeddings."""

@@ -1,0 +1,188 @@
+"""Output heads: the pre-training heads the models own (LM, MLM, ELECTRA discriminator, pooler)
+and task heads for fine-tuning (classification / regression, span extraction, token tagging,
+NSP / SOP, SpanBERT's span boundary objective).
+
+Task heads read a backbone's final hidden states; `WithHead` puts a backbone and one head
+together as a single module with params `{"backbone": ..., "head": ...}`, so a checkpoint loaded
+with `t5lite.interop.hf.load` can be grafted in as `params["backbone"]`.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from t5lite.models import layers as L
+from t5lite.models.config import ModelConfig
+
+
+def _dense(config: ModelConfig, features: int, axes, name: str, fan_in_std: float | None = None):
+    fan_in_std = config.d_model ** -0.5 if fan_in_std is None else fan_in_std
+    return L.Dense((features,), axes, 1, config.use_bias, L.init_std(config, fan_in_std), L.dtype_of(config),
+                   name=name)
+
+
+class LmHead(nn.Module):
+    """Next-token logits: the tied embedding (times d_model**-0.5 for T5 v1.0) or an untied
+    `logits_dense`, plus BART's `logits_bias`. Always float32."""
+    config: ModelConfig
+    embedder: L.Embed
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        if cfg.tie_embeddings:
+            logits = self.embedder.attend(x * cfg.d_model ** -0.5 if cfg.scale_tied_logits else x)
+        else:
+            logits = L.Dense((cfg.vocab_size,), ("embed", "vocab"), stddev=L.init_std(cfg, cfg.d_model ** -0.5),
+                             dtype=L.dtype_of(cfg), name="logits_dense")(x)
+        logits = logits.astype(jnp.float32)
+        if cfg.logits_bias:
+            logits = logits + L.param_with_axes(self, "logits_bias", nn.initializers.zeros, (cfg.vocab_size,),
+                                                ("vocab",))
+        return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+
+
+class MlmHead(nn.Module):
+    """BERT's masked-LM head: dense (H -> E) + activation + LayerNorm, then the tied embedding
+    (E -> V) plus a bias."""
+    config: ModelConfig
+    embedder: L.Embed
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        x = _dense(cfg, cfg.embed_dim, ("embed", "mlp"), "dense")(x)
+        x = L.ACTIVATIONS[cfg.mlp_activations[0]](x)
+        x = L.make_norm(cfg.replace(norm="layer"), "norm", axis_name="mlp")(x)
+        logits = self.embedder.attend(x).astype(jnp.float32)
+        logits = logits + L.param_with_axes(self, "bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))
+        return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+
+
+class DiscriminatorHead(nn.Module):
+    """ELECTRA: per-token "was this token replaced?" logit [batch, length]."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        x = L.ACTIVATIONS[cfg.mlp_activations[0]](_dense(cfg, cfg.d_model, ("embed", "mlp"), "dense")(x))
+        return _dense(cfg, 1, ("mlp", "classes"), "prediction")(x)[..., 0].astype(jnp.float32)
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: dense + tanh on the first ([CLS]) token."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        return jnp.tanh(_dense(self.config, self.config.d_model, ("embed", "mlp"), "dense")(x[:, 0]))
+
+
+def pool(hidden, mask, how: str):
+    """[batch, length, d] -> [batch, d]: the "first" token, the "last" non-padding one or the "mean"."""
+    if how == "first":
+        return hidden[:, 0]
+    if how == "last":
+        last = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1) - 1, 0)
+        return jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
+    if how == "mean":
+        m = mask.astype(hidden.dtype)[..., None]
+        return jnp.sum(hidden * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+    raise ValueError(f"pooling={how!r}: expected 'first', 'last' or 'mean'")
+
+
+class SequenceClassificationHead(nn.Module):
+    """Dropout + dense on a pooled vector [batch, d] -> [batch, num_labels]; num_labels=1 is
+    regression (STS-B); num_labels=2 on BERT's pooler is NSP, on ALBERT's is SOP."""
+    config: ModelConfig
+    num_labels: int
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, pooled):
+        x = nn.Dropout(self.config.dropout_rate)(pooled, deterministic=self.deterministic)
+        return _dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
+
+
+class TokenTaggingHead(nn.Module):
+    """Per-token labels (NER, POS): [batch, length, d] -> [batch, length, num_tags]."""
+    config: ModelConfig
+    num_tags: int
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, hidden):
+        x = nn.Dropout(self.config.dropout_rate)(hidden, deterministic=self.deterministic)
+        return _dense(self.config, self.num_tags, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
+
+
+class SpanExtractionHead(nn.Module):
+    """SQuAD: start and end logits [batch, length] each; padding gets NEG_INF."""
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, hidden, mask):
+        logits = _dense(self.config, 2, ("embed", "classes"), "span")(hidden).astype(jnp.float32)
+        logits = jnp.where(mask[..., None].astype(bool), logits, L.NEG_INF)
+        return logits[..., 0], logits[..., 1]
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span boundary objective: predict every token of a masked span from the states
+    just outside it (x_{s-1}, x_{e+1}) and its relative position, with a 2-layer GELU +
+    LayerNorm MLP and the tied output embedding.
+
+    `starts`/`ends` [batch, spans] are inclusive token indices of each span (0 < s <= e < len-1);
+    returns logits [batch, spans, max_span_length, vocab] (positions past the span's end are
+    predictions to ignore).
+    """
+    config: ModelConfig
+    max_span_length: int = 10
+
+    @nn.compact
+    def __call__(self, hidden, starts, ends, embedder: L.Embed):
+        cfg = self.config
+        gather = lambda idx: jnp.take_along_axis(hidden, idx[..., None], axis=1)   # [b, s, d]
+        left, right = gather(starts - 1), gather(ends + 1)
+        rel = L.Embed(self.max_span_length, cfg.d_model, L.dtype_of(cfg), L.init_std(cfg, 1.0),
+                      ("abspos_buckets", "embed"), name="position")(jnp.arange(self.max_span_length))
+        b, s, d = left.shape
+        x = jnp.concatenate([jnp.broadcast_to(left[:, :, None], (b, s, self.max_span_length, d)),
+                             jnp.broadcast_to(right[:, :, None], (b, s, self.max_span_length, d)),
+                             jnp.broadcast_to(rel, (b, s, self.max_span_length, d))], axis=-1)
+        layer_norm = cfg.replace(norm="layer")
+        for i in range(2):
+            x = _dense(cfg, cfg.d_model, ("mlp", "embed"), f"dense_{i}", (x.shape[-1]) ** -0.5)(x)
+            x = L.make_norm(layer_norm, f"norm_{i}")(nn.gelu(x, approximate=False))
+        if cfg.embedding_size is not None:
+            x = _dense(cfg, cfg.embed_dim, ("embed", "mlp"), "to_embedding")(x)
+        return embedder.attend(x).astype(jnp.float32)
+
+
+class WithHead(nn.Module):
+    """A backbone (`build(config)`) plus a task head on its hidden states.
+
+    `pooling` picks what the head sees: "pooler" (the backbone's BERT pooler), "first", "last"
+    (the last non-padding token: GPT-style classification), "mean", or None (all positions:
+    tagging and span heads). Span heads also get the padding mask.
+    """
+    config: ModelConfig
+    head: nn.Module
+    pooling: str | None = None
+
+    def setup(self):
+        from t5lite.models.transformer import build_module   # late: transformer.py imports this module
+        self.backbone = build_module(self.config)
+
+    def __call__(self, enable_dropout: bool = False, **features):
+        tokens = features.get("encoder_input_tokens", features.get("decoder_input_tokens"))
+        mask = tokens != self.config.pad_token_id
+        if self.pooling == "pooler":
+            return self.head(self.backbone.pool(enable_dropout=enable_dropout, **features))
+        hidden = self.backbone.encode(enable_dropout=enable_dropout, **features)
+        if self.pooling is not None:
+            return self.head(pool(hidden, mask, self.pooling))
+        if isinstance(self.head, SpanExtractionHead):
+            return self.head(hidden, mask)
+        return self.head(hidden)

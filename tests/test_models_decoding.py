@@ -1,0 +1,150 @@
+"""Attention masks and incremental decoding: step-by-step logits with the KV cache equal the
+full-sequence logits (decoder-only, encoder-decoder, looped and scanned, every position scheme);
+prefix LM; padding and packed-segment masks."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5lite import models
+
+TOL = 1e-4
+
+
+def random_variables(module, seed=0, scale=0.2):
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), encoder_input_tokens=tokens,
+                                                decoder_input_tokens=tokens))
+    rng = np.random.RandomState(seed)
+    return jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, scale, s.shape), s.dtype), shapes)
+
+
+def tokens(shape, seed, high=900):
+    return jnp.asarray(np.random.RandomState(seed).randint(3, high, shape))
+
+
+def decode_stepwise(module, params, cache, chunks, step_args):
+    @jax.jit
+    def step(cache, chunk, extra):
+        return module.apply({"params": params, "cache": cache}, **step_args(chunk, extra), decode=True,
+                            mutable=["cache"], **({"method": "decode"} if isinstance(module, models.EncoderDecoder)
+                                                  else {}))
+    out = []
+    for chunk, extra in chunks:
+        logits, state = step(cache, chunk, extra)
+        cache = state["cache"]
+        out.append(logits)
+    return jnp.concatenate(out, axis=1), cache
+
+
+_slow = pytest.mark.slow   # the default, rotary, Shaw and scanned variants are their fast siblings
+DECODER_VARIANTS = [dict(), dict(position_encoding="rotary"),
+                    dict(position_encoding="shaw_relative", shaw_max_distance=3), dict(scan_layers=True),
+                    pytest.param(dict(position_encoding="t5_relative"), marks=_slow),
+                    pytest.param(dict(position_encoding="sinusoidal"), marks=_slow),
+                    pytest.param(dict(position_encoding="disentangled"), marks=_slow),
+                    pytest.param(dict(attention_impl="jax"), marks=_slow)]
+
+
+@pytest.mark.parametrize("overrides", DECODER_VARIANTS,
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "gpt2")
+def test_decoder_kv_cache_matches_full_sequence(overrides):
+    module = models.build(models.get_config("gpt2_tiny", **overrides))
+    variables = random_variables(module)
+    seq = tokens((2, 9), 1)
+    full = jax.jit(module.apply)(variables, decoder_input_tokens=seq)
+    cache = models.init_cache(module, variables["params"], 9, batch_size=2)
+    # A 3-token prompt in one call (prefill), then one token per call.
+    chunks = [(seq[:, :3], None)] + [(seq[:, t:t + 1], None) for t in range(3, 9)]
+    stepped, cache = decode_stepwise(module, variables["params"], cache, chunks,
+                                     step_args=lambda c, _: dict(decoder_input_tokens=c))
+    np.testing.assert_allclose(stepped, full, atol=TOL)
+    index = jax.tree.leaves({k: v for k, v in cache["decoder"].items() if k == "index"})
+    assert [int(i) for i in index] == [9]
+
+
+@pytest.mark.parametrize("name, overrides", [("t5_tiny", {}), ("t5_1_1_tiny", dict(scan_layers=True)),
+                                             ("bart_tiny", {})])
+def test_encoder_decoder_kv_cache_matches_full_sequence(name, overrides):
+    cfg = models.get_config(name, **overrides)
+    module = models.build(cfg)
+    variables = random_variables(module)
+    pad = cfg.pad_token_id
+    enc = np.array(tokens((2, 10), 2))
+    enc[1, 6:] = pad
+    enc = jnp.asarray(enc)
+    dec = tokens((2, 7), 3)
+    full = jax.jit(module.apply)(variables, encoder_input_tokens=enc, decoder_input_tokens=dec)
+    encoded = jax.jit(functools.partial(module.apply, method="encode"))(variables, encoder_input_tokens=enc)
+    cache = models.init_cache(module, variables["params"], 7, encoded=encoded, encoder_input_tokens=enc)
+    chunks = [(dec[:, t:t + 1], None) for t in range(7)]
+    # The encoded states are not needed any more: cross-attention reads its cached keys/values.
+    stepped, _ = decode_stepwise(module, variables["params"], cache, chunks,
+                                 step_args=lambda c, _: dict(encoded=None, encoder_input_tokens=enc,
+                                                             decoder_input_tokens=c))
+    np.testing.assert_allclose(stepped, full, atol=TOL)
+
+
+def test_prefix_lm_attention_and_cached_decoding():
+    module = models.build("gpt2_tiny")
+    variables = random_variables(module)
+    apply = jax.jit(module.apply)
+    seq = tokens((1, 8), 4)
+    prefix = jnp.asarray([[1, 1, 1, 1, 0, 0, 0, 0]])
+    full = apply(variables, decoder_input_tokens=seq, decoder_causal_attention=prefix)
+    # Prefix positions see later prefix tokens: changing token 3 changes position 0's output ...
+    changed = seq.at[0, 3].set(seq[0, 3] + 1)
+    assert np.abs(apply(variables, decoder_input_tokens=changed, decoder_causal_attention=prefix)[0, 0]
+                  - full[0, 0]).max() > 1e-3
+    # ... but not with a causal mask, and targets never leak into the prefix.
+    causal = apply(variables, decoder_input_tokens=seq)
+    np.testing.assert_allclose(apply(variables, decoder_input_tokens=changed)[0, :3], causal[0, :3], atol=1e-6)
+    later = seq.at[0, 6].set(seq[0, 6] + 1)
+    np.testing.assert_allclose(apply(variables, decoder_input_tokens=later, decoder_causal_attention=prefix)[0, :6],
+                               full[0, :6], atol=1e-6)
+    # Cached: the prefix prefilled in one call, then the targets one at a time.
+    cache = models.init_cache(module, variables["params"], 8, batch_size=1)
+    chunks = [(seq[:, :4], prefix[:, :4])] + [(seq[:, t:t + 1], prefix[:, t:t + 1]) for t in range(4, 8)]
+    stepped, _ = decode_stepwise(module, variables["params"], cache, chunks,
+                                 step_args=lambda c, p: dict(decoder_input_tokens=c, decoder_causal_attention=p))
+    np.testing.assert_allclose(stepped, full, atol=TOL)
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "t5_tiny"])
+def test_padding_is_invisible(name):
+    cfg = models.get_config(name)
+    module = models.build(cfg)
+    variables = random_variables(module)
+    encode = jax.jit(functools.partial(module.apply, method="encode"))
+    ids = np.array(tokens((1, 6), 5))
+    padded = np.concatenate([ids, np.full((1, 4), cfg.pad_token_id)], axis=1)
+    np.testing.assert_allclose(encode(variables, encoder_input_tokens=padded)[:, :6],
+                               encode(variables, encoder_input_tokens=ids), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny", "t5_tiny", "bart_tiny"])
+def test_packed_segments_equal_separate_examples(name):
+    module = models.build(name)
+    variables = random_variables(module)
+    apply = jax.jit(module.apply)
+    a, b = tokens((1, 5), 6), tokens((1, 3), 7)
+    packed = jnp.concatenate([a, b], axis=1)
+    segments = jnp.asarray([[1] * 5 + [2] * 3])
+    positions = jnp.asarray([list(range(5)) + list(range(3))])
+    features = lambda t, s=None, p=None: dict(encoder_input_tokens=t, decoder_input_tokens=t, encoder_segment_ids=s,
+                                              decoder_segment_ids=s, encoder_positions=p, decoder_positions=p)
+    out = apply(variables, **features(packed, segments, positions))
+    np.testing.assert_allclose(out[:, :5], apply(variables, **features(a)), atol=1e-5)
+    np.testing.assert_allclose(out[:, 5:], apply(variables, **features(b)), atol=1e-5)
+
+
+def test_dot_product_attention_impl_matches_einsum():
+    cfg = models.get_config("bert_tiny")
+    ids = tokens((2, 8), 8)
+    a = models.build(cfg)
+    variables = random_variables(a)
+    b = models.build(cfg.replace(attention_impl="jax"))
+    np.testing.assert_allclose(jax.jit(a.apply)(variables, encoder_input_tokens=ids),
+                               jax.jit(b.apply)(variables, encoder_input_tokens=ids), atol=1e-4)
