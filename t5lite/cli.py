@@ -1,11 +1,17 @@
-"""`t5lite` command line: train | tasks (more subcommands arrive with their features).
+"""`t5lite` command line: train | eval | infer | tasks (more subcommands arrive with their features).
 
 Gin flags follow T5X: `--gin_file=F` (repeatable) and `--gin.NAME=VALUE` (a gin binding, so
-strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`).
+strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`). `eval` and `infer` read
+gin/eval.gin or gin/infer.gin first, so a training config serves them as it is:
+
+    t5lite eval --gin_file=configs/local/t5_tiny_finetune_sst2.gin --gin.CHECKPOINT_PATH="'/tmp/ft'"
+    t5lite infer --gin_file=configs/local/t5_tiny_pretrain.gin --gin.CHECKPOINT_PATH="'/tmp/pt'" "some text"
 """
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import logging
 import os
 import sys
@@ -35,10 +41,16 @@ def split_gin_flags(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     return files, bindings, rest
 
 
-def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MACROS) -> None:
-    """Parses gin files and bindings; a misspelled name or a missing macro fails here, by name."""
+def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MACROS, entry=None,
+              base_file: str | None = None) -> None:
+    """Parses gin files and bindings; a misspelled name or a missing macro fails here, by name.
+
+    `entry` (gin name, function) adds the macros that entry point's bindings refer to to the
+    required ones; `base_file` is read before `files` (the eval / infer wiring).
+    """
     import gin
-    import t5lite.train.optimizers  # noqa: F401  (registers configurables)
+    import t5lite.infer.predict  # noqa: F401  (registers configurables)
+    import t5lite.train.optimizers  # noqa: F401
     import t5lite.train.partitioning  # noqa: F401
     import t5lite.train.trainer  # noqa: F401
     for path in (os.getcwd(), str(REPO_ROOT)):
@@ -46,13 +58,30 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
     if not files:
         raise SystemExit("no --gin_file given; try --gin_file=configs/local/t5_tiny_pretrain.gin")
     try:
-        gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
+        gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, bindings,
+                                            finalize_config=False)
     except (ValueError, IOError, SyntaxError) as e:
         raise SystemExit(f"gin configuration error: {e}") from None
-    missing = [m for m in required_macros if not _macro_defined(m)]
+    required = list(required_macros) + (_referenced_macros(*entry) if entry else [])
+    missing = list(dict.fromkeys(m for m in required if not _macro_defined(m)))
     if missing:
         hint = " ".join(f"--gin.{m}=..." for m in missing)
         raise SystemExit(f"missing required gin macro(s) {', '.join(missing)}: set them in a gin file or with {hint}")
+
+
+def _referenced_macros(name: str, fn) -> list[str]:
+    """The macros `name.<parameter> = %MACRO` bindings of an entry point refer to."""
+    import gin
+    found = []
+    for param in inspect.signature(fn).parameters:
+        try:
+            value = gin.query_parameter(f"{name}.{param}")
+        except ValueError:
+            continue
+        selector = getattr(value, "scoped_selector", "")
+        if selector.endswith("/gin.macro"):
+            found.append(selector.split("/")[0])
+    return found
 
 
 def _macro_defined(name: str) -> bool:
@@ -66,11 +95,31 @@ def _macro_defined(name: str) -> bool:
 
 def cmd_train(args, gin_files, gin_bindings) -> None:
     import gin
-    parse_gin(gin_files, gin_bindings)
     from t5lite.train.trainer import train
+    parse_gin(gin_files, gin_bindings, entry=("train", train))
     metrics = train()
     print("final:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     print("model dir:", gin.query_parameter("%MODEL_DIR"))
+
+
+def cmd_eval(args, gin_files, gin_bindings) -> None:
+    from t5lite.infer.evaluation import evaluate
+    parse_gin(gin_files, gin_bindings, required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
+    metrics = evaluate()
+    print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+
+
+def cmd_infer(args, gin_files, gin_bindings) -> None:
+    from t5lite.infer.predict import infer
+    texts = list(args.text)
+    if args.input_file:
+        with open(args.input_file, encoding="utf-8") as f:
+            texts.extend(line.rstrip("\n") for line in f if line.strip())
+    if not texts:
+        raise SystemExit("nothing to decode: give texts as arguments or --input_file=FILE (one input per line)")
+    parse_gin(gin_files, gin_bindings, required_macros=(), entry=("infer", infer), base_file="gin/infer.gin")
+    for text, prediction in zip(texts, infer(texts)):
+        print(json.dumps({"input": text, "prediction": prediction}, ensure_ascii=False))
 
 
 def cmd_tasks(args, gin_files, gin_bindings) -> None:
@@ -101,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
     train.set_defaults(fn=cmd_train)
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint on a task split (gin: CHECKPOINT_PATH, "
+                                            "MIXTURE_OR_TASK_NAME, eval.split, eval.data_dir)")
+    evaluate.set_defaults(fn=cmd_eval)
+    infer = sub.add_parser("infer", help="decode texts with a checkpoint (gin: CHECKPOINT_PATH, infer.method)")
+    infer.add_argument("text", nargs="*", help="input texts, e.g. \"sst2 sentence: a fine film\"")
+    infer.add_argument("--input_file", default=None, help="a file with one input text per line")
+    infer.set_defaults(fn=cmd_infer)
     tasks = sub.add_parser("tasks", help="list tasks or show preprocessed examples of one")
     tasks.add_argument("action", choices=["list", "show"])
     tasks.add_argument("name", nargs="?")

@@ -112,8 +112,8 @@ def test_rsqrt_schedule_is_t5s():
 
 
 def test_bfloat16_scanned_rematerialised_model_trains_like_float32(tmp_path, micro_config):
-    config = micro_config.replace(dropout_rate=0.0)
+    config = micro_config.replace(dropout_rate=0.0, scan_layers=True)  # scanned init differs from looped
     f32 = _train(tmp_path / "f32", config, 3)
-    fast = _train(tmp_path / "bf16", config.replace(dtype="bfloat16", scan_layers=True, remat_policy="full"), 3)
+    fast = _train(tmp_path / "bf16", config.replace(dtype="bfloat16", remat_policy="full"), 3)
     assert np.isfinite(fast["loss"])
     assert fast["loss"] == pytest.approx(f32["loss"], rel=0.02)

@@ -44,18 +44,27 @@ class Checkpointer:
         self.manager.close()
 
 
+def step_directory(path: str) -> str:
+    """The step directory meant by `path`: itself, or the latest step of a run's `checkpoints/`
+    or of the run directory holding it."""
+    path = os.path.abspath(path)
+    if os.path.isdir(os.path.join(path, "state")):
+        return path
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        path = os.path.join(path, "checkpoints")
+    steps = sorted((int(d) for d in os.listdir(path) if d.isdigit()), reverse=True) if os.path.isdir(path) else []
+    if not steps:
+        raise FileNotFoundError(f"{path!r} holds no t5lite checkpoint (expected a step directory with a `state/` "
+                                "item, a `checkpoints/` directory of them, or the run directory holding that)")
+    return os.path.join(path, str(steps[0]))
+
+
 def restore_params(path: str, abstract_params: Any) -> Any:
-    """Only the parameters of a t5lite checkpoint (a step directory or a run's `checkpoints/`), to fine-tune from.
+    """Only the parameters of a t5lite checkpoint (see `step_directory`), to fine-tune or infer from.
 
     Shapes must match the model being trained; a mismatch names the parameter.
     """
-    path = os.path.abspath(path)
-    if not os.path.isdir(os.path.join(path, "state")):
-        steps = sorted((int(d) for d in os.listdir(path) if d.isdigit()), reverse=True) if os.path.isdir(path) else []
-        if not steps:
-            raise FileNotFoundError(f"INITIAL_CHECKPOINT_PATH={path!r} holds no t5lite checkpoint (expected a "
-                                    "step directory with a `state/` item, or a `checkpoints/` directory of them)")
-        path = os.path.join(path, str(steps[0]))
+    path = step_directory(path)
     state_dir = os.path.join(path, "state")
     metadata = ocp.StandardCheckpointer().metadata(state_dir)
     stored = metadata.item_metadata if hasattr(metadata, "item_metadata") else metadata
@@ -69,7 +78,8 @@ def restore_params(path: str, abstract_params: Any) -> Any:
         if tuple(flat_stored[name].shape) != tuple(expected.shape):
             raise ValueError(f"checkpoint {path}: parameter {name} has shape {tuple(flat_stored[name].shape)}, "
                              f"the model expects {tuple(expected.shape)}; does the vocabulary or preset differ?")
-    restore_args = {"params": abstract_params}
-    restored = ocp.StandardCheckpointer().restore(
-        state_dir, args=ocp.args.PyTreeRestore(item=restore_args, partial_restore=True))
+    # Only the `params` subtree is read (partial restore), laid out as `abstract_params`' shardings.
+    item = {"params": abstract_params}
+    restored = ocp.PyTreeCheckpointer().restore(state_dir, args=ocp.args.PyTreeRestore(
+        item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True))
     return restored["params"]

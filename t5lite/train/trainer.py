@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from t5lite import models
 from t5lite.data import registry, vocab as vocab_lib
 from t5lite.data.loader import Loader
+from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, losses, mfu, summaries
 from t5lite.train.partitioning import Partitioner
@@ -92,14 +93,17 @@ class TrainTask:
         return self.model.init(rng, **dummy_batch(self.feature_lengths))
 
     def init_state(self, seed: int, params=None) -> TrainState:
-        """A fresh state, created directly in its shardings (no host copy of the full model)."""
-        def create(rng):
+        """A fresh state, created directly in its shardings (no host copy of the full model).
+
+        Given `params` (fine-tuning), they are an argument of the jitted function, not constants
+        baked into it, and only the optimizer state is new."""
+        def create(rng, params):
             init_rng, dropout_rng = jax.random.split(rng)
             p = nn.unbox(self._init_variables(init_rng))["params"] if params is None else params
             return TrainState(jnp.zeros((), jnp.int32), p, self.optimizer.init(p),
                               jax.random.key_data(dropout_rng))
         with self.mesh_context():
-            return jax.jit(create, out_shardings=self.state_shardings)(jax.random.key(seed))
+            return jax.jit(create, out_shardings=self.state_shardings)(jax.random.key(seed), params)
 
     def loss_and_metrics(self, params, batch, rng, total_weight):
         targets_key, weights_key = target_keys(batch)
@@ -195,8 +199,13 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           keep_checkpoints: int = 3, async_checkpoints: bool = True, data_dir: str | None = None,
           initial_checkpoint_path: str | None = None, vocabulary_path: str | None = None,
           peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
-          progress: bool = True) -> dict:
-    """Trains (or resumes) a model in `model_dir`; returns the last logged metrics."""
+          eval_every: int = 0, eval_split: str = "validation", eval_batch_size: int | None = None,
+          eval_max_examples: int | None = None, progress: bool = True) -> dict:
+    """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
+
+    With `eval_every`, the task's `eval_split` is evaluated every that many steps and at the end
+    (t5lite.infer.evaluation): `eval_`-prefixed metrics go to metrics.jsonl, the predictions to
+    `eval/<task>.<split>/predictions.jsonl`."""
     os.makedirs(model_dir, exist_ok=True)
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
@@ -221,6 +230,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         if initial_checkpoint_path:
             abstract_params = trainer.abstract_state.params
             init_params = checkpoints.restore_params(initial_checkpoint_path, abstract_params)
+            log.info("initialised the parameters from %s", initial_checkpoint_path)
         state, start = trainer.init_state(seed, init_params), 0
     if jax.process_index() == 0:
         with open(os.path.join(model_dir, "config.gin"), "w", encoding="utf-8") as f:
@@ -231,6 +241,11 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     log.info("model %s: %.1fM params; %.3g FLOPs/step; peak %.3g FLOP/s/device (%s); mesh %s",
              type(trainer.model).__name__, trainer.num_params / 1e6, flops_per_step, peak, peak_source,
              dict(partitioner.mesh.shape))
+    evaluators = {}
+    if eval_every:
+        evaluators = evaluation.evaluators(task, eval_split, task_feature_lengths,
+                                           batch_size=eval_batch_size or batch_size, data_dir=data_dir,
+                                           max_examples=eval_max_examples)
     writer = summaries.MetricsWriter(model_dir, resume_step=start)
     step_fn = trainer.jit_train_step()
     batches = iter(loader)
@@ -259,6 +274,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                     writer.write(step, last)
                     bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last['accuracy']:.3f}",
                                     tok_s=f"{last['tokens_per_sec']:.0f}")
+                if evaluators and (step % eval_every == 0 or step == train_steps):
+                    _evaluate(evaluators, trainer.model, state.params, step, eval_split, model_dir, writer)
                 ckpt.save(step, state, loader.state(), force=step == train_steps)
                 bar.update(1)
     finally:
@@ -268,6 +285,18 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     if jax.process_index() == 0 and os.path.exists(writer.path):
         summaries.plot_loss_curve(writer.path, os.path.join(model_dir, "loss.png"))
     return last
+
+
+def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str, writer) -> None:
+    """Evaluates the current params; metrics into metrics.jsonl as `eval_*`, predictions beside."""
+    results = evaluation.evaluate_all(evaluators, module, params)
+    scores = evaluation.flat_metrics(results)
+    writer.write(step, {f"eval_{k}": v for k, v in scores.items()})
+    if jax.process_index() == 0:
+        for name, result in results.items():
+            path = os.path.join(model_dir, "eval", f"{name}.{split}", "predictions.jsonl")
+            evaluation.write_predictions(path, result.predictions)
+    log.info("eval at step %d (%s): %s", step, split, " ".join(f"{k}={v:.4g}" for k, v in scores.items()))
 
 
 def _summarise(pending: list[dict]) -> dict:

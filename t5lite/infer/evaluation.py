@@ -1,0 +1,199 @@
+"""Evaluating a task split: decode, postprocess, run the task's metrics, write what was predicted.
+
+An `Evaluator` reads and batches the split once (enc-dec features, no packing), so training can
+call it every N steps with new parameters. Each call computes
+- `loss`: teacher-forced cross entropy per target token,
+- the task's metrics on greedy decodes (text through `task.postprocess`, as are the targets),
+- for tasks with a fixed set of answers, the same metrics on rank classification (the label
+  whose text the model finds most likely), prefixed `score_`.
+
+`evaluate` is the gin entry point behind `t5lite eval`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import os
+from typing import Any, Mapping, Sequence
+
+import gin
+import jax
+import numpy as np
+
+from t5lite import metrics as metrics_lib, models
+from t5lite.data import converters, registry, vocab as vocab_lib
+from t5lite.infer import decoding, predict, scoring
+
+log = logging.getLogger("t5lite")
+
+MAX_LABELS = 10   # more distinct targets than this: a free-text task, not a classification one
+SCORE_PREFIX = "score_"
+
+
+def label_strings(task, examples: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """The fixed answers of a classification task, or None.
+
+    A task's own `label_names` win; otherwise the distinct targets of the split, if there are
+    at most MAX_LABELS of them ("<unk>", an unlabelled row, is not an answer).
+    """
+    names = getattr(task, "label_names", None)
+    if names:
+        return list(names)
+    vocabulary = task.output_features["targets"].vocabulary
+    seen = sorted({text_of(ex, "targets", vocabulary) for ex in examples} - {"<unk>"})
+    return seen if 2 <= len(seen) <= MAX_LABELS else None
+
+
+def text_of(example: Mapping[str, Any], feature: str, vocabulary) -> str:
+    """The example's `<feature>_pretokenized` text, or its tokens decoded when a preprocessor
+    (span corruption, say) made them without keeping a text."""
+    text = example.get(f"{feature}_pretokenized")
+    return text if text is not None else predict.detokenize(vocabulary, example[feature])
+
+
+def _fill(batch: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
+    """A short last batch padded to `size` rows by repeating its last row (one compiled shape;
+    copies of a real row also end when it does, so they never keep the decode loop running)."""
+    rows = len(next(iter(batch.values())))
+    return {k: np.concatenate([v, np.repeat(v[-1:], size - rows, axis=0)]) for k, v in batch.items()}
+
+
+@dataclasses.dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    predictions: list[dict]
+
+
+class Evaluator:
+    """One task split, read and batched once; `evaluate(module, params)` scores any parameters."""
+
+    def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
+                 data_dir: str | None = None, max_examples: int | None = None, rank_classification: bool = True):
+        self.task, self.split = task, split
+        self.max_decode_length = int(task_feature_lengths["targets"])
+        self.vocabulary = task.output_features["targets"].vocabulary
+        self.examples = list(itertools.islice(
+            task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir), max_examples))
+        if not self.examples:
+            raise ValueError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
+        rows = converters.get_feature_converter("enc_dec").convert(self.examples, task_feature_lengths, pack=False)
+        batches = list(converters.batch(rows, batch_size, drop_remainder=False))
+        self.target_tokens = sum(int((b["decoder_target_tokens"] != 0).sum()) for b in batches)
+        self.batches = [_fill({k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}, batch_size)
+                        for b in batches]
+        self.targets = [task.postprocess(text_of(ex, "targets", self.vocabulary), example=ex, is_target=True)
+                        for ex in self.examples]
+        self.labels = label_strings(task, self.examples) if rank_classification and task.metric_fns else None
+        self.label_tokens = None
+        if self.labels:
+            encoded = [(self.vocabulary.encode(label) + [vocab_lib.EOS_ID])[:self.max_decode_length]
+                       for label in self.labels]
+            self.label_tokens = np.zeros((len(encoded), max(map(len, encoded))), np.int32)
+            for row, ids in zip(self.label_tokens, encoded):
+                row[:len(ids)] = ids
+
+    def __repr__(self):
+        return (f"Evaluator({self.task.name!r}, split={self.split!r}, examples={len(self.examples)}, "
+                f"labels={self.labels})")
+
+    def _run(self, module, params) -> dict[str, np.ndarray]:
+        """Device outputs for every batch, fetched once at the end."""
+        outputs = []
+        for batch in self.batches:
+            encoder_tokens, targets = batch["encoder_input_tokens"], batch["decoder_target_tokens"]
+            out = {"log_likelihood": scoring.target_log_likelihood(module, params, encoder_tokens, targets)}
+            if self.task.metric_fns:
+                out["decoded"] = decoding.greedy(module, params, {"encoder_input_tokens": encoder_tokens},
+                                                 max_decode_length=self.max_decode_length).tokens
+            if self.label_tokens is not None:
+                out["label_scores"] = scoring.rank_candidates(module, params, encoder_tokens, self.label_tokens)
+            outputs.append(out)
+        fetched = jax.device_get(outputs)
+        n = len(self.examples)
+        return {k: np.concatenate([o[k] for o in fetched])[:n] for k in fetched[0]}
+
+    def evaluate(self, module, params) -> EvalResult:
+        if module.config.arch != "encoder_decoder":
+            raise NotImplementedError(f"evaluation decodes and scores encoder-decoders; {type(module).__name__} "
+                                      f"({module.config.arch}) is not one")
+        out = self._run(module, params)
+        metrics = {"loss": float(-out["log_likelihood"].sum() / max(self.target_tokens, 1))}
+        inputs_vocabulary = self.task.output_features["inputs"].vocabulary
+        records = [{"inputs": text_of(ex, "inputs", inputs_vocabulary),
+                    "target": text_of(ex, "targets", self.vocabulary)} for ex in self.examples]
+        if "decoded" in out:
+            texts = [predict.detokenize(self.vocabulary, ids) for ids in out["decoded"]]
+            metrics.update(self._score(texts))
+            for record, text in zip(records, texts):
+                record["prediction"] = text
+        if "label_scores" in out:
+            chosen = [self.labels[i] for i in out["label_scores"].argmax(axis=1)]
+            metrics.update({SCORE_PREFIX + k: v for k, v in self._score(chosen).items()})
+            for record, text in zip(records, chosen):
+                record["score_prediction"] = text
+        return EvalResult(metrics, records)
+
+    def _score(self, texts: Sequence[str]) -> dict[str, float]:
+        predictions = [self.task.postprocess(t, example=ex, is_target=False) for t, ex in zip(texts, self.examples)]
+        return metrics_lib.compute_metrics(self.task.metric_fns, self.targets, predictions)
+
+
+def evaluators(task_or_mixture, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Evaluator]:
+    """An Evaluator per task: the task itself, or each task of a mixture that has the split."""
+    if isinstance(task_or_mixture, registry.Mixture):
+        return {t.name: Evaluator(t, split, task_feature_lengths, **kwargs) for t in task_or_mixture.tasks
+                if split in t.splits}
+    return {task_or_mixture.name: Evaluator(task_or_mixture, split, task_feature_lengths, **kwargs)}
+
+
+def evaluate_all(evaluators_by_task: Mapping[str, Evaluator], module, params) -> dict[str, EvalResult]:
+    return {name: e.evaluate(module, params) for name, e in evaluators_by_task.items()}
+
+
+def flat_metrics(results: Mapping[str, EvalResult]) -> dict[str, float]:
+    """One dict of metrics; with several tasks (a mixture) each key is prefixed `<task>/`."""
+    if len(results) == 1:
+        return dict(next(iter(results.values())).metrics)
+    return {f"{name}/{k}": v for name, r in results.items() for k, v in r.metrics.items()}
+
+
+def write_predictions(path: str, predictions: Sequence[Mapping[str, Any]]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for record in predictions:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+
+def append_metrics(path: str, record: Mapping[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(dict(record), default=str) + "\n")
+
+
+@gin.configurable("eval")
+def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
+             task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=gin.REQUIRED, split: str = "validation",
+             data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
+             output_dir: str | None = None, rank_classification: bool = True,
+             vocabulary_path: str | None = None) -> dict[str, float]:
+    """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
+    and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder."""
+    if vocabulary_path is not None:
+        vocab_lib.set_default_vocabulary(vocabulary_path)
+    module = models.build(model)
+    params, step, step_dir = predict.load_params(model, checkpoint_path)
+    output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
+    task = registry.get_task_or_mixture(mixture_or_task_name)
+    results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size, data_dir=data_dir,
+                                      max_examples=max_examples, rank_classification=rank_classification),
+                           module, params)
+    for name, result in results.items():
+        folder = os.path.join(output_dir, f"{name}.{split}")
+        write_predictions(os.path.join(folder, "predictions.jsonl"), result.predictions)
+        append_metrics(os.path.join(folder, "metrics.jsonl"), {"step": step, "checkpoint": step_dir,
+                                                               "examples": len(result.predictions), **result.metrics})
+        log.info("%s/%s at step %s: %s (written to %s)", name, split, step,
+                 " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items()), folder)
+    return flat_metrics(results)
