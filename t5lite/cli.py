@@ -1,4 +1,4 @@
-"""`t5lite` command line: train | eval | infer | tasks (more subcommands arrive with their features).
+"""`t5lite` command line: train | eval | infer | convert | tasks.
 
 Gin flags follow T5X: `--gin_file=F` (repeatable) and `--gin.NAME=VALUE` (a gin binding, so
 strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`). `eval` and `infer` read
@@ -144,6 +144,19 @@ def cmd_tasks(args, gin_files, gin_bindings) -> None:
     show_examples(task, args.split, args.num_examples, data_dir=args.data_dir, sequence_length=lengths)
 
 
+def cmd_convert(args, gin_files, gin_bindings) -> None:
+    from t5lite.interop import checkpoint
+    if bool(args.from_hf) == bool(args.to_hf):
+        raise SystemExit("t5lite convert: give exactly one of --from_hf HF_DIR or --to_hf RUN_DIR, and --out DIR")
+    if args.from_hf:
+        config = checkpoint.hf_to_t5lite(args.from_hf, args.out)
+        print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
+              f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+    else:
+        checkpoint.t5lite_to_hf(args.to_hf, args.out, preset=args.preset)
+        print(f"wrote Hugging Face folder {args.out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="t5lite", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("text", nargs="*", help="input texts, e.g. \"sst2 sentence: a fine film\"")
     infer.add_argument("--input_file", default=None, help="a file with one input text per line")
     infer.set_defaults(fn=cmd_infer)
+    convert = sub.add_parser("convert", help="Hugging Face folder <-> t5lite checkpoint")
+    convert.add_argument("--from_hf", help="a Hugging Face model folder (config.json + weights) to import")
+    convert.add_argument("--to_hf", help="a t5lite run directory (or step directory) to export")
+    convert.add_argument("--out", required=True, help="the directory to write")
+    convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
+    convert.set_defaults(fn=cmd_convert)
     tasks = sub.add_parser("tasks", help="list tasks or show preprocessed examples of one")
     tasks.add_argument("action", choices=["list", "show"])
     tasks.add_argument("name", nargs="?")
@@ -169,10 +188,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_jax() -> None:
+    """Compiled programs cached on disk (a resumed or repeated run skips XLA's compile), and on a
+    multi-host slice (T5LITE_DISTRIBUTED=1, set by tpu_scripts/run.sh) joining the other hosts."""
+    import jax
+    from t5lite.data.vocab import default_cache_dir
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", os.path.join(default_cache_dir(), "jax"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    if os.environ.get("T5LITE_DISTRIBUTED") == "1":
+        jax.distributed.initialize()
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     gin_files, gin_bindings, rest = split_gin_flags(argv)
     args = build_parser().parse_args(rest)
+    configure_jax()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "orbax", "jax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -201,3 +201,17 @@ def get_config(name: str, **overrides) -> ModelConfig:
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown model preset {name!r}.{hint} Known presets: {', '.join(sorted(PRESETS))}")
     return PRESETS[name]().replace(**overrides)
+
+
+def save_config(config: ModelConfig, path: str) -> None:
+    """Writes the config as JSON (runs keep it as `model_config.json` next to their checkpoints)."""
+    import json
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(dataclasses.asdict(config), f, indent=1, sort_keys=True)
+
+
+def load_config(path: str) -> ModelConfig:
+    import json
+    with open(path, encoding="utf-8") as f:
+        fields = json.load(f)
+    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})

