@@ -234,13 +234,16 @@ def normalize_squad(text: str) -> str:
     return " ".join(text.split())
 
 
-def _token_f1(target: str, prediction: str) -> float:
+def _token_f1(target: str, prediction: str, empty_matches: bool = False) -> float:
     """Bag-of-tokens F1 of two normalised answers.
 
     As in the SQuAD v1.1 script (and T5), no overlap gives 0 -- including empty vs empty,
-    which still scores 1 on exact match.
+    which still scores 1 on exact match. The v2.0 script (`empty_matches`) scores an empty
+    answer 1 when both are empty: that is a correct "unanswerable".
     """
     pred_tokens, target_tokens = prediction.split(), target.split()
+    if empty_matches and not (pred_tokens and target_tokens):
+        return float(pred_tokens == target_tokens)
     overlap = sum((collections.Counter(pred_tokens) & collections.Counter(target_tokens)).values())
     if overlap == 0:
         return 0.0
@@ -256,20 +259,25 @@ def _gold_answers(name: str, index: int, answers: Any) -> list[str]:
     return [normalize_squad(a) for a in answers]
 
 
-def _max_over_answers(name: str, targets, predictions) -> dict[str, float]:
+def _max_over_answers(name: str, targets, predictions, empty_matches: bool = False) -> dict[str, float]:
     """EM and F1 x100, each the best over an example's gold answers, averaged over examples."""
     targets, predictions = _as_lists(name, targets, predictions)
     em, f1 = [], []
     for i, (answers, prediction) in enumerate(zip(targets, predictions)):
         golds, pred = _gold_answers(name, i, answers), normalize_squad(prediction)
         em.append(max(float(g == pred) for g in golds))
-        f1.append(max(_token_f1(g, pred) for g in golds))
+        f1.append(max(_token_f1(g, pred, empty_matches) for g in golds))
     return {"em": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
 
 
 def squad(targets, predictions) -> dict[str, float]:
     """SQuAD EM/F1. Each target is the list of gold answers of one question."""
     return _max_over_answers("squad", targets, predictions)
+
+
+def squad_v2(targets, predictions) -> dict[str, float]:
+    """SQuAD 2.0 EM/F1: as `squad`, but an empty prediction for an unanswerable question ("" gold) scores F1 100."""
+    return _max_over_answers("squad_v2", targets, predictions, empty_matches=True)
 
 
 def _deduplicate(targets: list, predictions: list) -> tuple[list, list]:

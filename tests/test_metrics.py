@@ -339,3 +339,11 @@ def test_values_are_python_floats():
     for value in metrics.compute_metrics([metrics.accuracy, metrics.matthews_corrcoef,
                                           metrics.mean_multiclass_f1(2)], [0, 1, 1], [0, 1, 0]).values():
         assert type(value) is float
+
+
+def test_squad_v2_scores_a_correct_unanswerable_as_full_f1():
+    from t5lite.metrics import squad, squad_v2
+    targets, predictions = [[""], ["the cat"], ["a dog", ""]], ["", "cat", "The"]
+    assert squad(targets, predictions) == {"em": 100.0, "f1": pytest.approx(100 / 3)}
+    assert squad_v2(targets, predictions) == {"em": 100.0, "f1": 100.0}
+    assert squad_v2([[""]], ["some words"]) == {"em": 0.0, "f1": 0.0}

@@ -105,7 +105,7 @@ def _register(name: str, version: str, v2: bool) -> None:
                                              module="tensorflow_datasets.datasets.squad.squad_dataset_builder")),
         preprocessors=[functools.partial(squad, unanswerable=marker), P.tokenize, P.append_eos_after_trim],
         output_features=FEATURES,
-        metric_fns=[metrics.squad],
+        metric_fns=[metrics.squad_v2 if v2 else metrics.squad],
         postprocess_fn=functools.partial(qa_postprocess, unanswerable=marker),
     )
 
