@@ -21,8 +21,6 @@ from t5lite.train.trainer import train
 
 GLUE = str(shared_data_dir() / "glue")
 LENGTHS = {"inputs": 32, "targets": 4}
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(GLUE, "SST-2", "dev.tsv")),
-                                reason="needs ../shared/data/glue/SST-2")
 
 
 def _params(model_dir, step):

@@ -22,8 +22,7 @@ MODEL_DIR = str(minilm.get_model_path())
 
 def _sts_pairs(n=40, min_score=4.0):
     path = shared_data_dir() / "glue" / "STS-B" / "dev.tsv"
-    if not path.exists():
-        pytest.skip(f"shared data missing: {path}")
+    assert path.exists(), f"shared data missing: {path} (tests read ../shared/data or $T5LITE_SHARED_DATA)"
     with open(path, newline="") as f:
         rows = [r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if float(r["score"]) >= min_score]
     pairs, seen = [], set()
