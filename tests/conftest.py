@@ -30,5 +30,16 @@ def micro_config():
                       num_decoder_layers=1, vocab_size=2176)
 
 
+def random_variables(module, seed=0, scale=0.3):
+    """Parameters drawn from N(0, scale) for any family (init is traced with dummy features only)."""
+    import jax
+    import jax.numpy as jnp
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), encoder_input_tokens=tokens,
+                                                decoder_input_tokens=tokens))
+    rng = np.random.RandomState(seed)
+    return jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, scale, s.shape), s.dtype), shapes)
+
+
 def random_tokens(rng: np.random.Generator, length: int, low: int = 3, high: int = 2000) -> np.ndarray:
     return rng.integers(low, high, size=length).astype(np.int32)

@@ -10,15 +10,9 @@ import pytest
 
 from t5lite import models
 
+from conftest import random_variables
+
 TOL = 1e-4
-
-
-def random_variables(module, seed=0, scale=0.2):
-    tokens = jnp.zeros((1, 4), jnp.int32)
-    shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), encoder_input_tokens=tokens,
-                                                decoder_input_tokens=tokens))
-    rng = np.random.RandomState(seed)
-    return jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, scale, s.shape), s.dtype), shapes)
 
 
 def tokens(shape, seed, high=900):
@@ -52,7 +46,7 @@ DECODER_VARIANTS = [dict(), dict(position_encoding="rotary"),
                          ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "gpt2")
 def test_decoder_kv_cache_matches_full_sequence(overrides):
     module = models.build(models.get_config("gpt2_tiny", **overrides))
-    variables = random_variables(module)
+    variables = random_variables(module, scale=0.2)
     seq = tokens((2, 9), 1)
     full = jax.jit(module.apply)(variables, decoder_input_tokens=seq)
     cache = models.init_cache(module, variables["params"], 9, batch_size=2)
@@ -70,7 +64,7 @@ def test_decoder_kv_cache_matches_full_sequence(overrides):
 def test_encoder_decoder_kv_cache_matches_full_sequence(name, overrides):
     cfg = models.get_config(name, **overrides)
     module = models.build(cfg)
-    variables = random_variables(module)
+    variables = random_variables(module, scale=0.2)
     pad = cfg.pad_token_id
     enc = np.array(tokens((2, 10), 2))
     enc[1, 6:] = pad
@@ -89,7 +83,7 @@ def test_encoder_decoder_kv_cache_matches_full_sequence(name, overrides):
 
 def test_prefix_lm_attention_and_cached_decoding():
     module = models.build("gpt2_tiny")
-    variables = random_variables(module)
+    variables = random_variables(module, scale=0.2)
     apply = jax.jit(module.apply)
     seq = tokens((1, 8), 4)
     prefix = jnp.asarray([[1, 1, 1, 1, 0, 0, 0, 0]])
@@ -116,7 +110,7 @@ def test_prefix_lm_attention_and_cached_decoding():
 def test_padding_is_invisible(name):
     cfg = models.get_config(name)
     module = models.build(cfg)
-    variables = random_variables(module)
+    variables = random_variables(module, scale=0.2)
     encode = jax.jit(functools.partial(module.apply, method="encode"))
     ids = np.array(tokens((1, 6), 5))
     padded = np.concatenate([ids, np.full((1, 4), cfg.pad_token_id)], axis=1)
@@ -127,7 +121,7 @@ def test_padding_is_invisible(name):
 @pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny", "t5_tiny", "bart_tiny"])
 def test_packed_segments_equal_separate_examples(name):
     module = models.build(name)
-    variables = random_variables(module)
+    variables = random_variables(module, scale=0.2)
     apply = jax.jit(module.apply)
     a, b = tokens((1, 5), 6), tokens((1, 3), 7)
     packed = jnp.concatenate([a, b], axis=1)
@@ -144,7 +138,7 @@ def test_dot_product_attention_impl_matches_einsum():
     cfg = models.get_config("bert_tiny")
     ids = tokens((2, 8), 8)
     a = models.build(cfg)
-    variables = random_variables(a)
+    variables = random_variables(a, scale=0.2)
     b = models.build(cfg.replace(attention_impl="jax"))
     np.testing.assert_allclose(jax.jit(a.apply)(variables, encoder_input_tokens=ids),
                                jax.jit(b.apply)(variables, encoder_input_tokens=ids), atol=1e-4)

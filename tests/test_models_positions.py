@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 
 from t5lite import models
+
+from conftest import random_variables
 from t5lite.models import layers as L
-
-
-def random_variables(module, seed=0, scale=0.3):
-    tokens = jnp.zeros((1, 4), jnp.int32)
-    shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), encoder_input_tokens=tokens,
-                                                decoder_input_tokens=tokens))
-    rng = np.random.RandomState(seed)
-    return jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, scale, s.shape), s.dtype), shapes)
 
 
 def encoder_states(position_encoding, positions, **overrides):

@@ -92,6 +92,12 @@ def pool(hidden, mask, how: str):
     raise ValueError(f"pooling={how!r}: expected 'first', 'last' or 'mean'")
 
 
+def _dropout_classifier(head: nn.Module, x, num_classes: int):
+    """Dropout then a dense `classifier` over the last axis, float32 logits (inside a compact head)."""
+    x = nn.Dropout(head.config.dropout_rate)(x, deterministic=head.deterministic)
+    return _dense(head.config, num_classes, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
+
+
 class SequenceClassificationHead(nn.Module):
     """Dropout + dense on a pooled vector [batch, d] -> [batch, num_labels]; num_labels=1 is
     regression (STS-B); num_labels=2 on BERT's pooler is NSP, on ALBERT's is SOP."""
@@ -101,8 +107,7 @@ class SequenceClassificationHead(nn.Module):
 
     @nn.compact
     def __call__(self, pooled):
-        x = nn.Dropout(self.config.dropout_rate)(pooled, deterministic=self.deterministic)
-        return _dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
+        return _dropout_classifier(self, pooled, self.num_labels)
 
 
 class TokenTaggingHead(nn.Module):
@@ -113,8 +118,7 @@ class TokenTaggingHead(nn.Module):
 
     @nn.compact
     def __call__(self, hidden):
-        x = nn.Dropout(self.config.dropout_rate)(hidden, deterministic=self.deterministic)
-        return _dense(self.config, self.num_tags, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
+        return _dropout_classifier(self, hidden, self.num_tags)
 
 
 class SpanExtractionHead(nn.Module):
