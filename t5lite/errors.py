@@ -1,0 +1,23 @@
+"""Errors for problems a user can fix: bad input, configuration, data or checkpoints.
+
+The CLI prints a `T5liteError` as one message with exit code 2 (the traceback only with
+`--debug` or `T5LITE_DEBUG=1`); any other exception is a bug and keeps its traceback. Each
+message names the input at fault and the fix. The subclasses keep the built-in base a caller
+would catch (`ValueError`, `FileNotFoundError`, ...).
+"""
+
+
+class T5liteError(Exception):
+    """A problem with the user's input; the message says which input and how to fix it."""
+
+
+class ConfigError(T5liteError, ValueError):
+    """A gin binding, model config or command-line flag that can't be used as given."""
+
+
+class DataError(T5liteError, ValueError):
+    """A data file, split or example that can't be read or yields nothing to train on."""
+
+
+class CheckpointError(T5liteError, RuntimeError):
+    """A checkpoint or run directory that can't be used: missing, damaged, locked or mismatched."""
