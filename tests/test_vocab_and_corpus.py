@@ -41,13 +41,33 @@ def test_special_ids_and_sentinels(default_vocab):
 
 def test_encode_decode_round_trip_with_sentinels(default_vocab):
     v = default_vocab
-    text = "Return the value<extra_id_0> of the attribute<extra_id_1>."
+    text = "Return the value <extra_id_0> of the attribute <extra_id_1>."
     ids = v.encode(text)
     assert v.sentinel_id(0) in ids and v.sentinel_id(1) in ids
     assert ids.index(v.sentinel_id(0)) < ids.index(v.sentinel_id(1))
     assert v.decode(ids) == text
+    assert v.sentinel_id(0) not in v.encode("jel<extra_id_0>ly")  # only word-initial, as in seqio
     assert v.decode(ids + [1, 55, 66]) == text  # stops at EOS
     assert v.decode([0] + ids + [0]) == text    # drops padding
+
+
+@pytest.mark.parametrize("text", ["Καλημέρα κόσμε, τι κάνεις;", "你好世界，今天天气很好", "日本語のテキスト",
+                                  "emoji 🎉👍 and ✓ marks", "Привет, мир", "naïve café façade"])
+def test_any_script_round_trips_through_byte_fallback(default_vocab, text):
+    import unicodedata
+    ids = default_vocab.encode(text)
+    assert default_vocab.unk_id not in ids
+    assert default_vocab.decode(ids) == unicodedata.normalize("NFKC", text)  # T5's spiece normalises NFKC too
+
+
+def test_byte_fallback_needs_room_for_the_bytes(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size=100 cannot hold the 256 byte pieces"):
+        vocab.train_sentencepiece(["some text"], 100, out_dir=str(tmp_path), byte_fallback=True)
+
+
+def test_out_of_range_ids_decode_as_unk(default_vocab):
+    v = default_vocab
+    assert v.decode([v.vocab_size, v.vocab_size + 7]) == v.decode([v.unk_id, v.unk_id])
 
 
 def test_training_is_cached_and_deterministic(tmp_path):

@@ -21,7 +21,9 @@ class SentencePieceVocabulary:
     """A SentencePiece model with `extra_ids` sentinels appended as user-defined pieces (as seqio does).
 
     Appending them to the model itself lets SentencePiece encode `<extra_id_N>` inside text and
-    decode it back with the spacing around it intact.
+    decode it back with the spacing around it intact. As in seqio the pieces are named
+    `▁<extra_id_N>` (word-initial): `a <extra_id_0>ly` holds one sentinel id, while
+    `jel<extra_id_0>ly` or `value<extra_id_0>` is plain text.
     """
 
     def __init__(self, model_path: str, extra_ids: int = 100):
@@ -31,7 +33,7 @@ class SentencePieceVocabulary:
             proto = sp_pb2.ModelProto.FromString(f.read())
         self.base_vocab_size = len(proto.pieces)
         for i in reversed(range(extra_ids)):
-            proto.pieces.add(piece=f"<extra_id_{i}>", score=0.0, type=sp_pb2.ModelProto.SentencePiece.USER_DEFINED)
+            proto.pieces.add(piece=f"▁<extra_id_{i}>", score=0.0, type=sp_pb2.ModelProto.SentencePiece.USER_DEFINED)
         self._sp = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
         if self._sp.pad_id() != PAD_ID or self._sp.eos_id() != EOS_ID or self._sp.unk_id() != UNK_ID:
             raise ValueError(
@@ -58,11 +60,11 @@ class SentencePieceVocabulary:
         return self._sp.encode(text)
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids to text, stopping at the first EOS (what T5X does with decoded outputs)."""
+        """Ids to text, stopping at the first EOS; ids past the vocabulary decode as UNK (as in seqio)."""
         ids = [int(i) for i in ids]
         if EOS_ID in ids:
             ids = ids[:ids.index(EOS_ID)]
-        return self._sp.decode([i for i in ids if i != PAD_ID])
+        return self._sp.decode([UNK_ID if i >= self.vocab_size else i for i in ids if i != PAD_ID])
 
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(int(i))
@@ -73,21 +75,28 @@ def default_cache_dir() -> str:
 
 
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir: str | None = None,
-                        model_type: str = "unigram", seed_sentencepiece_size: int = 200_000) -> str:
+                        model_type: str = "unigram", seed_sentencepiece_size: int = 200_000,
+                        byte_fallback: bool = False) -> str:
     """Trains a T5-style SentencePiece model (pad 0, EOS 1, UNK 2, no BOS) and caches it.
 
+    `byte_fallback` spends 256 of the `vocab_size` pieces on UTF-8 bytes so that characters
+    unseen in training (other scripts, emoji) round-trip instead of becoming UNK.
     The file name holds a hash of the corpus and the settings, so a second call with the same
     corpus returns the cached model instead of training again.
     """
+    if byte_fallback and vocab_size < 256 + 4:
+        raise ValueError(f"vocab_size={vocab_size} cannot hold the 256 byte pieces of byte_fallback; "
+                         "use a vocab_size of at least 260 or byte_fallback=False")
     texts = [t for t in texts if t.strip()]
     digest = hashlib.sha256()
     for t in texts:
         digest.update(t.encode("utf-8"))
         digest.update(b"\0")
-    digest.update(f"{vocab_size}-{model_type}".encode())
+    digest.update(f"{vocab_size}-{model_type}-byte_fallback={byte_fallback}".encode())
     out_dir = out_dir or os.path.join(default_cache_dir(), "vocab")
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"spm_{model_type}_{vocab_size}_{digest.hexdigest()[:12]}.model")
+    name = f"spm_{model_type}_{vocab_size}{'_bytes' if byte_fallback else ''}_{digest.hexdigest()[:12]}.model"
+    path = os.path.join(out_dir, name)
     if os.path.exists(path):
         return path
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,7 +108,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir: str | No
         spm.SentencePieceTrainer.train(
             input=corpus, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
             pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-            character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
+            character_coverage=1.0, byte_fallback=byte_fallback, input_sentence_size=2_000_000, shuffle_input_sentence=True,
             seed_sentencepiece_size=seed_sentencepiece_size, max_sentence_length=1 << 16,
             num_threads=os.cpu_count() or 1, minloglevel=2,
         )
@@ -119,8 +128,8 @@ def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
 class DefaultVocabulary:
     """The vocabulary the built-in tasks use, resolved on first use.
 
-    By default a 2000-piece unigram model trained on the embedded corpus (cached); point it at an
-    existing SentencePiece file (e.g. T5's public `spiece.model`) with `set_default_vocabulary`.
+    By default a 2000-piece unigram model with byte fallback (so any script round-trips) trained
+    on the embedded corpus (cached); point it at an existing SentencePiece file (e.g. T5's public `spiece.model`) with `set_default_vocabulary`.
     """
     _path: str | None = None
     _vocab: SentencePieceVocabulary | None = None
@@ -132,7 +141,7 @@ class DefaultVocabulary:
         if cls._vocab is None:
             if cls._path is None:
                 from t5lite.data.corpus import embedded_documents
-                cls._path = train_sentencepiece(embedded_documents(), cls.base_size)
+                cls._path = train_sentencepiece(embedded_documents(), cls.base_size, byte_fallback=True)
             cls._vocab = SentencePieceVocabulary(cls._path, cls.extra_ids)
         return cls._vocab
 

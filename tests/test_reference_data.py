@@ -1,0 +1,50 @@
+"""t5lite's data side against the real upstream packages (seqio, t5), run on the same inputs.
+
+The upstream packages are the `reference` extra (CI installs it); importing TensorFlow takes
+seconds, so the reference checks share one module and module-level fixtures.
+"""
+import numpy as np
+import pytest
+
+from t5lite.data import vocab
+
+seqio = pytest.importorskip("seqio", reason="the seqio reference needs the `reference` extra")
+
+SENTINEL_TEXTS = [
+    "<extra_id_0>",
+    "Return the value<extra_id_0> of the attribute<extra_id_1>.",
+    "Return the value <extra_id_0> of the attribute <extra_id_1> .",
+    "<extra_id_0> starts the text and <extra_id_99> is the last one",
+    "I like peanut butter and jel<extra_id_0>ly sandwiches.",
+    "I like peanut butter and <extra_id_0>ly sandwiches.",
+    "two in a row<extra_id_3><extra_id_4> then text",
+    "spaces  <extra_id_2>   around\tit",
+    "a (<extra_id_5>) in brackets, \"<extra_id_6>\" in quotes",
+    "not a sentinel: <extra_id_100> or <extra_id_x> or extra_id_0",
+    "Καλημέρα <extra_id_0> κόσμε",
+    "x<extra_id_0>y<extra_id_1>z",
+]
+
+
+@pytest.fixture(scope="module")
+def vocabularies():
+    ours = vocab.DEFAULT_VOCABULARY._resolve()
+    return ours, seqio.SentencePieceVocabulary(ours.model_path, extra_ids=100)
+
+
+@pytest.mark.parametrize("text", SENTINEL_TEXTS)
+def test_sentinels_encode_and_decode_as_seqio(vocabularies, text):
+    ours, theirs = vocabularies
+    ids = ours.encode(text)
+    assert ids == list(theirs.encode(text))
+    assert ours.decode(ids) == theirs.decode(ids)
+
+
+def test_sizes_sentinels_and_out_of_range_ids_as_seqio(vocabularies):
+    ours, theirs = vocabularies
+    assert ours.vocab_size == theirs.vocab_size
+    assert ours.sentinel_id(0) == theirs.encode("<extra_id_0>")[-1]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ids = [int(i) for i in rng.integers(3, ours.vocab_size + 50, size=12)]
+        assert ours.decode(ids) == theirs.decode(ids)
