@@ -279,7 +279,7 @@ def test_rouge_matches_rouge_score(seed):
     assert got.keys() == set(keys)
 
     np.random.seed(seed)
-    scorer = rouge_scorer.RougeScorer(list(keys), use_stemmer=True)
+    scorer = rouge_scorer.RougeScorer(list(keys))  # T5's scorer: no stemmer
     aggregator = scoring.BootstrapAggregator()
     for r, p in zip(refs, preds):
         aggregator.add_scores(scorer.score(r.replace(" . ", " .\n"), p.replace(" . ", " .\n")))
@@ -288,9 +288,10 @@ def test_rouge_matches_rouge_score(seed):
         assert got[key] == pytest.approx(100 * result[key].mid.fmeasure)
 
 
-def test_rouge_stems_and_splits_sentences_on_newlines():
-    # Stemming: "running" ~ "runs" ~ "run".
-    assert metrics.rouge(["cats running"], ["cat runs"])["rouge1"] == pytest.approx(100)
+def test_rouge_stems_only_when_asked_and_splits_sentences_on_newlines():
+    # No stemming by default, as in T5; with it "running" ~ "runs" ~ "run".
+    assert metrics.rouge(["cats running"], ["cat runs"])["rouge1"] == pytest.approx(0)
+    assert metrics.rouge(["cats running"], ["cat runs"], use_stemmer=True)["rouge1"] == pytest.approx(100)
     # rougeLsum is a union-LCS over sentences, so reordering sentences costs nothing.
     got = metrics.rouge(["a b c\nd e f"], ["d e f\na b c"], score_keys=("rougeL", "rougeLsum"))
     assert got["rougeLsum"] == pytest.approx(100)

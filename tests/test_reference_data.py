@@ -48,3 +48,36 @@ def test_sizes_sentinels_and_out_of_range_ids_as_seqio(vocabularies):
     for _ in range(20):
         ids = [int(i) for i in rng.integers(3, ours.vocab_size + 50, size=12)]
         assert ours.decode(ids) == theirs.decode(ids)
+
+
+# ----------------------------------------------------------------------------- t5's own functions
+
+@pytest.fixture(scope="module")
+def t5_metrics():
+    pytest.importorskip("t5", reason="the t5 reference needs the `reference` extra")
+    from t5.evaluation import metrics as t5_metrics
+    return t5_metrics
+
+
+def _lead3(article: str) -> str:
+    import re
+    return " ".join(re.split(r"(?<=[.!?])\s+", article.strip())[:3])
+
+
+def test_rouge_on_cnn_dailymail_lead3_as_t5(t5_metrics):
+    import csv
+    from conftest import shared_data_dir
+    from t5lite import metrics
+    path = shared_data_dir() / "summarization" / "cnn_dailymail" / "cnn_dailymail_validation_subset.csv"
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = [row for _, row in zip(range(300), csv.DictReader(f))]
+    targets, predictions = [r["highlights"] for r in rows], [_lead3(r["article"]) for r in rows]
+    np.random.seed(0)
+    ours = metrics.rouge(targets, predictions)
+    np.random.seed(0)
+    theirs = t5_metrics.rouge(targets, predictions)
+    assert ours.keys() == theirs.keys()
+    for key in theirs:
+        assert ours[key] == pytest.approx(theirs[key], abs=1e-9), key
+    np.random.seed(0)
+    assert metrics.rouge(targets, predictions, use_stemmer=True)["rouge1"] > ours["rouge1"] + 0.5
