@@ -81,3 +81,39 @@ def test_rouge_on_cnn_dailymail_lead3_as_t5(t5_metrics):
         assert ours[key] == pytest.approx(theirs[key], abs=1e-9), key
     np.random.seed(0)
     assert metrics.rouge(targets, predictions, use_stemmer=True)["rouge1"] > ours["rouge1"] + 0.5
+
+
+@pytest.fixture(scope="module")
+def t5_preprocessors():
+    pytest.importorskip("t5", reason="the t5 reference needs the `reference` extra")
+    import tensorflow as tf
+    from t5.data import preprocessors as t5_preprocessors
+    return tf, t5_preprocessors
+
+
+def _run_tf(tf, rows, fn):
+    """Rows (dicts of str / lists of str) through a t5 dataset preprocessor, back as Python."""
+    spec = {k: tf.TensorSpec([None] if isinstance(v, list) else [], tf.string) for k, v in rows[0].items()}
+    spec = {k: ({"text": tf.TensorSpec([None], tf.string)} if k == "answers" else s) for k, s in spec.items()}
+    dataset = fn(tf.data.Dataset.from_generator(lambda: iter(rows), output_signature=spec))
+    decode = lambda v: [x.decode() for x in v] if isinstance(v, np.ndarray) else v.decode()
+    return [{k: decode(v) for k, v in ex.items()} for ex in dataset.as_numpy_iterator()]
+
+
+def test_squad_formatting_as_t5(t5_preprocessors):
+    from conftest import shared_data_dir
+    from t5lite.data import get_task
+    from t5lite.data.tasks.squad import squad
+    tf, t5p = t5_preprocessors
+    raw = list(get_task("squad_v1").source.load("validation", data_dir=str(shared_data_dir() / "squad" / "v1.1")))
+    sample = raw[::25]  # ~420 questions over every article
+    rows = [{"id": r["id"], "question": r["question"], "context": r["context"],
+             "answers": {"text": list(r["answers"]["text"])}} for r in sample]
+    theirs = _run_tf(tf, rows, t5p.squad)
+    ours = list(squad(sample))
+    assert len(ours) == len(theirs) == len(sample)
+    for a, b in zip(ours, theirs):
+        for key in ("inputs", "targets", "question", "context", "answers", "id"):
+            assert a[key] == b[key], (key, a["id"])
+    # The paper-era rule differs wherever a non-ASCII character occurs.
+    assert any(a["inputs"] != b["inputs"] for a, b in zip(squad(sample, punctuation="non_word"), theirs))

@@ -24,11 +24,18 @@ def _formatted(task, data_dir, split="validation"):
 
 
 def test_pad_punctuation_matches_t5_re2_semantics():
-    assert pad_punctuation("Levi's Stadium (2016), 24–10.") == "Levi ' s Stadium ( 2016 ) , 24 – 10 . "
-    # RE2's \W is ASCII-only, so accented letters are padded too; only ASCII whitespace collapses.
-    assert pad_punctuation("café  au\tlait") == "caf é au lait"
-    assert pad_punctuation("a\u00a0b") == "a \u00a0 b"
-    assert pad_punctuation("snake_case 42") == "snake_case 42"
+    # Today's t5: RE2's [[:punct:]] is ASCII punctuation; dashes and accents stay; ASCII whitespace collapses.
+    assert pad_punctuation("Levi's Stadium (2016), 24–10.") == "Levi ' s Stadium ( 2016 ) , 24–10 . "
+    assert pad_punctuation("café  au\tlait") == "café au lait"
+    assert pad_punctuation("a\u00a0b") == "a\u00a0b"
+    assert pad_punctuation("snake_case 42") == "snake _ case 42"
+    # The paper-era rule: RE2's \W is ASCII-only, so accented letters and dashes are padded too.
+    assert pad_punctuation("Levi's 24–10.", rule="non_word") == "Levi ' s 24 – 10 . "
+    assert pad_punctuation("café  au\tlait", rule="non_word") == "caf é au lait"
+    assert pad_punctuation("a\u00a0b", rule="non_word") == "a \u00a0 b"
+    assert pad_punctuation("snake_case 42", rule="non_word") == "snake_case 42"
+    with pytest.raises(ValueError, match="unknown punctuation rule 'ascii'"):
+        pad_punctuation("x", rule="ascii")
 
 
 def test_first_v1_question_exact():
@@ -37,7 +44,7 @@ def test_first_v1_question_exact():
         "question: Which NFL team represented the AFC at Super Bowl 50 ? context: Super Bowl 50 was an American "
         "football game to determine the champion of the National Football League ( NFL ) for the 2015 season . The "
         "American Football Conference ( AFC ) champion Denver Broncos defeated the National Football Conference ( NFC"
-        " ) champion Carolina Panthers 24 – 10 to earn their third Super Bowl title . The game was played on February"
+        " ) champion Carolina Panthers 24–10 to earn their third Super Bowl title . The game was played on February"
         " 7 , 2016 , at Levi ' s Stadium in the San Francisco Bay Area at Santa Clara , California .")
     assert ex["inputs_pretokenized"].endswith(
         "as well as temporarily suspending the tradition of naming each Super Bowl game with Roman numerals ( under "

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import re
+import string
 from typing import Iterable, Iterator
 
 from t5lite import metrics
@@ -21,29 +22,41 @@ from t5lite.data.tasks.pretraining import FEATURES
 
 UNANSWERABLE = "unanswerable"  # squad_v2's target for a question the context does not answer
 
-# T5 pads with TF's RE2 regexes, whose \W and \s are ASCII-only: every non-ASCII character (an
-# accented letter, a dash) is padded too, and only ASCII whitespace is collapsed. Padding the
-# whitespace itself, as T5 does, makes no difference after collapsing, so it is left out (faster).
-_NON_WORD = re.compile(r"([^0-9A-Za-z_\t\n\f\r ])")
+# T5 pads with TF's RE2 regexes. Today's t5 (since 2022) pads `[[:punct:]]`, RE2's ASCII
+# punctuation (= Python's string.punctuation); the paper-era rule padded `\W`, which in RE2 is
+# ASCII-only, so every non-ASCII character (an accented letter, a dash) was padded too. `\s` is
+# ASCII whitespace in RE2 either way. Padding the whitespace itself, as the `\W` rule does, makes
+# no difference after collapsing, so it is left out.
+PUNCTUATION_RULES = {
+    "punct": re.compile(f"([{re.escape(string.punctuation)}])"),
+    "non_word": re.compile(r"([^0-9A-Za-z_\t\n\f\r ])"),
+}
 _SPACES = re.compile(r"[\t\n\f\r ]+")
 
 
 @functools.lru_cache(maxsize=1024)  # a paragraph's context repeats for each of its questions
-def pad_punctuation(text: str) -> str:
-    """T5's `_pad_punctuation`: spaces around every non-word character, whitespace runs collapsed."""
-    return _SPACES.sub(" ", _NON_WORD.sub(r" \1 ", text))
+def pad_punctuation(text: str, rule: str = "punct") -> str:
+    r"""T5's `_pad_punctuation`: spaces around punctuation, whitespace runs collapsed.
+
+    `rule="punct"` is today's t5 (ASCII punctuation); `rule="non_word"` the paper-era `\W` rule.
+    """
+    if rule not in PUNCTUATION_RULES:
+        raise ValueError(f"unknown punctuation rule {rule!r}; use one of {sorted(PUNCTUATION_RULES)}")
+    return _SPACES.sub(" ", PUNCTUATION_RULES[rule].sub(r" \1 ", text))
 
 
-def squad(dataset: Iterable[Example], unanswerable: str | None = None) -> Iterator[Example]:
+def squad(dataset: Iterable[Example], unanswerable: str | None = None, punctuation: str = "punct") -> Iterator[Example]:
     """T5's `squad` formatting; with `unanswerable` set (v2.0), a question without answers gets that
-    target and the single gold answer "" (what SQuAD v2.0's scoring expects)."""
+    target and the single gold answer "" (what SQuAD v2.0's scoring expects). `punctuation` picks the
+    padding rule (see `pad_punctuation`)."""
+    pad = functools.partial(pad_punctuation, rule=punctuation)
     for ex in dataset:
-        answers = [pad_punctuation(a) for a in ex["answers"]["text"]]
+        answers = [pad(a) for a in ex["answers"]["text"]]
         if not answers and unanswerable is not None:
             target, answers = unanswerable, [""]
         else:
             target = answers[0]
-        question, context = pad_punctuation(ex["question"]), pad_punctuation(ex["context"])
+        question, context = pad(ex["question"]), pad(ex["context"])
         yield {"inputs": _SPACES.sub(" ", f"question: {question} context: {context}"), "targets": target,
                "id": ex["id"], "question": question, "context": context, "answers": answers}
 
