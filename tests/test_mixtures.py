@@ -70,9 +70,40 @@ def test_registry_errors(sized_tasks):
         MixtureRegistry.add("mix_bad", [("mix_smal", 1.0)])
 
 
+# T5's rates as REFERENCE.md lists them (t5.data.glue_utils; checked against t5 itself in test_reference_data.py).
+GLUE_V002 = {"glue_cola": 8551, "glue_sst2": 67349, "glue_mrpc": 3668, "glue_qqp": 363849, "glue_stsb": 5749,
+             "glue_mnli": 392702, "glue_qnli": 104743, "glue_rte": 2490, "glue_mnli_matched": 0,
+             "glue_mnli_mismatched": 0, "glue_ax": 0}
+SUPER_GLUE_V102 = {"dpr_v001_simple": 1322, "super_glue_wsc_train": 259, "super_glue_wsc": 0, "super_glue_boolq": 9427,
+                   "super_glue_cb": 250, "super_glue_copa": 400, "super_glue_multirc": 27243,
+                   "super_glue_record": 138854, "super_glue_rte": 2490, "super_glue_wic": 5428, "super_glue_axb": 0,
+                   "super_glue_axg": 0}
+
+
+@pytest.mark.parametrize("names, expected", [(("glue_v002_proportional", "glue_proportional"), GLUE_V002),
+                                             (("super_glue_v102_proportional", "super_glue_proportional"),
+                                              SUPER_GLUE_V102)])
+def test_t5_mixture_rates(names, expected):
+    for name in names:  # the T5 name and the earlier t5lite alias
+        mixture = get_mixture(name)
+        assert dict(zip((t.name for t in mixture.tasks), mixture.rates("train"))) == expected
+    assert "glue_wnli" not in [t.name for t in get_mixture("glue_v002_proportional").tasks]
+
+
+def test_rate_zero_tasks_are_never_sampled(sized_tasks):
+    """T5's eval-only members (MNLI's dev sets, AX) have rate 0 and may lack the split being mixed."""
+    TaskRegistry.remove("mix_eval_only")
+    TaskRegistry.add("mix_eval_only", FunctionSource(lambda split: [{"task": "mix_eval_only"}], ("validation",)), [], {})
+    try:
+        MixtureRegistry.remove("mix_zero")
+        mixture = MixtureRegistry.add("mix_zero", [("mix_small", 1.0), ("mix_medium", 0.0), ("mix_eval_only", 0.0)])
+        drawn = {ex["task"] for ex in itertools.islice(mixture.get_dataset("train", seed=2), 500)}
+        assert drawn == {"mix_small"}
+    finally:
+        TaskRegistry.remove("mix_eval_only")
+
+
 def test_glue_proportional_on_real_files():
-    mixture = get_mixture("glue_proportional")
-    assert "glue_ax" not in [t.name for t in mixture.tasks] and "glue_sst2" in [t.name for t in mixture.tasks]
     assert num_examples(get_task("glue_rte"), "train", GLUE) == 2490
     assert num_examples(get_task("glue_wnli"), "train", GLUE) == 635
     MixtureRegistry.remove("rte_wnli")
@@ -90,7 +121,10 @@ def test_tfds_sizes_come_from_the_data_source():
     tfds = pytest.importorskip("tensorflow_datasets", reason="the TFDS path needs tensorflow-datasets")
     with tfds.testing.mock_data(num_examples=7, policy=tfds.testing.MockPolicy.USE_CODE):
         assert num_examples(get_task("glue_cola"), "train") == 7
-        assert get_mixture("glue_proportional").rates("train")[:2] == [7.0, 7.0]
+        MixtureRegistry.remove("glue_by_size")
+        by_size = MixtureRegistry.add("glue_by_size", [("glue_cola", ExamplesProportional()),
+                                                       ("glue_sst2", ExamplesProportional())])
+        assert by_size.rates("train") == [7.0, 7.0]
 
 
 def test_issue_task_names_are_registered():

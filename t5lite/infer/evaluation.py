@@ -152,11 +152,49 @@ def evaluate_all(evaluators_by_task: Mapping[str, Evaluator], module, params) ->
     return {name: e.evaluate(module, params) for name, e in evaluators_by_task.items()}
 
 
+# T5's benchmark averages (t5.evaluation.eval_utils.compute_avg_glue over its METRIC_NAMES): the
+# metrics in one group (MRPC's F1 and accuracy, MNLI matched and mismatched, ...) are averaged
+# first, then the groups. WNLI and DPR are not part of them.
+BENCHMARK_GROUPS = {
+    "glue_average": {
+        "CoLA": [("glue_cola", "matthews_corrcoef")], "SST-2": [("glue_sst2", "accuracy")],
+        "MRPC": [("glue_mrpc", "f1"), ("glue_mrpc", "accuracy")],
+        "STSB": [("glue_stsb", "pearson_corrcoef"), ("glue_stsb", "spearman_corrcoef")],
+        "QQP": [("glue_qqp", "f1"), ("glue_qqp", "accuracy")],
+        "MNLI": [("glue_mnli_matched", "accuracy"), ("glue_mnli_mismatched", "accuracy")],
+        "QNLI": [("glue_qnli", "accuracy")], "RTE": [("glue_rte", "accuracy")]},
+    "super_glue_average": {
+        "BoolQ": [("super_glue_boolq", "accuracy")],
+        "CB": [("super_glue_cb", "mean_3class_f1"), ("super_glue_cb", "accuracy")],
+        "COPA": [("super_glue_copa", "accuracy")],
+        "MultiRC": [("super_glue_multirc", "f1"), ("super_glue_multirc", "exact_match")],
+        "ReCoRD": [("super_glue_record", "f1"), ("super_glue_record", "em")],
+        "RTE": [("super_glue_rte", "accuracy")], "WiC": [("super_glue_wic", "accuracy")],
+        "WSC": [("super_glue_wsc", "accuracy")]},
+}
+
+
+def benchmark_averages(metrics_by_task: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """`glue_average` / `super_glue_average` of the tasks' decoded metrics, each only when every
+    metric it needs is there (as T5 does)."""
+    averages = {}
+    for name, groups in BENCHMARK_GROUPS.items():
+        try:
+            means = [np.mean([metrics_by_task[task][key] for task, key in members]) for members in groups.values()]
+        except KeyError:
+            continue
+        averages[name] = float(np.mean(means))
+    return averages
+
+
 def flat_metrics(results: Mapping[str, EvalResult]) -> dict[str, float]:
-    """One dict of metrics; with several tasks (a mixture) each key is prefixed `<task>/`."""
+    """One dict of metrics; with several tasks (a mixture) each key is prefixed `<task>/`, and
+    the GLUE / SuperGLUE averages are added when the tasks cover a benchmark."""
     if len(results) == 1:
         return dict(next(iter(results.values())).metrics)
-    return {f"{name}/{k}": v for name, r in results.items() for k, v in r.metrics.items()}
+    by_task = {name: r.metrics for name, r in results.items()}
+    flat = {f"{name}/{k}": v for name, r in results.items() for k, v in r.metrics.items()}
+    return {**flat, **benchmark_averages(by_task)}
 
 
 def write_predictions(path: str, predictions: Sequence[Mapping[str, Any]]) -> None:
@@ -196,4 +234,9 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
                                                                "examples": len(result.predictions), **result.metrics})
         log.info("%s/%s at step %s: %s (written to %s)", name, split, step,
                  " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items()), folder)
-    return flat_metrics(results)
+    scores = flat_metrics(results)
+    averages = {k: v for k, v in scores.items() if k in BENCHMARK_GROUPS}
+    if averages:
+        log.info("%s/%s at step %s: %s", mixture_or_task_name, split, step,
+                 " ".join(f"{k}={v:.4g}" for k, v in averages.items()))
+    return scores

@@ -1,4 +1,5 @@
-"""GLUE as T5 casts it: `glue_<task>` for cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli, ax.
+"""GLUE as T5 casts it: `glue_<task>` for cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli, ax, and
+MNLI's dev sets as their own eval tasks `glue_mnli_matched` / `glue_mnli_mismatched`.
 
 Each task reads TFDS `glue/<task>`, or GLUE as distributed (`<data_dir>/SST-2/dev.tsv`, ...) when
 `data_dir` holds those files; both give TFDS's features, so the formatting below serves both.
@@ -15,7 +16,7 @@ import numpy as np
 
 from t5lite import metrics
 from t5lite.data import preprocessors as P
-from t5lite.data.registry import Example, ExamplesProportional, MixtureRegistry, TaskRegistry
+from t5lite.data.registry import Example, MixtureRegistry, TaskRegistry
 from t5lite.data.sources import FileSource, FilesOrTfds, Table, TfdsSource
 from t5lite.data.tasks.pretraining import FEATURES
 
@@ -124,6 +125,10 @@ GLUE_TASKS = (
              split_files={"train": "train.tsv", "validation_matched": "dev_matched.tsv",
                           "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
                           "test_mismatched": "test_mismatched.tsv"}),
+    # MNLI's dev sets as T5's eval-only tasks (glue_mnli_matched_v002, ...): TFDS glue/mnli_matched, ...
+    *(GlueTask(f"mnli_{kind}", "MNLI", {**_NLI, "label": "gold_label"}, MNLI_LABELS, (metrics.accuracy,),
+               split_files={"validation": f"dev_{kind}.tsv", "test": f"test_{kind}.tsv"}, benchmark="mnli")
+      for kind in ("matched", "mismatched")),
     GlueTask("qnli", "QNLI", {"question": "question", "sentence": "sentence", "label": "label"},
              ("entailment", "not_entailment"), (metrics.accuracy,)),
     GlueTask("rte", "RTE", _PAIR, ("entailment", "not_entailment"), (metrics.accuracy,)),
@@ -137,6 +142,11 @@ for _task in GLUE_TASKS:
     TaskRegistry.add(f"glue_{_task.name}", source=_task.source(), preprocessors=_task.preprocessors(),
                      output_features=FEATURES, metric_fns=_task.metric_fns, postprocess_fn=_task.postprocess_fn())
 
-# T5's glue_v002_proportional: the GLUE tasks with training data, mixed in proportion to their size.
-MixtureRegistry.add("glue_proportional", [(f"glue_{t.name}", ExamplesProportional()) for t in GLUE_TASKS
-                                          if "train" in t.split_files])
+# T5's glue_v002_proportional (t5.data.glue_utils.GLUE_WEIGHT_MAPPING): the training-set sizes as
+# rates; no WNLI (T5 trains on WSC and DPR instead); MNLI's dev sets and AX at rate 0, so they are
+# evaluated with the mixture but never sampled. `glue_proportional` is the earlier name.
+GLUE_V002_RATES = {"glue_cola": 8_551, "glue_sst2": 67_349, "glue_mrpc": 3_668, "glue_qqp": 363_849,
+                   "glue_stsb": 5_749, "glue_mnli": 392_702, "glue_qnli": 104_743, "glue_rte": 2_490,
+                   "glue_mnli_mismatched": 0, "glue_mnli_matched": 0, "glue_ax": 0}
+for _name in ("glue_v002_proportional", "glue_proportional"):
+    MixtureRegistry.add(_name, [(task, float(rate)) for task, rate in GLUE_V002_RATES.items()])

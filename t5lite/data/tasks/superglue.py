@@ -6,7 +6,9 @@ Most tasks use the GLUE formatting ("<task> key: value ...", labels as TFDS name
 drops its HTML and keeps its ids, since exact match is taken per question; ReCoRD gives one example
 per gold answer and keeps all of them for scoring; WSC is T5's "simple" variant: the pronoun marked
 with asterisks, the referent noun phrase as target (`super_glue_wsc_train` keeps only the true
-referents, for training, as T5's `wsc_v102_simple_train` does).
+referents, for training, as T5's `wsc_v102_simple_train` does). `dpr_v001_simple` is T5's Definite
+Pronoun Resolution task in the same "wsc:" format (TFDS `definite_pronoun_resolution`, or the release
+files `<data_dir>/train.c.txt`, `test.c.txt`).
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from typing import Iterable, Iterator
 
 from t5lite import metrics
 from t5lite.data import preprocessors as P
-from t5lite.data.registry import Example, ExamplesProportional, MixtureRegistry, TaskRegistry
-from t5lite.data.sources import FileSource, FilesOrTfds, JsonLines, Malformed, Row, TfdsSource
+from t5lite.data.registry import Example, MixtureRegistry, TaskRegistry
+from t5lite.data.sources import FileSource, FilesOrTfds, JsonLines, Malformed, Row, TfdsSource, open_file
 from t5lite.data.tasks.glue import glue, string_label_to_class_id
 from t5lite.data.tasks.pretraining import FEATURES
 
@@ -129,6 +131,37 @@ def wsc_postprocess(text: str, example: Example | None = None, is_target: bool =
         return 0
     p, r = set(prediction.split(" ")), set(referent.split(" "))
     return int(p <= r or r <= p)
+
+
+# ----------------------------------------------------------------------------- DPR
+
+def dpr_simple(dataset: Iterable[Example]) -> Iterator[Example]:
+    """T5's `definite_pronoun_resolution_simple` (task `dpr_v001_simple`): "wsc: ..." with the first
+    occurrence of the pronoun that is followed by a space, "." or "," marked with asterisks -> the
+    right candidate."""
+    for ex in dataset:
+        marked = re.sub(rf" ({re.escape(ex['pronoun'])})( |\.|,)", r" *\1*\2", ex["sentence"], count=1)
+        yield {"inputs": f"wsc: {marked}", "targets": ex["candidates"][int(ex["label"])]}
+
+
+@dataclasses.dataclass(frozen=True)
+class DprText:
+    """The DPR release files (`train.c.txt`, `test.c.txt`) as TFDS `definite_pronoun_resolution`
+    examples: blocks of sentence, pronoun, "candidate1,candidate2", answer, then a blank line."""
+
+    def __call__(self, path: str) -> Iterator[Row]:
+        with open_file(path) as f:
+            lines = [line.strip() for line in f.read().decode("utf-8").split("\n")]
+        for start in range(0, len(lines), 5):
+            sentence, pronoun, candidates, answer = (lines[start:start + 4] + [""] * 4)[:4]
+            if not sentence:
+                continue
+            candidates = [c.strip() for c in candidates.split(",")]
+            if answer not in candidates:
+                yield start + 1, Malformed(f"answer {answer!r} is not one of the candidates {candidates}")
+            else:
+                yield start + 1, {"sentence": sentence, "pronoun": pronoun, "candidates": candidates,
+                                  "label": candidates.index(answer)}
 
 
 # ----------------------------------------------------------------------------- local files
@@ -247,7 +280,19 @@ _add("super_glue_wsc", "wsc.fixed", SPLITS, wsc_simple, [metrics.accuracy], wsc_
 _add("super_glue_wsc_train", "wsc.fixed", ("train",), functools.partial(wsc_simple, correct_referent_only=True), [],
      wsc_postprocess)
 
-# T5's super_glue_v102_proportional: the tasks with training data, mixed in proportion to their size.
-MixtureRegistry.add("super_glue_proportional", [
-    (f"super_glue_{n}", ExamplesProportional())
-    for n in ("boolq", "cb", "copa", "multirc", "record", "rte", "wic", "wsc_train")])
+TaskRegistry.add("dpr_v001_simple",
+                 source=FilesOrTfds(FileSource({"train": "train.c.txt", "test": "test.c.txt"}, DprText()),
+                                    TfdsSource("definite_pronoun_resolution", ("train", "test"),
+                                               module="tensorflow_datasets.text.definite_pronoun_resolution")),
+                 preprocessors=[dpr_simple, P.tokenize, P.append_eos_after_trim], output_features=FEATURES,
+                 metric_fns=[metrics.accuracy])
+
+# T5's super_glue_v102_proportional (t5.data.glue_utils.SUPER_GLUE_WEIGHT_MAPPING): training-set sizes as
+# rates (ReCoRD counted per answer, as its examples are), DPR and WSC's true referents for training; the
+# WSC eval task and the diagnostics at rate 0. `super_glue_proportional` is the earlier name.
+SUPER_GLUE_V102_RATES = {"dpr_v001_simple": 1_322, "super_glue_wsc_train": 259, "super_glue_wsc": 0,
+                         "super_glue_boolq": 9_427, "super_glue_cb": 250, "super_glue_copa": 400,
+                         "super_glue_multirc": 27_243, "super_glue_record": 138_854, "super_glue_rte": 2_490,
+                         "super_glue_wic": 5_428, "super_glue_axb": 0, "super_glue_axg": 0}
+for _name in ("super_glue_v102_proportional", "super_glue_proportional"):
+    MixtureRegistry.add(_name, [(task, float(rate)) for task, rate in SUPER_GLUE_V102_RATES.items()])
