@@ -43,7 +43,8 @@ setup(
         # The real upstream packages as references in tests (t5 itself installs with --no-deps:
         # see the Makefile); TensorFlow is needed by them only, never by t5lite.
         "reference": ["tensorflow-cpu==2.21.*", "tensorflow-text==2.21.*", "seqio==0.0.20", "mesh-tensorflow",
-                      "nltk", "babel", "immutabledict", "editdistance"],
+                      "nltk", "babel", "immutabledict", "editdistance",
+                      "pandas"],  # imported by t5.evaluation.eval_utils (compute_avg_glue)
     },
     entry_points={"console_scripts": ["t5lite=t5lite.cli:main"]},
 )

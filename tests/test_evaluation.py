@@ -152,3 +152,16 @@ def test_eval_and_infer_entry_points_read_a_checkpoint(task, model, tmp_path):
     out = predict.infer(texts, checkpoint_path=str(tmp_path / "run"), model=module.config,
                         max_decode_length=LENGTHS["targets"], max_input_length=LENGTHS["inputs"])
     assert out == [p["prediction"] for p in direct.predictions[:4]]
+
+
+def test_flat_metrics_adds_the_glue_average_with_t5_grouping():
+    """The grouping itself is checked against t5's compute_avg_glue in test_reference_data.py."""
+    scores = {"glue_cola": {"matthews_corrcoef": 40.0}, "glue_sst2": {"accuracy": 90.0},
+              "glue_mrpc": {"f1": 80.0, "accuracy": 70.0}, "glue_stsb": {"pearson_corrcoef": 60.0,
+                                                                           "spearman_corrcoef": 50.0},
+              "glue_qqp": {"f1": 30.0, "accuracy": 20.0}, "glue_mnli_matched": {"accuracy": 10.0},
+              "glue_mnli_mismatched": {"accuracy": 0.0}, "glue_qnli": {"accuracy": 100.0},
+              "glue_rte": {"accuracy": 60.0}, "glue_wnli": {"accuracy": 0.0}}
+    flat = evaluation.flat_metrics({t: evaluation.EvalResult(m, []) for t, m in scores.items()})
+    assert flat["glue_cola/matthews_corrcoef"] == 40.0 and "super_glue_average" not in flat
+    assert flat["glue_average"] == pytest.approx((40 + 90 + 75 + 55 + 25 + 5 + 100 + 60) / 8)

@@ -117,3 +117,79 @@ def test_squad_formatting_as_t5(t5_preprocessors):
             assert a[key] == b[key], (key, a["id"])
     # The paper-era rule differs wherever a non-ASCII character occurs.
     assert any(a["inputs"] != b["inputs"] for a, b in zip(squad(sample, punctuation="non_word"), theirs))
+
+
+DPR_ROWS = [
+    {"sentence": "Bob asked Tom if he can lend some money.", "pronoun": "he", "candidates": ["Bob", "Tom"], "label": 1},
+    {"sentence": "The cat chased the mouse because it was hungry.", "pronoun": "it", "candidates": ["the cat", "the mouse"],
+     "label": 0},
+    {"sentence": "The fish ate the worm. It was tasty.", "pronoun": "It", "candidates": ["The fish", "The worm"],
+     "label": 1},
+    {"sentence": "Anna told Mary that she, of all people, would win.", "pronoun": "she", "candidates": ["Anna", "Mary"],
+     "label": 0},
+    {"sentence": "The trophy did not fit in the suitcase because it was too big it.", "pronoun": "it",
+     "candidates": ["the trophy", "the suitcase"], "label": 0},
+    {"sentence": "Sam thanked John because he had helped him.", "pronoun": "him", "candidates": ["Sam", "John"],
+     "label": 1},
+    {"sentence": "The dog bit the man, so they shot it", "pronoun": "it", "candidates": ["the dog", "the man"],
+     "label": 0},
+]
+
+
+def test_dpr_format_as_t5(t5_preprocessors):
+    from t5lite.data.tasks.superglue import dpr_simple
+    tf, t5p = t5_preprocessors
+    spec = {"sentence": tf.TensorSpec([], tf.string), "pronoun": tf.TensorSpec([], tf.string),
+            "candidates": tf.TensorSpec([2], tf.string), "label": tf.TensorSpec([], tf.int64)}
+    dataset = tf.data.Dataset.from_generator(lambda: iter(DPR_ROWS), output_signature=spec)
+    theirs = [{k: v.decode() for k, v in ex.items()}
+              for ex in t5p.definite_pronoun_resolution_simple(dataset).as_numpy_iterator()]
+    assert [{"inputs": e["inputs"], "targets": e["targets"]} for e in dpr_simple(DPR_ROWS)] == theirs
+
+
+def test_mixture_rates_as_t5(t5_preprocessors):
+    from t5.data import glue_utils
+    from t5lite.data import get_mixture
+    # t5 names -> t5lite names: drop the version, WSC's simple variants are super_glue_wsc(_train).
+    rename = {"super_glue_wsc_v102_simple_train": "super_glue_wsc_train",
+              "super_glue_wsc_v102_simple_eval": "super_glue_wsc"}
+    for ours_name, theirs in [("glue_v002_proportional", glue_utils.get_glue_weight_mapping()),
+                              ("super_glue_v102_proportional", glue_utils.get_super_glue_weight_mapping())]:
+        expected = {rename.get(k, k.replace("_v002", "").replace("_v102", "")): v for k, v in theirs.items()}
+        mixture = get_mixture(ours_name)
+        assert dict(zip((t.name for t in mixture.tasks), mixture.rates("train"))) == expected
+
+
+class _Frame(dict):
+    """The one DataFrame feature compute_avg_glue uses: columns, indexed by name."""
+    @property
+    def columns(self):
+        return list(self)
+
+
+def test_glue_and_super_glue_averages_as_t5(t5_preprocessors):
+    pytest.importorskip("pandas", reason="t5.evaluation.eval_utils imports pandas (the `reference` extra)")
+    from t5.evaluation import eval_utils
+    from t5lite.infer.evaluation import BENCHMARK_GROUPS, benchmark_averages
+    # t5lite task -> t5's TensorBoard task name (METRIC_NAMES' keys are "<t5 task>/<metric>").
+    t5_task = {"super_glue_wsc": "super_glue_wsc_v102_simple_eval"}
+    rng = np.random.default_rng(0)
+    ours = {}
+    for groups in BENCHMARK_GROUPS.values():
+        for members in groups.values():
+            for task, key in members:
+                ours.setdefault(task, {})[key] = float(rng.uniform(0, 100))
+    ours["glue_wnli"] = {"accuracy": 3.0}  # left out, as in T5
+    frame = _Frame()
+    for task, values in ours.items():
+        version = "_v102" if task.startswith("super_glue") else "_v002"
+        for key, value in values.items():
+            tag = f"{t5_task.get(task, task + version)}/{key}"
+            if tag in eval_utils.METRIC_NAMES:
+                frame[eval_utils.METRIC_NAMES[tag].name] = [value]
+    theirs = eval_utils.compute_avg_glue(frame)
+    got = benchmark_averages(ours)
+    assert got["glue_average"] == pytest.approx(theirs["Average GLUE Score"][0], abs=1e-9)
+    assert got["super_glue_average"] == pytest.approx(theirs["Average SuperGLUE Score"][0], abs=1e-9)
+    del ours["glue_mnli_mismatched"]
+    assert set(benchmark_averages(ours)) == {"super_glue_average"}  # only complete benchmarks are averaged

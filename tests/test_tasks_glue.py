@@ -176,3 +176,13 @@ def test_missing_data_names_both_ways_to_provide_it(tmp_path):
     pytest.importorskip("tensorflow_datasets", reason="the TFDS path needs tensorflow-datasets")
     with pytest.raises(FileNotFoundError, match=r"tfds build glue/sst2 .*'SST-2/test\.tsv'"):
         list(get_task("glue_sst2").get_dataset("test", data_dir=str(tmp_path)))
+
+
+def test_mnli_dev_sets_are_their_own_eval_tasks(tmp_path):
+    (tmp_path / "MNLI").mkdir()
+    for kind, label in (("matched", "neutral"), ("mismatched", "contradiction")):
+        (tmp_path / "MNLI" / f"dev_{kind}.tsv").write_text(
+            f"index\tsentence1\tsentence2\tgold_label\n0\tA {kind} premise.\tA hypothesis.\t{label}\n", encoding="utf-8")
+        ex = next(get_task(f"glue_mnli_{kind}").get_dataset("validation", data_dir=str(tmp_path)))
+        assert ex["inputs_pretokenized"] == f"mnli hypothesis: A hypothesis. premise: A {kind} premise."
+        assert ex["targets_pretokenized"] == label

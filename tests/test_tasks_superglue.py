@@ -202,3 +202,16 @@ def test_mixture_samples_training_tasks_only():
     assert rates["super_glue_wsc_train"] > 0 and rates["dpr_v001_simple"] > 0
     assert rates["super_glue_wsc"] == rates["super_glue_axb"] == rates["super_glue_axg"] == 0
     assert len(rates) == 12
+
+
+def test_dpr_release_files(tmp_path):
+    (tmp_path / "test.c.txt").write_text(
+        "Bob asked Tom if he can lend some money.\nhe\nBob,Tom\nTom\n\n"
+        "The cat chased the mouse because it was hungry.\nit\nthe cat, the mouse\nthe cat\n\n", encoding="utf-8")
+    examples = list(get_task("dpr_v001_simple").get_dataset("test", data_dir=str(tmp_path)))
+    assert [(e["inputs_pretokenized"], e["targets_pretokenized"]) for e in examples] == [
+        ("wsc: Bob asked Tom if *he* can lend some money.", "Tom"),
+        ("wsc: The cat chased the mouse because *it* was hungry.", "the cat")]
+    (tmp_path / "train.c.txt").write_text("A saw B.\nhe\nA,B\nC\n\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="answer 'C' is not one of the candidates"):
+        list(get_task("dpr_v001_simple").get_dataset("train", data_dir=str(tmp_path)))
