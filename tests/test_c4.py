@@ -111,7 +111,8 @@ def test_c4_span_corruption_with_mock_data():
     with tfds.testing.mock_data(num_examples=60, policy=tfds.testing.MockPolicy.USE_CODE):
         examples = list(task.get_dataset("train", sequence_length={"inputs": 32, "targets": 8}, shuffle=True, seed=1))
         again = list(task.get_dataset("train", sequence_length={"inputs": 32, "targets": 8}, shuffle=True, seed=1))
-    assert examples and all(len(e["inputs"]) == 32 and e["inputs"][-1] == 1 for e in examples)
+    assert examples and all(len(e["inputs"]) <= 32 and e["inputs"][-1] == 1 for e in examples)
+    assert sum(len(e["inputs"]) < 32 for e in examples) == 1  # T5's short last piece of the 60 documents
     vocab_size = task.output_features["inputs"].vocabulary.vocab_size
     assert all(e["targets"][0] == vocab_size - 1 for e in examples)  # <extra_id_0> opens the targets
     assert all(np.array_equal(a["inputs"], b["inputs"]) for a, b in zip(examples, again))

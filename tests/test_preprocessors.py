@@ -216,39 +216,33 @@ def test_corruption_reconstructs_and_orders_sentinels(length, density, mean, see
     assert len(targets) == mask.sum() + spans + 1
 
 
-# --- concatenate_and_split ---------------------------------------------------------------------------
+# --- select_random_chunk, reduce_concat_tokens, split_tokens ------------------------------------------
 
-def test_concatenate_and_split_example():
-    docs = [[1, 2, 3], [4, 5], [], [6, 7, 8, 9, 10], [11]]
-    out = list(prep.concatenate_and_split(({"targets": np.array(d, np.int32), "id": i} for i, d in enumerate(docs)), 3))
-    assert [o["targets"].tolist() for o in out] == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
-    assert all(set(o) == {"targets"} and o["targets"].dtype == np.int32 for o in out)
-
-
-@FAST
-@given(doc_lengths=st.lists(st.integers(0, 60), max_size=30), length=st.integers(1, 50),
-       key=st.sampled_from(["targets", "text"]))
-def test_concatenate_and_split_hypothesis(doc_lengths, length, key):
-    docs, start = [], 0
-    for n in doc_lengths:
-        docs.append(np.arange(start, start + n, dtype=np.int32))
-        start += n
-    out = list(prep.concatenate_and_split(({key: d} for d in docs), length, feature_key=key))
-    assert len(out) == start // length
-    assert all(len(o[key]) == length for o in out)
-    joined = np.concatenate([o[key] for o in out]) if out else np.zeros(0, np.int32)
-    assert joined.tolist() == list(range(len(out) * length))
+def test_select_random_chunk_takes_an_aligned_piece_and_drops_empty_documents():
+    docs = [{"targets": np.arange(25, dtype=np.int32), "id": 0}, {"targets": np.zeros(0, np.int32)},
+            {"targets": np.arange(7, dtype=np.int32)}]
+    starts = set()
+    for seed in range(40):
+        out = list(prep.select_random_chunk(iter(docs), seed, max_length=10))
+        assert len(out) == 2 and all(set(o) == {"targets"} for o in out)
+        assert out[1]["targets"].tolist() == list(range(7))       # short documents are kept whole
+        chunk = out[0]["targets"].tolist()
+        starts.add(chunk[0])
+        assert chunk == list(range(chunk[0], min(chunk[0] + 10, 25)))
+    assert starts == {0, 10, 20}                                  # starts at multiples of max_length
 
 
-def test_concatenate_and_split_is_lazy():
-    def endless():
-        i = 0
-        while True:
-            yield {"targets": np.arange(i, i + 7, dtype=np.int32)}
-            i += 7
-    it = prep.concatenate_and_split(endless(), 5)
-    assert next(it)["targets"].tolist() == [0, 1, 2, 3, 4]
-    assert next(it)["targets"].tolist() == [5, 6, 7, 8, 9]
+def test_reduce_concat_tokens_joins_batches_of_documents():
+    docs = [{"targets": np.full(i + 1, i, np.int32)} for i in range(5)]
+    out = [o["targets"].tolist() for o in prep.reduce_concat_tokens(iter(docs), batch_size=2)]
+    assert out == [[0, 1, 1], [2, 2, 2, 3, 3, 3, 3], [4, 4, 4, 4, 4]]
+
+
+def test_split_tokens_keeps_the_short_last_piece():
+    out = [o["targets"].tolist() for o in prep.split_tokens([{"targets": np.arange(7)}, {"targets": np.arange(3)}], 3)]
+    assert out == [[0, 1, 2], [3, 4, 5], [6], [0, 1, 2]]
+    with pytest.raises(ValueError, match="max_tokens_per_segment must be positive"):
+        list(prep.split_tokens([{"targets": np.arange(3)}], 0))
 
 
 # --- span_corruption ---------------------------------------------------------------------------------
@@ -259,30 +253,41 @@ def make_docs(seed, n_docs=60, max_len=400):
              "id": i} for i in range(n_docs)]
 
 
+def expected_pieces(docs, tokens_length, batch_size=128):
+    """T5's stream re-derived: 128 documents joined, cut into raw-length pieces, the remainder kept."""
+    pieces = []
+    for b in range(0, len(docs), batch_size):
+        stream = np.concatenate([d["targets"] for d in docs[b:b + batch_size]]).tolist()
+        pieces += [stream[i:i + tokens_length] for i in range(0, len(stream), tokens_length)]
+    return pieces
+
+
 @pytest.mark.parametrize("inputs_length", [512, 128, 256, 172, 1024, 626])
-def test_span_corruption_exact_lengths_and_reconstruction(inputs_length):
-    docs = make_docs(inputs_length, n_docs=40 if inputs_length < 1000 else 80)
+def test_span_corruption_lengths_and_reconstruction(inputs_length):
+    docs = make_docs(inputs_length, n_docs=140 if inputs_length < 1000 else 300)
     tokens_length, targets_length = prep.random_spans_helper(inputs_length)
     out = list(prep.span_corruption(iter(docs), {"inputs": inputs_length, "targets": targets_length}, FEATURES, seed=3))
-    stream = np.concatenate([d["targets"] for d in docs]).tolist()
-    assert len(out) == len(stream) // tokens_length > 0
-    for i, ex in enumerate(out):
+    pieces = expected_pieces(docs, tokens_length)
+    assert len(out) == len(pieces) and sum(len(p) < tokens_length for p in pieces) == -(-len(docs) // 128)
+    for ex, piece in zip(out, pieces):
+        noise, spans = expected_counts(len(piece), 0.15, 3.0)
         assert set(ex) == {"inputs", "targets"}
         assert ex["inputs"].dtype == np.int32 and ex["targets"].dtype == np.int32
-        assert len(ex["inputs"]) == inputs_length
-        assert len(ex["targets"]) == targets_length
         assert ex["inputs"][-1] == 1 and ex["targets"][-1] == 1
-        assert reconstruct(ex["inputs"], ex["targets"], FakeVocab.vocab_size) == \
-            stream[i * tokens_length:(i + 1) * tokens_length]
+        assert reconstruct(ex["inputs"], ex["targets"], FakeVocab.vocab_size) == piece
+        if len(piece) > 1:  # T5 computes a 1-token piece's mask at length 2
+            assert len(ex["inputs"]) == len(piece) - noise + spans + 1 and len(ex["targets"]) == noise + spans + 1
+        if len(piece) == tokens_length:
+            assert (len(ex["inputs"]), len(ex["targets"])) == (inputs_length, targets_length)
     if inputs_length == 512:
         assert (tokens_length, targets_length) == (568, 114)
 
 
-def test_span_corruption_512_is_512_and_114_everywhere():
-    out = list(prep.span_corruption(iter(make_docs(0, n_docs=80)), {"inputs": 512, "targets": 114}, FEATURES, seed=0))
-    assert len(out) > 10
-    assert {len(ex["inputs"]) for ex in out} == {512}
-    assert {len(ex["targets"]) for ex in out} == {114}
+def test_span_corruption_refuses_a_too_short_targets_length():
+    with pytest.raises(ValueError, match=r"sequence_length\['targets'\] is 100 but span corruption of 512 input "
+                                         r"tokens makes 114 target tokens"):
+        next(prep.span_corruption(iter(make_docs(0)), {"inputs": 512, "targets": 100}, FEATURES, seed=0))
+    assert next(prep.span_corruption(iter(make_docs(0)), {"inputs": 512, "targets": 200}, FEATURES, seed=0))
 
 
 def test_span_corruption_determinism():
@@ -294,10 +299,11 @@ def test_span_corruption_determinism():
     for x, y in zip(a, b):
         assert np.array_equal(x["inputs"], y["inputs"]) and np.array_equal(x["targets"], y["targets"])
     assert any(not np.array_equal(x["inputs"], z["inputs"]) for x, z in zip(a, c))
-    # The i-th output depends only on the seed and the stream: a truncated stream gives a prefix.
+    # The i-th output depends only on the seed and the documents: a truncated stream gives a prefix
+    # (up to its own short last piece).
     short = run(11, docs[:len(docs) // 2])
     assert 0 < len(short) < len(a)
-    for x, y in zip(short, a):
+    for x, y in zip(short[:-1], a):
         assert np.array_equal(x["inputs"], y["inputs"])
 
 
@@ -310,8 +316,8 @@ def test_span_corruption_through_registry_convention():
         ds = call_preprocessor(fn, ds, sequence_length={"inputs": 128, "targets": 32},
                                output_features={"targets": FEATURES["targets"], "inputs": FEATURES["inputs"]}, seed=4)
     out = list(ds)
-    assert len(out) == 6000 // prep.random_spans_helper(128)[0]
-    assert all(len(ex["inputs"]) == 128 for ex in out)
+    assert len(out) == -(-6000 // prep.random_spans_helper(128)[0])
+    assert all(len(ex["inputs"]) == 128 for ex in out[:-1]) and len(out[-1]["inputs"]) < 128
 
 
 def test_span_corruption_checks_sentinel_budget():

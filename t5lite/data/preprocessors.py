@@ -14,6 +14,7 @@ the lengths `random_spans_helper` returns always hold exactly.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -182,45 +183,58 @@ def nonnoise_span_to_unique_sentinel(tokens: np.ndarray, noise_mask: np.ndarray,
     return noise_span_to_unique_sentinel(tokens, ~np.asarray(noise_mask, dtype=bool), vocab_size)
 
 
-def concatenate_and_split(dataset: Iterable[Example], length: int, feature_key: str = "targets") -> Iterator[Example]:
-    """Joins `feature_key` of consecutive examples into one stream and cuts it into chunks of `length`.
-
-    No separator is inserted (T5 pre-training tokenizes without EOS and concatenates); the final
-    short remainder is dropped, so every chunk has exactly `length` tokens. Other features are
-    dropped, since a chunk no longer belongs to one example. (T5 concatenates in batches of 64k
-    tokens and keeps each batch's short tail; one stream without tails is what the fixed-length
-    span corruption needs.)
-    """
-    if length <= 0:
-        raise ValueError(f"concatenate_and_split: length must be positive, got {length}")
-    carry: np.ndarray | None = None
-    for ex in dataset:
+def select_random_chunk(dataset: Iterable[Example], seed: int, max_length: int = 65536,
+                        feature_key: str = "targets") -> Iterator[Example]:
+    """T5's `select_random_chunk`: from each document one piece of at most `max_length` tokens, starting
+    at a random multiple of `max_length`; empty documents are dropped, and so are the other features."""
+    for i, ex in enumerate(dataset):
         tokens = np.asarray(ex[feature_key])
         if tokens.size == 0:
-            continue  # also keeps an empty list's float dtype out of the stream
-        if tokens.ndim != 1:
-            raise ValueError(f"concatenate_and_split: {feature_key!r} must be a 1-D token array, "
-                             f"got shape {tokens.shape}")
-        carry = tokens if carry is None else np.concatenate([carry, tokens.astype(carry.dtype, copy=False)])
-        n_full = len(carry) // length
-        for j in range(n_full):
-            yield {feature_key: carry[j * length:(j + 1) * length].copy()}
-        carry = carry[n_full * length:]
+            continue
+        num_chunks = -(-len(tokens) // max_length)
+        start = max_length * int(np.random.default_rng([seed, 0, i]).integers(num_chunks)) if num_chunks > 1 else 0
+        yield {feature_key: tokens[start:start + max_length]}
+
+
+def reduce_concat_tokens(dataset: Iterable[Example], feature_key: str = "targets",
+                         batch_size: int = 128) -> Iterator[Example]:
+    """T5's `reduce_concat_tokens`: every `batch_size` consecutive documents joined into one sequence."""
+    dataset = iter(dataset)
+    while batch := list(itertools.islice(dataset, batch_size)):
+        yield {feature_key: np.concatenate([np.asarray(ex[feature_key]) for ex in batch])}
+
+
+def split_tokens(dataset: Iterable[Example], max_tokens_per_segment: int,
+                 feature_key: str = "targets") -> Iterator[Example]:
+    """T5's `split_tokens` at a fixed length: consecutive pieces of `max_tokens_per_segment` tokens,
+    the last piece of each example shorter when the length does not divide."""
+    if max_tokens_per_segment <= 0:
+        raise ValueError(f"split_tokens: max_tokens_per_segment must be positive, got {max_tokens_per_segment}")
+    for ex in dataset:
+        tokens = np.asarray(ex[feature_key])
+        for start in range(0, len(tokens), max_tokens_per_segment):
+            yield {feature_key: tokens[start:start + max_tokens_per_segment]}
 
 
 def span_corruption(dataset: Iterable[Example], sequence_length: Mapping[str, int],
                     output_features: Mapping[str, Any], seed: int, noise_density: float = 0.15,
                     mean_noise_span_length: float = 3.0) -> Iterator[Example]:
-    """T5's pre-training objective on tokenized `targets` (no EOS): fixed-length inputs and targets.
+    """T5's pre-training objective on tokenized `targets` (no EOS), built as `t5.data.preprocessors.span_corruption`.
 
-    Documents are concatenated and cut to the raw length from `random_spans_helper`, then for the
-    i-th chunk a mask is drawn from `np.random.default_rng([seed, i])`, so an output depends only on
-    the seed and the token stream. Inputs are the chunk with each noise span replaced by a sentinel,
-    targets each sentinel followed by its span; both end in EOS. Inputs always have exactly
-    `sequence_length["inputs"]` tokens and targets the helper's targets length (114 for 512).
+    A random chunk of at most 65536 tokens per document, 128 documents concatenated, split into pieces
+    of the raw length from `random_spans_helper` (the last piece of each 128 shorter), then noise.
+    Inputs are a piece with each noise span replaced by a sentinel, targets each sentinel followed by
+    its span; both end in EOS. Full pieces give exactly `sequence_length["inputs"]` input tokens and
+    the helper's targets length (114 for 512); the short last pieces give shorter examples, about one
+    in every 128 documents' worth, as in T5. The i-th piece's mask is drawn from
+    `np.random.default_rng([seed, 1, i])`, so outputs depend only on the seed and the documents.
     """
     inputs_length = sequence_length["inputs"]
-    tokens_length, _ = random_spans_helper(inputs_length, noise_density, mean_noise_span_length)
+    tokens_length, targets_length = random_spans_helper(inputs_length, noise_density, mean_noise_span_length)
+    if sequence_length.get("targets") is not None and sequence_length["targets"] < targets_length:
+        raise ValueError(f"span_corruption: sequence_length['targets'] is {sequence_length['targets']} but span "
+                         f"corruption of {inputs_length} input tokens makes {targets_length} target tokens "
+                         f"(random_spans_helper); set the targets length to at least {targets_length}")
     vocabulary = output_features["inputs"].vocabulary
     vocab_size = int(vocabulary.vocab_size)
     _, num_spans = _span_counts(tokens_length, noise_density, mean_noise_span_length)
@@ -230,9 +244,10 @@ def span_corruption(dataset: Iterable[Example], sequence_length: Mapping[str, in
                          f"the vocabulary has only {extra_ids} extra ids; lower inputs length or noise density, "
                          "or raise mean_noise_span_length")
     eos = np.asarray([getattr(vocabulary, "eos_id", EOS_ID)], dtype=np.int32)
-    for i, ex in enumerate(concatenate_and_split(dataset, tokens_length, "targets")):
+    pieces = split_tokens(reduce_concat_tokens(select_random_chunk(dataset, seed)), tokens_length)
+    for i, ex in enumerate(pieces):
         tokens = ex["targets"].astype(np.int32, copy=False)
-        mask = random_spans_noise_mask(tokens_length, noise_density, mean_noise_span_length,
-                                       np.random.default_rng([seed, i]))
+        mask = random_spans_noise_mask(len(tokens), noise_density, mean_noise_span_length,
+                                       np.random.default_rng([seed, 1, i]))
         yield {"inputs": np.concatenate([noise_span_to_unique_sentinel(tokens, mask, vocab_size), eos]),
                "targets": np.concatenate([nonnoise_span_to_unique_sentinel(tokens, mask, vocab_size), eos])}
