@@ -234,9 +234,4 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
                                                                "examples": len(result.predictions), **result.metrics})
         log.info("%s/%s at step %s: %s (written to %s)", name, split, step,
                  " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items()), folder)
-    scores = flat_metrics(results)
-    averages = {k: v for k, v in scores.items() if k in BENCHMARK_GROUPS}
-    if averages:
-        log.info("%s/%s at step %s: %s", mixture_or_task_name, split, step,
-                 " ".join(f"{k}={v:.4g}" for k, v in averages.items()))
-    return scores
+    return flat_metrics(results)  # with the GLUE / SuperGLUE averages for those mixtures
