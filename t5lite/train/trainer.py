@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from t5lite import models
@@ -121,22 +122,31 @@ class TrainTask:
         if self.num_microbatches == 1:
             grads, sums = grad_fn(state.params, batch, rng, total_weight)
         else:
-            micro = jax.tree.map(lambda x: x.reshape((self.num_microbatches, -1) + x.shape[1:]), batch)
-
-            def accumulate(carry, inputs):
-                mb, i = inputs
-                g, s = grad_fn(state.params, mb, jax.random.fold_in(rng, i), total_weight)
+            def accumulate(carry, i):
+                microbatch = jax.tree.map(lambda x: self._microbatch(x, i), batch)
+                g, s = grad_fn(state.params, microbatch, jax.random.fold_in(rng, i), total_weight)
                 return jax.tree.map(jnp.add, carry, (g, s)), None
 
             zeros = (jax.tree.map(jnp.zeros_like, state.params),
                      {"loss_sum": 0.0, "z_loss_sum": 0.0, "correct": 0.0})
-            (grads, sums), _ = jax.lax.scan(accumulate, zeros, (micro, jnp.arange(self.num_microbatches)))
+            (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {"loss": sums["loss_sum"] / total_weight, "z_loss": sums["z_loss_sum"] / total_weight,
                    "accuracy": sums["correct"] / total_weight, "learning_rate": self.schedule(state.step),
                    "grad_norm": optax.global_norm(grads), "target_tokens": total_weight}
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+    def _microbatch(self, x, i):
+        """Microbatch `i` of a [batch, ...] feature: rows i, i + M, i + 2M, ... (M microbatches).
+
+        Strided, so every data-parallel device already holds its share of every microbatch and
+        taking one moves no data (a contiguous slice would live on a subset of the devices and
+        be gathered/resharded), as T5X and MaxText do."""
+        m = self.num_microbatches
+        strided = x.reshape((x.shape[0] // m, m) + x.shape[1:])
+        rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
+        return jax.lax.with_sharding_constraint(rows, self.partitioner.batch_sharding(x.ndim))
 
     def jit_train_step(self):
         batch_sharding = {k: self.partitioner.batch_sharding() for k in self.feature_lengths}
