@@ -70,7 +70,8 @@ def count_collectives(mesh_shape, num_microbatches, batch_size=32):
              for k, n in lengths.items()}
     with trainer.mesh_context():
         hlo = trainer.jit_train_step().lower(trainer.abstract_state, batch).compile().as_text()
-    return {op: len(re.findall(rf"\s{op}(?:-start)?\(", hlo)) for op in ("all-gather", "all-to-all", "collective-permute")}
+    ops = ("all-gather", "all-to-all", "collective-permute")
+    return {op: len(re.findall(rf"\s{op}(?:-start)?\(", hlo)) for op in ops}
 
 
 def host_batches(process_index, process_count):

@@ -154,9 +154,10 @@ class TrainTask:
                        out_shardings=(self.state_shardings, None), donate_argnums=(0,))
 
     def flops_per_step(self, global_batch_size: int) -> float:
+        """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
         return global_batch_size * mfu.train_flops_per_example(
             self.config, self.feature_lengths.get("encoder_input_tokens", 0),
-            self.feature_lengths.get("decoder_target_tokens", 0))
+            self.feature_lengths.get("decoder_input_tokens", 0))
 
 
 class _MeshContext:
