@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -89,26 +90,37 @@ def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_l
     return 3 * forward_flops_per_example(cfg, encoder_length, decoder_length)
 
 
-@functools.lru_cache(maxsize=None)
-def measured_peak_flops(sizes: tuple[int, ...] = (512, 1024, 2048, 4096), repeats: int = 3,
-                        max_seconds: float = 1.0) -> float:
-    """The best float32 matmul FLOP/s over square sizes on the default device: a CPU's practical
-    peak (no vendor figure). A size whose run would take over `max_seconds` (extrapolated from
-    the previous size) is skipped, so start-up stays short on slow machines."""
+def best_matmul_flops(matmul: Callable[[int], Callable[[], object]], sizes: tuple[int, ...] = (512, 1024, 2048, 4096),
+                      repeats: int = 3, max_seconds: float = 1.0) -> float:
+    """The best FLOP/s of square float32 matmuls over `sizes`; `matmul(n)` returns a function that
+    runs one n x n product to completion. A size whose run would take over `max_seconds`
+    (extrapolated from the previous size) is skipped, so start-up stays short on slow machines."""
     best, last = 0.0, None
-    matmul = jax.jit(lambda x: x @ x)
     for n in sizes:
         if last is not None and last[1] * (n / last[0]) ** 3 > max_seconds:
             break
-        a = jnp.ones((n, n), jnp.float32)
-        matmul(a).block_until_ready()
+        run = matmul(n)
+        run()  # compile / warm up
         fastest = float("inf")
         for _ in range(repeats):
             start = time.perf_counter()
-            matmul(a).block_until_ready()
+            run()
             fastest = min(fastest, time.perf_counter() - start)
         best, last = max(best, 2 * n ** 3 / fastest), (n, fastest)
     return best
+
+
+def _jax_matmul(n: int) -> Callable[[], object]:
+    a = jnp.ones((n, n), jnp.float32)
+    product = jax.jit(lambda x: x @ x)
+    return lambda: product(a).block_until_ready()
+
+
+@functools.lru_cache(maxsize=None)
+def measured_peak_flops() -> float:
+    """A CPU's practical peak (there is no vendor figure): the best JAX float32 matmul, measured
+    once per process."""
+    return best_matmul_flops(_jax_matmul)
 
 
 def peak_flops_per_device(override: float | None = None, device_kind: str | None = None) -> tuple[float, str]:
