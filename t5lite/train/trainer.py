@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from t5lite import models
