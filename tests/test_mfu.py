@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from t5lite.models import build, get_config
-from t5lite.train import mfu
+from t5lite.train import mfu, optimizers
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import TrainTask
 
 ENC_LEN, DEC_LEN = 24, 16
 WIDE = dict(d_model=128, d_ff=512, num_heads=4, head_dim=32)  # matmuls dominate the elementwise work
@@ -122,3 +124,16 @@ def test_measured_peak_skips_sizes_over_the_time_budget():
 
     peak = mfu.best_matmul_flops(matmul, sizes=(64, 128, 4096), repeats=2, max_seconds=1e-2)
     assert sorted(set(ran)) == [64, 128] and peak > 0  # 4096 would take ~32768x the 128 run
+
+
+@pytest.mark.parametrize("preset,features", [
+    ("bert_tiny", {"encoder_input_tokens": ENC_LEN, "encoder_target_tokens": ENC_LEN, "encoder_loss_weights": ENC_LEN}),
+    ("gpt2_tiny", {"decoder_input_tokens": DEC_LEN, "decoder_target_tokens": DEC_LEN, "decoder_loss_weights": DEC_LEN}),
+    ("t5_tiny", {"encoder_input_tokens": ENC_LEN, "decoder_input_tokens": DEC_LEN, "decoder_target_tokens": DEC_LEN,
+                 "decoder_loss_weights": DEC_LEN})])
+def test_train_task_counts_the_lengths_of_its_family(preset, features):
+    cfg = get_config(preset)
+    schedule = optimizers.constant(1e-3)
+    trainer = TrainTask(cfg, optimizers.adafactor(schedule), schedule, Partitioner(), features)
+    params = nn.unbox(jax.eval_shape(lambda: build(cfg).init(jax.random.key(0), **_features(cfg))))["params"]
+    assert trainer.flops_per_step(4) == pytest.approx(4 * _count_from_parameter_shapes(cfg, params), rel=1e-12)
