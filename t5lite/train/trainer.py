@@ -141,7 +141,7 @@ class TrainTask:
 
         Strided, so every data-parallel device already holds its share of every microbatch and
         taking one moves no data (a contiguous slice would live on a subset of the devices and
-        be gathered/resharded), as T5X and MaxText do."""
+        be resharded; tests/test_partitioning.py counts the collectives)."""
         m = self.num_microbatches
         strided = x.reshape((x.shape[0] // m, m) + x.shape[1:])
         rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
