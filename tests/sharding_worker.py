@@ -4,13 +4,16 @@ Usage: python sharding_worker.py MODE OUT_JSON [PROCESS_ID NUM_PROCESSES PORT]
 MODE "mesh": 8 devices, mesh (2, 2, 2) vs a single device; writes both runs' losses.
 MODE "multihost": this process is one of NUM_PROCESSES hosts with 2 devices each.
 MODE "emulated": one process with 4 devices feeding the batch the 2 hosts would have fed.
+MODE "collectives": 8 devices; counts the data-moving collectives in the compiled train step
+per mesh shape and number of microbatches.
 """
 import json
 import os
+import re
 import sys
 
 mode, out_path = sys.argv[1], sys.argv[2]
-devices_per_process = {"mesh": 8, "multihost": 2, "emulated": 4}[mode]
+devices_per_process = {"mesh": 8, "multihost": 2, "emulated": 4, "collectives": 8}[mode]
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -56,6 +59,21 @@ def run(partitioner, batches):
     return losses, {"wi_spec": list(map(str, wi.sharding.spec)), "num_devices": len(wi.sharding.device_set)}
 
 
+def count_collectives(mesh_shape, num_microbatches, batch_size=32):
+    """How often each resharding collective occurs in the compiled step's HLO text."""
+    partitioner = Partitioner(mesh_shape)
+    schedule = optimizers.rsqrt_decay(1.0, 100)
+    lengths = Loader(task, "train", LENGTHS, BATCH).converter.model_feature_lengths(LENGTHS, pack=True)
+    trainer = TrainTask(config, optimizers.adafactor(schedule), schedule, partitioner, lengths,
+                        num_microbatches=num_microbatches)
+    batch = {k: jax.ShapeDtypeStruct((batch_size, n), np.int32, sharding=partitioner.batch_sharding())
+             for k, n in lengths.items()}
+    with trainer.mesh_context():
+        hlo = trainer.jit_train_step().lower(trainer.abstract_state, batch).compile().as_text()
+    ops = ("all-gather", "all-to-all", "collective-permute")
+    return {op: len(re.findall(rf"\s{op}(?:-start)?\(", hlo)) for op in ops}
+
+
 def host_batches(process_index, process_count):
     loader = Loader(task, "train", LENGTHS, BATCH, process_index=process_index, process_count=process_count)
     it = iter(loader)
@@ -71,6 +89,9 @@ elif mode == "multihost":
     batches = host_batches(jax.process_index(), jax.process_count())
     result["losses"], result["layout"] = run(Partitioner((-1, 1, 1)), batches)
     result["process_count"], result["device_count"] = jax.process_count(), jax.device_count()
+elif mode == "collectives":
+    for mesh_shape in ((8, 1, 1), (4, 1, 2)):
+        result[str(mesh_shape)] = {m: count_collectives(mesh_shape, m) for m in (1, 4)}
 else:
     per_host = [host_batches(i, 2) for i in range(2)]
     batches = [{k: np.concatenate([per_host[0][s][k], per_host[1][s][k]]) for k in per_host[0][s]}

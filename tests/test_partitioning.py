@@ -35,6 +35,19 @@ def test_mesh_2x2x2_trains_like_one_device(tmp_path):
     np.testing.assert_allclose(result["sharded"], result["single"], rtol=2e-5)
 
 
+def test_gradient_accumulation_adds_no_resharding(tmp_path):
+    """Microbatches are strided over the batch, so each one is already spread over the data-parallel
+    devices: the compiled step has no more all-gathers, all-to-alls or permutes with 4
+    microbatches than with 1 (contiguous microbatches need them to reshard every microbatch)."""
+    out = tmp_path / "collectives.json"
+    _wait(_run(["collectives", str(out)]))
+    result = json.loads(out.read_text())
+    assert set(result) == {"(8, 1, 1)", "(4, 1, 2)"}
+    for mesh_shape, counts in result.items():
+        for op, once in counts["1"].items():
+            assert counts["4"][op] <= once, (mesh_shape, op, counts)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

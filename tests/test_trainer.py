@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from t5lite.train import checkpoints, losses, optimizers
-from t5lite.train.trainer import NonFiniteLossError, train
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import NonFiniteLossError, TrainTask, train
 
 TASK = "embedded_docs_span_corruption"
 LENGTHS = {"inputs": 32, "targets": 8}
@@ -68,6 +69,19 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, micro_config):
     two = _train(tmp_path / "two", config, 2, num_microbatches=2)
     assert one["loss"] == pytest.approx(two["loss"], rel=1e-5)
     assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-4)
+
+
+def test_microbatch_i_takes_every_mth_row(micro_config):
+    """Strided microbatches (rows i, i + M, ...) keep every device's share of the batch local."""
+    lengths = {"encoder_input_tokens": 4, "decoder_input_tokens": 4, "decoder_target_tokens": 4,
+               "decoder_loss_weights": 4}
+    schedule = optimizers.constant(1e-3)
+    trainer = TrainTask(micro_config, optimizers.adafactor(schedule), schedule, Partitioner(), lengths,
+                        num_microbatches=3)
+    batch = np.arange(12 * 4).reshape(12, 4)
+    with trainer.mesh_context():
+        for i in range(3):
+            np.testing.assert_array_equal(trainer._microbatch(batch, i), batch[[i, i + 3, i + 6, i + 9]])
 
 
 def test_nan_loss_stops_with_a_clear_error(tmp_path, micro_config):

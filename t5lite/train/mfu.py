@@ -1,72 +1,135 @@
-"""Model FLOPs utilisation: the FLOPs a step needs by formula, over time and the chips' peak.
+"""Model FLOPs utilisation: the FLOPs a step needs by formula, over time and the devices' peak.
 
-Counted as MaxText does: 2 FLOPs per multiply-add of every matmul with a parameter, plus the
-two attention matmuls (QK^T and AV, halved under a causal mask), times 3 for forward + backward.
-Rematerialisation is not counted. Norms, softmax and elementwise work are ignored.
+Counted as MaxText does, per token: 2 FLOPs per multiply-add of every matmul with a parameter
+(attention q/k/v/out, MLP, factorised-embedding projection, output head) plus the two attention
+matmuls QK^T and AV (halved under a causal mask), times 3 for forward + backward. That is
+6 x (matmul parameters) + 12 x layers x length x heads x head_dim per token, the attention term
+halved for causal self-attention. The family decides which pieces exist: encoders have no
+cross-attention and their head is the MLM (or ELECTRA discriminator) head over every position;
+decoders (GPT, prefix LMs, counted as causal) have no encoder; encoder-decoders add
+cross-attention, and their LM head runs over the target positions only. Not counted:
+rematerialisation, norms, softmax and other elementwise work, embedding lookups, and the extra
+position matmuls of Shaw and DeBERTa relative attention.
 """
 from __future__ import annotations
 
 import functools
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from t5lite.models.config import ModelConfig
 
-# Dense bf16 peak FLOP/s per chip (vendor figures).
-PEAK_FLOPS = {"TPU v2": 45e12, "TPU v3": 123e12, "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12,
-              "TPU v5p": 459e12, "TPU v5": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12}
+# Dense bf16 peak FLOP/s of one JAX device, by exact `device_kind` (vendor spec sheets). On TPU
+# v2 and v3 a JAX device is one of the chip's two TensorCores (45 and 123 TFLOP/s per chip);
+# from v4 on it is the whole chip.
+PEAK_FLOPS = {
+    "TPU v2": 22.5e12, "TPU v3": 61.5e12, "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12,
+    "TPU v5": 459e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12, "TPU v6e": 918e12,
+    "NVIDIA A100-SXM4-40GB": 312e12, "NVIDIA A100-SXM4-80GB": 312e12, "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12, "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H100 PCIe": 756e12,
+}
 
 
-def _layer_matmul_macs(cfg: ModelConfig, q_len: int, kv_len: int, cross: bool) -> float:
-    attn = cfg.d_model * cfg.num_heads * cfg.head_dim
-    if cross:  # q and out on the decoder side, k and v on the encoder side
-        return 2 * attn * q_len + 2 * attn * kv_len
-    return 4 * attn * q_len
+def _self_attention_macs(cfg: ModelConfig, length: int, causal: bool) -> float:
+    width = cfg.num_heads * cfg.head_dim
+    projections = 4 * cfg.d_model * width * length          # q, k, v, out
+    scores = 2 * length * length * width                    # QK^T and AV
+    return projections + (scores / 2 if causal else scores)
 
 
-def _mlp_macs(cfg: ModelConfig, length: int) -> float:
-    return (len(cfg.mlp_activations) + 1) * cfg.d_model * cfg.d_ff * length
+def _cross_attention_macs(cfg: ModelConfig, q_len: int, kv_len: int) -> float:
+    width = cfg.num_heads * cfg.head_dim
+    return 2 * cfg.d_model * width * (q_len + kv_len) + 2 * q_len * kv_len * width
 
 
-def _attention_macs(cfg: ModelConfig, q_len: int, kv_len: int, causal: bool) -> float:
-    macs = 2 * q_len * kv_len * cfg.num_heads * cfg.head_dim
-    return macs / 2 if causal else macs
+def _stack_macs(cfg: ModelConfig, num_layers: int, length: int, causal: bool, encoder_length: int = 0) -> float:
+    """One encoder or decoder stack (with cross-attention when `encoder_length`)."""
+    layer = _self_attention_macs(cfg, length, causal) + (len(cfg.mlp_activations) + 1) * cfg.d_model * cfg.d_ff * length
+    if encoder_length:
+        layer += _cross_attention_macs(cfg, length, encoder_length)
+    projection = cfg.embed_dim * cfg.d_model * length if cfg.embedding_size is not None else 0
+    return num_layers * layer + projection
 
 
-def train_flops_per_example(cfg: ModelConfig, inputs_length: int, targets_length: int) -> float:
-    """Forward + backward FLOPs of one encoder-decoder example of the given lengths."""
-    li, lt = inputs_length, targets_length
-    enc = cfg.num_encoder_layers * (_layer_matmul_macs(cfg, li, li, False) + _mlp_macs(cfg, li)
-                                    + _attention_macs(cfg, li, li, False))
-    dec = cfg.num_decoder_layers * (_layer_matmul_macs(cfg, lt, lt, False) + _layer_matmul_macs(cfg, lt, li, True)
-                                    + _mlp_macs(cfg, lt) + _attention_macs(cfg, lt, lt, True)
-                                    + _attention_macs(cfg, lt, li, False))
-    logits = cfg.d_model * cfg.vocab_size * lt
-    return 3 * 2 * (enc + dec + logits)
+def _head_macs(cfg: ModelConfig, length: int) -> float:
+    """The output head over `length` predicted positions."""
+    if cfg.arch != "encoder":
+        return cfg.d_model * cfg.vocab_size * length
+    per_token = {"mlm": cfg.d_model * cfg.embed_dim + cfg.embed_dim * cfg.vocab_size,
+                 "discriminator": cfg.d_model * cfg.d_model + cfg.d_model, "none": 0}[cfg.encoder_head]
+    return per_token * length
+
+
+def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
+    """Forward FLOPs of one example; lengths are the model's (packed) feature lengths.
+
+    Encoders read `encoder_length`, decoders `decoder_length` (prompt and target together),
+    encoder-decoders both."""
+    needs = {"encoder": ("encoder_length",), "decoder": ("decoder_length",),
+             "encoder_decoder": ("encoder_length", "decoder_length")}[cfg.arch]
+    lengths = dict(encoder_length=encoder_length, decoder_length=decoder_length)
+    missing = [name for name in needs if lengths[name] <= 0]
+    if missing:
+        raise ValueError(f"a {cfg.arch} model's FLOP count needs {' and '.join(needs)} > 0; got {lengths}")
+    if cfg.arch == "encoder":
+        macs = _stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False) + _head_macs(cfg, encoder_length)
+    elif cfg.arch == "decoder":
+        macs = _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True) + _head_macs(cfg, decoder_length)
+    else:
+        macs = (_stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False)
+                + _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True, encoder_length)
+                + _head_macs(cfg, decoder_length))
+    return 2 * macs
+
+
+def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
+    """Forward + backward FLOPs of one example (the backward pass costs twice the forward)."""
+    return 3 * forward_flops_per_example(cfg, encoder_length, decoder_length)
+
+
+def best_matmul_flops(matmul: Callable[[int], Callable[[], object]], sizes: tuple[int, ...] = (512, 1024, 2048, 4096),
+                      repeats: int = 3, max_seconds: float = 1.0) -> float:
+    """The best FLOP/s of square float32 matmuls over `sizes`; `matmul(n)` returns a function that
+    runs one n x n product to completion. A size whose run would take over `max_seconds`
+    (extrapolated from the previous size) is skipped, so start-up stays short on slow machines."""
+    best, last = 0.0, None
+    for n in sizes:
+        if last is not None and last[1] * (n / last[0]) ** 3 > max_seconds:
+            break
+        run = matmul(n)
+        run()  # compile / warm up
+        fastest = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            fastest = min(fastest, time.perf_counter() - start)
+        best, last = max(best, 2 * n ** 3 / fastest), (n, fastest)
+    return best
+
+
+def _jax_matmul(n: int) -> Callable[[], object]:
+    a = jnp.ones((n, n), jnp.float32)
+    product = jax.jit(lambda x: x @ x)
+    return lambda: product(a).block_until_ready()
 
 
 @functools.lru_cache(maxsize=None)
-def measured_peak_flops(n: int = 1024, repeats: int = 5) -> float:
-    """FLOP/s of a large float32 matmul on this device: the CPU's practical peak (no vendor figure)."""
-    a = jnp.ones((n, n), jnp.float32)
-    f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        f(a).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best
+def measured_peak_flops() -> float:
+    """A CPU's practical peak (there is no vendor figure): the best JAX float32 matmul, measured
+    once per process."""
+    return best_matmul_flops(_jax_matmul)
 
 
-def peak_flops_per_device(override: float | None = None) -> tuple[float, str]:
-    """The peak used for MFU and where it came from."""
+def peak_flops_per_device(override: float | None = None, device_kind: str | None = None) -> tuple[float, str]:
+    """The peak used for MFU and where it came from: `override`, the spec-sheet table, or (CPUs,
+    unknown accelerators) a measurement."""
     if override:
         return float(override), "configured"
-    kind = jax.devices()[0].device_kind
-    for name, flops in PEAK_FLOPS.items():
-        if kind.lower().startswith(name.lower()):
-            return flops, f"{kind} spec sheet"
-    return measured_peak_flops(), f"measured f32 matmul on {kind}"
+    kind = device_kind or jax.devices()[0].device_kind
+    by_kind = {k.lower(): v for k, v in PEAK_FLOPS.items()}
+    if kind.lower() in by_kind:
+        return by_kind[kind.lower()], f"{kind} spec sheet, bf16 dense"
+    return measured_peak_flops(), f"best measured f32 matmul on {kind}"

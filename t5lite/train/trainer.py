@@ -121,16 +121,14 @@ class TrainTask:
         if self.num_microbatches == 1:
             grads, sums = grad_fn(state.params, batch, rng, total_weight)
         else:
-            micro = jax.tree.map(lambda x: x.reshape((self.num_microbatches, -1) + x.shape[1:]), batch)
-
-            def accumulate(carry, inputs):
-                mb, i = inputs
-                g, s = grad_fn(state.params, mb, jax.random.fold_in(rng, i), total_weight)
+            def accumulate(carry, i):
+                microbatch = jax.tree.map(lambda x: self._microbatch(x, i), batch)
+                g, s = grad_fn(state.params, microbatch, jax.random.fold_in(rng, i), total_weight)
                 return jax.tree.map(jnp.add, carry, (g, s)), None
 
             zeros = (jax.tree.map(jnp.zeros_like, state.params),
                      {"loss_sum": 0.0, "z_loss_sum": 0.0, "correct": 0.0})
-            (grads, sums), _ = jax.lax.scan(accumulate, zeros, (micro, jnp.arange(self.num_microbatches)))
+            (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {"loss": sums["loss_sum"] / total_weight, "z_loss": sums["z_loss_sum"] / total_weight,
@@ -138,15 +136,27 @@ class TrainTask:
                    "grad_norm": optax.global_norm(grads), "target_tokens": total_weight}
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
+    def _microbatch(self, x, i):
+        """Microbatch `i` of a [batch, ...] feature: rows i, i + M, i + 2M, ... (M microbatches).
+
+        Strided, so every data-parallel device already holds its share of every microbatch and
+        taking one moves no data (a contiguous slice would live on a subset of the devices and
+        be resharded; tests/test_partitioning.py counts the collectives)."""
+        m = self.num_microbatches
+        strided = x.reshape((x.shape[0] // m, m) + x.shape[1:])
+        rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
+        return jax.lax.with_sharding_constraint(rows, self.partitioner.batch_sharding(x.ndim))
+
     def jit_train_step(self):
         batch_sharding = {k: self.partitioner.batch_sharding() for k in self.feature_lengths}
         return jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding),
                        out_shardings=(self.state_shardings, None), donate_argnums=(0,))
 
     def flops_per_step(self, global_batch_size: int) -> float:
+        """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
         return global_batch_size * mfu.train_flops_per_example(
             self.config, self.feature_lengths.get("encoder_input_tokens", 0),
-            self.feature_lengths.get("decoder_target_tokens", 0))
+            self.feature_lengths.get("decoder_input_tokens", 0))
 
 
 class _MeshContext:
