@@ -6,6 +6,7 @@ import gin
 import pytest
 
 from t5lite import cli
+from t5lite.errors import ConfigError
 
 QUICKSTART = "configs/local/t5_tiny_pretrain.gin"
 
@@ -32,12 +33,12 @@ def test_quickstart_config_parses_with_all_macros():
 
 
 def test_misspelled_binding_fails_naming_it():
-    with pytest.raises(SystemExit, match="train_stepz"):
+    with pytest.raises(ConfigError, match="train_stepz"):
         cli.parse_gin([QUICKSTART], ["MODEL_DIR = '/tmp/x'", "train.train_stepz = 5"])
 
 
 def test_missing_required_macro_fails_naming_it():
-    with pytest.raises(SystemExit, match="MODEL_DIR"):
+    with pytest.raises(ConfigError, match="MODEL_DIR"):
         cli.parse_gin([QUICKSTART], [])
 
 

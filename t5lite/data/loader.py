@@ -16,19 +16,30 @@ import numpy as np
 
 from t5lite.data import converters
 from t5lite.data.registry import Mixture, Task
+from t5lite.errors import DataError
 
 EXAMPLES_KEY = converters.EXAMPLES_KEY
 
 
 def example_stream(task: Task | Mixture, split: str, sequence_length, seed: int, shuffle: bool,
                    shard_index: int, shard_count: int, data_dir: str | None = None, repeat: bool = True):
-    """Examples of every epoch in turn (a Mixture is already endless)."""
+    """Examples of every epoch in turn (a Mixture is already endless).
+
+    An epoch without a single example (an empty shard, or preprocessors that drop every example)
+    is an error: repeating it would loop forever without yielding."""
     if isinstance(task, Mixture):
-        return task.get_dataset(split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count)
-    epochs = itertools.count() if repeat else [0]
-    return itertools.chain.from_iterable(
-        task.get_dataset(split, sequence_length, shuffle, seed + 100_003 * epoch, data_dir, shard_index, shard_count)
-        for epoch in epochs)
+        yield from task.get_dataset(split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count)
+        return
+    for epoch in itertools.count() if repeat else [0]:
+        empty = True
+        for example in task.get_dataset(split, sequence_length, shuffle, seed + 100_003 * epoch, data_dir,
+                                        shard_index, shard_count):
+            empty = False
+            yield example
+        if empty:
+            raise DataError(f"task {task.name!r} split {split!r} yields no examples for shard {shard_index} of "
+                            f"{shard_count} (data_dir={data_dir!r}): the split is empty, or its preprocessors drop "
+                            "every example (e.g. all longer than the feature lengths); check the data and lengths")
 
 
 class Loader:

@@ -22,7 +22,7 @@ import gin
 import jax
 import numpy as np
 
-from t5lite import metrics as metrics_lib, models
+from t5lite import metrics as metrics_lib, models, writable
 from t5lite.data import converters, registry, vocab as vocab_lib
 from t5lite.infer import decoding, predict, scoring
 
@@ -185,6 +185,7 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     module = models.build(model)
     params, step, step_dir = predict.load_params(model, checkpoint_path)
     output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
+    writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = registry.get_task_or_mixture(mixture_or_task_name)
     results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size, data_dir=data_dir,
                                       max_examples=max_examples, rank_classification=rank_classification),
