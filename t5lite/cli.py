@@ -152,7 +152,9 @@ def _matches(value, hint) -> bool:
 def _type_name(hint) -> str:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(hint))
-    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint).replace("typing.", ""))
+    if typing.get_origin(hint) is not None:
+        return str(hint).replace("typing.", "")
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 
 def _example(hint) -> str:

@@ -65,4 +65,99 @@ def test_tasks_list_and_show():
 
 def test_unknown_task_lists_close_names():
     shown = _t5lite("tasks", "show", "embedded_docs_span_corruptoin")
-    assert shown.returncode != 0 and "Did you mean: embedded_docs_span_corruption" in shown.stderr
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr
+    assert shown.stderr.strip().splitlines()[-1].startswith("t5lite: error: unknown task")
+    assert "Did you mean: embedded_docs_span_corruption" in shown.stderr
+
+
+def _main(capsys, *argv):
+    """Runs `t5lite ARGV` in this process: (exit code, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(list(argv))
+    return exited.value.code, capsys.readouterr().err
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("t5lite: error:")]
+
+
+def test_t5lite_errors_are_one_line_with_exit_code_2_and_a_traceback_only_on_request(capsys, monkeypatch):
+    args = ["train", f"--gin_file={QUICKSTART}", "--gin.MODEL_DIR='/tmp/x'", "--gin.TRAIN_STEPS=5",
+            "--gin.train.train_stepz=5"]
+    monkeypatch.delenv("T5LITE_DEBUG", raising=False)
+    code, err = _main(capsys, *args)
+    assert code == 2 and "Traceback" not in err
+    assert _error_lines(err) == ["t5lite: error: --gin.train.train_stepz=5: Configurable 'train' doesn't have a "
+                                 "parameter named 'train_stepz'."]
+    gin.clear_config()
+    code, err = _main(capsys, *args, "--debug")
+    assert code == 2 and "Traceback" in err and "ConfigError" in err
+    gin.clear_config()
+    monkeypatch.setenv("T5LITE_DEBUG", "1")
+    code, err = _main(capsys, *args)
+    assert code == 2 and "Traceback" in err
+
+
+def test_unexpected_errors_keep_their_traceback(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(cli, "cmd_tasks", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["tasks", "list"])
+
+
+def test_unparsable_binding_names_it_and_shows_the_quoting_rule(capsys):
+    code, err = _main(capsys, "train", f"--gin_file={QUICKSTART}", "--gin.MODEL_DIR=/tmp/x")
+    assert code == 2
+    assert _error_lines(err) == ["t5lite: error: --gin.MODEL_DIR=/tmp/x: gin cannot parse the value '/tmp/x'; values "
+                                 "are Python literals, so a string needs inner quotes: --gin.MODEL_DIR=\"'/tmp/x'\""]
+
+
+@pytest.mark.parametrize("binding, expected", [
+    ("--gin.TRAIN_STEPS='5'", "--gin.TRAIN_STEPS is '5' (str), but train.train_steps takes int: "
+                              "e.g. --gin.TRAIN_STEPS=100"),
+    ("--gin.train.batch_size=8.0", "--gin.train.batch_size is 8.0 (float), but train.batch_size takes int"),
+    ("--gin.TASK_FEATURE_LENGTHS={'inputs': '128'}", "train.task_feature_lengths takes Mapping[str, int]: "
+                                                     "e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 128, 'targets': 32}\""),
+    ("--gin.MODEL_DIR=3", "--gin.MODEL_DIR is 3 (int), but train.model_dir takes str"),
+    ("--gin.train.data_dir=1", "train.data_dir takes str or None"),
+])
+def test_a_value_of_the_wrong_type_fails_at_parse_time(capsys, binding, expected):
+    code, err = _main(capsys, "train", f"--gin_file={QUICKSTART}", "--gin.MODEL_DIR='/tmp/x'", binding)
+    assert code == 2 and len(_error_lines(err)) == 1 and expected in err
+
+
+def test_every_shipped_config_has_values_of_the_right_types():
+    from pathlib import Path
+    from t5lite.train.trainer import train
+    for path in sorted(Path(cli.REPO_ROOT, "configs").rglob("*.gin")):
+        gin.clear_config()
+        cli.parse_gin([str(path)], ["MODEL_DIR = '/tmp/x'", "INITIAL_CHECKPOINT_PATH = None"], entry=("train", train))
+
+
+def test_unknown_task_in_a_run_fails_before_any_work(capsys, tmp_path):
+    code, err = _main(capsys, "train", f"--gin_file={QUICKSTART}", f"--gin.MODEL_DIR='{tmp_path / 'run'}'",
+                      "--gin.MIXTURE_OR_TASK_NAME='glue_sst'")
+    assert code == 2 and len(_error_lines(err)) == 1 and "Did you mean: glue_sst2" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_prompts_file_that_is_not_utf8_is_named_with_line_and_byte(capsys, tmp_path):
+    data = "first prompt\nsecond: caf".encode() + "é".encode("latin-1") + b"\nthird\n"
+    (tmp_path / "prompts.txt").write_bytes(data)
+    code, err = _main(capsys, "infer", f"--gin_file={QUICKSTART}", "--input_file", str(tmp_path / "prompts.txt"))
+    assert code == 2 and len(_error_lines(err)) == 1
+    assert f"--input_file {tmp_path / 'prompts.txt'}: line 2 is not UTF-8 (byte {data.index(0xE9)} of the file" in err
+    assert "iconv" in err
+
+
+def test_infer_reads_utf8_prompts_skipping_blank_lines(tmp_path):
+    (tmp_path / "p.txt").write_bytes("\ufeffone\r\n\n  \ntwo é\n".encode())
+    assert cli.read_inputs(str(tmp_path / "p.txt")) == ["one", "two é"]
+
+
+def test_unwritable_infer_output_fails_before_decoding(capsys, tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    code, err = _main(capsys, "infer", f"--gin_file={QUICKSTART}", "--output", str(tmp_path / "a_file" / "out.jsonl"),
+                      "some text")
+    assert code == 2 and f"cannot write to {tmp_path / 'a_file'} (set by --output)" in err

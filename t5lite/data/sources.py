@@ -358,8 +358,10 @@ class TfdsSource:
         except Exception as e:  # TFDS raises several kinds (not found, not prepared, tfrecord format)
             raise DataNotFoundError(
                 f"TFDS {self.name!r} split {split!r} is not prepared in {data_dir or 'the default TFDS data_dir'}: "
-                f"prepare it with `tfds build {self.name} --data_dir={data_dir or 'DIR'} --file_format=array_record` "
-                f"(TFDS said {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+                f"{self.prepare_hint(data_dir)} ({_first_line(e)})") from e
+
+    def prepare_hint(self, data_dir: str | None) -> str:
+        return f"prepare it with `tfds build {self.name} --data_dir={data_dir or 'DIR'} --file_format=array_record`"
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return len(self.data_source(split, data_dir))
@@ -368,6 +370,11 @@ class TfdsSource:
         data = self.data_source(split, data_dir)
         return map(to_python, shuffle_and_shard(data, shuffle=shuffle, seed=seed, shard_index=shard_index,
                                                 shard_count=shard_count))
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def to_python(value: Any) -> Any:
@@ -405,11 +412,12 @@ class FilesOrTfds:
         except FileNotFoundError as e:
             if source is self.files or split not in self.files.splits:
                 raise
-            where = f"data_dir {data_dir}" if data_dir else "no data_dir was given"
+            where = f"in data_dir {data_dir}" if data_dir else "(no data_dir given)"
             raise DataNotFoundError(
-                f"split {split!r} not found ({where}): the task reads the local file(s) "
-                f"{self.files.split_files[split]!r} under data_dir, or else the TFDS dataset {self.tfds.name!r}. "
-                f"Point data_dir at the folder holding those files, or {str(e)[0].lower()}{str(e)[1:]}") from e
+                f"split {split!r} not found {where}: the task reads the local file(s) "
+                f"{self.files.split_files[split]!r} under data_dir, or else the TFDS dataset {self.tfds.name!r}. Point data_dir "
+                f"at the folder holding those files, or {self.tfds.prepare_hint(data_dir)} "
+                f"(TFDS said {_first_line(e.__cause__ or e)})") from e
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return self._call("num_examples", split, data_dir)
