@@ -161,3 +161,20 @@ def test_unwritable_infer_output_fails_before_decoding(capsys, tmp_path):
     code, err = _main(capsys, "infer", f"--gin_file={QUICKSTART}", "--output", str(tmp_path / "a_file" / "out.jsonl"),
                       "some text")
     assert code == 2 and f"cannot write to {tmp_path / 'a_file'} (set by --output)" in err
+
+
+def test_unwritable_eval_output_dir_fails_before_evaluating(capsys, tmp_path):
+    import jax
+    import jax.numpy as jnp
+    from t5lite.infer.predict import abstract_params
+    from t5lite.models import get_config
+    from t5lite.train.checkpoints import Checkpointer
+    params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), abstract_params(get_config("t5_tiny")))
+    ckpt = Checkpointer(str(tmp_path / "run" / "checkpoints"), save_every=1, async_save=False)
+    ckpt.save(0, {"params": params}, {}, force=True)
+    ckpt.close()
+    (tmp_path / "a_file").write_text("x")
+    code, err = _main(capsys, "eval", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin",
+                      f"--gin.CHECKPOINT_PATH='{tmp_path / 'run'}'", f"--gin.DATA_DIR='{tmp_path / 'no_data'}'",
+                      f"--gin.eval.output_dir='{tmp_path / 'a_file' / 'eval'}'")
+    assert code == 2 and f"cannot write to {tmp_path / 'a_file' / 'eval'} (set by eval.output_dir)" in err
