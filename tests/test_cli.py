@@ -1,4 +1,6 @@
 """The command line: gin flags as T5X takes them, clear failures, and `tasks list/show`."""
+import contextlib
+import signal
 import subprocess
 import sys
 
@@ -180,6 +182,20 @@ def test_unwritable_eval_output_dir_fails_before_evaluating(capsys, tmp_path):
     assert code == 2 and f"cannot write to {tmp_path / 'a_file' / 'eval'} (set by eval.output_dir)" in err
 
 
+@contextlib.contextmanager
+def _fails_after(seconds: int):
+    """Turns a hang into a test failure (SIGALRM interrupts the blocked main thread)."""
+    def timeout(*_):
+        raise TimeoutError(f"no result within {seconds}s")
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize("train_tsv, bindings", [
     ("", []),
     ("sentence\tlabel\nno label column\nbad label\tx\n", ["--gin.malformed_rows.policy='skip'"]),
@@ -188,10 +204,11 @@ def test_a_train_split_without_examples_stops_the_run_naming_the_file(capsys, ca
     """Once a hang at full CPU (the loader looped over empty epochs); now exit code 2 in seconds."""
     (tmp_path / "glue" / "SST-2").mkdir(parents=True)
     (tmp_path / "glue" / "SST-2" / "train.tsv").write_text(train_tsv)
-    code, err = _main(capsys, "train", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin",
-                      f"--gin.MODEL_DIR='{tmp_path / 'run'}'", f"--gin.DATA_DIR='{tmp_path / 'glue'}'",
-                      "--gin.INITIAL_CHECKPOINT_PATH=None", "--gin.EVAL_EVERY=0", "--gin.TRAIN_STEPS=2",
-                      *bindings)
+    with _fails_after(120):
+        code, err = _main(capsys, "train", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin",
+                          f"--gin.MODEL_DIR='{tmp_path / 'run'}'", f"--gin.DATA_DIR='{tmp_path / 'glue'}'",
+                          "--gin.INITIAL_CHECKPOINT_PATH=None", "--gin.EVAL_EVERY=0", "--gin.TRAIN_STEPS=2",
+                          *bindings)
     path = tmp_path / "glue" / "SST-2" / "train.tsv"
     assert code == 2 and _error_lines(err)[0].startswith(f"t5lite: error: split 'train' has no examples: {path}")
     if bindings:  # the skip policy came from the gin binding: rows were skipped, not a failure at the first
