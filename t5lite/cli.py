@@ -65,13 +65,14 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
     import t5lite.train.trainer  # noqa: F401
     for path in (os.getcwd(), str(REPO_ROOT)):
         gin.add_config_file_search_path(path)
+    logging.getLogger().addFilter(_quiet_gin_search)
     if not files:
         raise ConfigError("no --gin_file given; try --gin_file=configs/local/t5_tiny_pretrain.gin")
     try:
         gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, None,
                                             finalize_config=False)
     except (ValueError, IOError, SyntaxError) as e:
-        raise ConfigError(f"gin file error: {_first_line(e)}") from e
+        raise ConfigError(f"gin file error: {' '.join(line.strip() for line in str(e).splitlines())}") from e
     for binding in bindings:
         _parse_binding(binding)
     required = list(required_macros) + (_referenced_macros(*entry) if entry else [])
@@ -81,6 +82,12 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
         raise ConfigError(f"missing required gin macro(s) {', '.join(missing)}: set them in a gin file or with {hint}")
     if entry:
         check_bound_types(*entry)
+
+
+def _quiet_gin_search(record: logging.LogRecord) -> bool:
+    """Drops gin's log line for every search path an include is not in ("ERROR ... Path not found"):
+    an include found in a later search path is not an error."""
+    return not record.pathname.endswith(os.path.join("gin", "resource_reader.py"))
 
 
 def _first_line(error: Exception) -> str:
@@ -277,10 +284,17 @@ def cmd_tasks(args, gin_files, gin_bindings) -> None:
         raise ConfigError("usage: t5lite tasks show NAME [--split S] [--data_dir D] [-n N]")
     from t5lite.data.tasks_show import show_examples
     task = get_task_or_mixture(args.name)
-    lengths = dict(kv.split("=") for kv in args.sequence_length.split(",")) if args.sequence_length else None
-    lengths = {k: int(v) for k, v in lengths.items()} if lengths else None
+    lengths = parse_lengths(args.sequence_length) if args.sequence_length else None
     print(task)
     show_examples(task, args.split, args.num_examples, data_dir=args.data_dir, sequence_length=lengths)
+
+
+def parse_lengths(text: str) -> dict[str, int]:
+    """`inputs=512,targets=114` as {"inputs": 512, "targets": 114}."""
+    try:
+        return {name.strip(): int(length) for name, length in (kv.split("=") for kv in text.split(","))}
+    except ValueError:
+        raise ConfigError(f"--sequence_length {text!r}: write FEATURE=LENGTH pairs, e.g. inputs=512,targets=114") from None
 
 
 def cmd_convert(args, gin_files, gin_bindings) -> None:

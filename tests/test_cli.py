@@ -1,5 +1,6 @@
 """The command line: gin flags as T5X takes them, clear failures, and `tasks list/show`."""
 import contextlib
+import logging
 import signal
 import subprocess
 import sys
@@ -213,3 +214,23 @@ def test_a_train_split_without_examples_stops_the_run_naming_the_file(capsys, ca
     assert code == 2 and _error_lines(err)[0].startswith(f"t5lite: error: split 'train' has no examples: {path}")
     if bindings:  # the skip policy came from the gin binding: rows were skipped, not a failure at the first
         assert "skipped 2 malformed row(s)" in caplog.text
+
+
+def test_gin_include_search_logs_no_errors_from_another_folder(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO):
+        cli.parse_gin([str(cli.REPO_ROOT / QUICKSTART)], ["MODEL_DIR = '/tmp/x'"])
+    assert not [r for r in caplog.records if "Path not found" in r.getMessage()]
+
+
+def test_gin_file_errors_keep_the_file_and_line(tmp_path):
+    (tmp_path / "bad.gin").write_text("include 'gin/train.gin'\n\ntrainn.seed = 3\n")
+    with pytest.raises(ConfigError, match=r"gin file error: No configurable matching 'trainn'\. In file .*bad\.gin"):
+        cli.parse_gin([str(tmp_path / "bad.gin")], [])
+
+
+def test_sequence_lengths_parse_or_say_how_to_write_them():
+    assert cli.parse_lengths("inputs=64, targets=16") == {"inputs": 64, "targets": 16}
+    for bad in ("inputs=64,targets", "inputs:64", "inputs=sixty"):
+        with pytest.raises(ConfigError, match="FEATURE=LENGTH pairs"):
+            cli.parse_lengths(bad)
