@@ -1,5 +1,6 @@
 """Checks that an output path can be written before a command does its work, so a run fails at
-start (naming the path and the flag that set it) rather than after minutes of compute."""
+start (naming the path and the flag that set it) rather than after minutes of compute. The checks
+create nothing: a command that then fails on its input leaves no empty folder behind."""
 from __future__ import annotations
 
 import os
@@ -9,17 +10,26 @@ from t5lite.errors import ConfigError
 
 
 def ensure_writable_dir(path: str, flag: str) -> None:
-    """Creates `path` if needed and writes a scratch file in it; remote paths (gs://...) are left to
-    their storage client."""
+    """`path` is a folder t5lite can write in, or can be created; remote paths (gs://...) are left
+    to their storage client."""
     if "://" in path:
         return
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as e:
-        raise ConfigError(f"cannot write to {path} (set by {flag}): {e.strerror or e}; "
-                          f"choose a folder you can write to with {flag}") from e
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    problem = None
+    if not os.path.isdir(existing):
+        problem = f"{existing} is a file, not a folder"
+    elif existing == os.path.abspath(path):
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as e:
+            problem = e.strerror or str(e)
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"no permission to create folders in {existing}"
+    if problem:
+        raise ConfigError(f"cannot write to {path} (set by {flag}): {problem}; choose a folder you can write to")
 
 
 def ensure_new_dir(path: str, flag: str) -> None:

@@ -109,3 +109,12 @@ def test_convert_into_an_unwritable_place_fails_at_start_naming_it(tmp_path, cap
     assert code == 2 and f"cannot write to {tmp_path / 'a_file' / 'run'} (set by --out)" in err
     code, err = _main(capsys, "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "a_file"))
     assert code == 2 and "is a file" in err
+
+
+def test_convert_from_a_folder_that_is_not_a_model_or_run_fails_and_creates_nothing(tmp_path, capsys):
+    (tmp_path / "not_a_model").mkdir()
+    code, err = _main(capsys, "--from_hf", str(tmp_path / "not_a_model"), "--out", str(tmp_path / "out"))
+    assert code == 2 and "is not a Hugging Face model folder: it has no config.json" in err
+    code, err = _main(capsys, "--to_hf", str(tmp_path / "not_a_model"), "--out", str(tmp_path / "out"))
+    assert code == 2 and "holds no t5lite checkpoint" in err
+    assert not (tmp_path / "out").exists()
