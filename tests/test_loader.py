@@ -7,7 +7,7 @@ import pytest
 from t5lite.data import FunctionSource, Feature, TaskRegistry
 from t5lite.data import preprocessors as P
 from t5lite.data.loader import Loader, prefetch
-from t5lite.errors import DataError
+from t5lite.errors import ConfigError, DataError
 
 
 class CharVocab:
@@ -127,3 +127,8 @@ def test_an_epoch_without_examples_is_an_error_not_an_endless_loop(rows, drop_al
     finally:
         TaskRegistry.remove(name)
     assert isinstance(error, DataError) and f"task {name!r} split 'train' yields no examples" in str(error)
+
+
+def test_a_batch_that_does_not_divide_over_hosts_says_what_to_use(task):
+    with pytest.raises(ConfigError, match="batch size 6 does not divide over 4 hosts; use a multiple of 4"):
+        Loader(task, "train", LENGTHS, 6, process_index=0, process_count=4)

@@ -2,6 +2,7 @@
 import logging
 
 import numpy as np
+import pytest
 
 from t5lite.infer.predict import encode_texts
 
@@ -23,3 +24,10 @@ def test_truncated_inputs_are_warned_about_by_index_and_lengths(caplog):
         "first 10 tokens"]
     np.testing.assert_array_equal(rows[2], [b + 3 for b in texts[2].encode()[:9]] + [1])
     np.testing.assert_array_equal(rows[1], [b + 3 for b in texts[1].encode()] + [1])  # 9 + EOS fits exactly
+
+
+def test_an_unknown_decoding_method_is_a_config_error_before_loading_anything():
+    from t5lite.errors import ConfigError
+    from t5lite.infer.predict import infer
+    with pytest.raises(ConfigError, match="infer.method must be greedy, beam or sample; got 'bam'"):
+        infer(["x"], checkpoint_path="/nonexistent", model=None, method="bam")

@@ -16,7 +16,7 @@ import numpy as np
 
 from t5lite.data import converters
 from t5lite.data.registry import Mixture, Task
-from t5lite.errors import DataError
+from t5lite.errors import ConfigError, DataError
 
 EXAMPLES_KEY = converters.EXAMPLES_KEY
 
@@ -52,7 +52,8 @@ class Loader:
         self.process_index = jax.process_index() if process_index is None else process_index
         self.process_count = jax.process_count() if process_count is None else process_count
         if global_batch_size % self.process_count:
-            raise ValueError(f"global batch size {global_batch_size} does not divide over {self.process_count} hosts")
+            raise ConfigError(f"batch size {global_batch_size} does not divide over {self.process_count} hosts; "
+                              f"use a multiple of {self.process_count}")
         self.task, self.split = task, split
         self.task_feature_lengths = dict(task_feature_lengths)
         self.local_batch_size = global_batch_size // self.process_count
@@ -66,8 +67,8 @@ class Loader:
 
     def restore(self, state: Mapping) -> None:
         if state.get("process_count", self.process_count) != self.process_count:
-            raise ValueError(f"the checkpoint's data position was written by {state['process_count']} hosts; "
-                             f"resuming on {self.process_count} hosts would change the data order")
+            raise ConfigError(f"the checkpoint's data position was written by {state['process_count']} hosts; "
+                              f"resuming on {self.process_count} hosts would change the data order")
         self.examples_consumed = int(state["examples_consumed"])
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:

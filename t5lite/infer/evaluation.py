@@ -24,6 +24,7 @@ import numpy as np
 
 from t5lite import metrics as metrics_lib, models, writable
 from t5lite.data import converters, registry, vocab as vocab_lib
+from t5lite.errors import DataError
 from t5lite.infer import decoding, predict, scoring
 
 log = logging.getLogger("t5lite")
@@ -77,7 +78,8 @@ class Evaluator:
         self.examples = list(itertools.islice(
             task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir), max_examples))
         if not self.examples:
-            raise ValueError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
+            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
+                            "check the split name, data_dir and max_examples")
         rows = converters.get_feature_converter("enc_dec").convert(self.examples, task_feature_lengths, pack=False)
         batches = list(converters.batch(rows, batch_size, drop_remainder=False))
         self.target_tokens = sum(int((b["decoder_target_tokens"] != 0).sum()) for b in batches)
