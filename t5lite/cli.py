@@ -101,8 +101,9 @@ def _parse_binding(binding: str) -> None:
     try:
         gin.parse_config(binding)
     except SyntaxError:
+        unquoted = value.strip("'\"")
         raise ConfigError(f"--gin.{name}={value}: gin cannot parse the value {value!r}; values are Python literals, "
-                          f"so a string needs inner quotes: --gin.{name}=\"'{value.strip(chr(39) + chr(34))}'\"") from None
+                          f"so a string needs inner quotes: --gin.{name}=\"'{unquoted}'\"") from None
     except ValueError as e:
         raise ConfigError(f"--gin.{name}={value}: {_first_line(e)}") from e
 
@@ -265,6 +266,7 @@ def cmd_infer(args, gin_files, gin_bindings) -> None:
     lines = [json.dumps({"input": text, "prediction": prediction}, ensure_ascii=False)
              for text, prediction in zip(texts, infer(texts))]
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         print(f"wrote {len(lines)} predictions to {args.output}")
     else:
@@ -294,7 +296,8 @@ def parse_lengths(text: str) -> dict[str, int]:
     try:
         return {name.strip(): int(length) for name, length in (kv.split("=") for kv in text.split(","))}
     except ValueError:
-        raise ConfigError(f"--sequence_length {text!r}: write FEATURE=LENGTH pairs, e.g. inputs=512,targets=114") from None
+        raise ConfigError(f"--sequence_length {text!r}: write FEATURE=LENGTH pairs, "
+                          "e.g. inputs=512,targets=114") from None
 
 
 def cmd_convert(args, gin_files, gin_bindings) -> None:

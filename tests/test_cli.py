@@ -120,8 +120,9 @@ def test_unparsable_binding_names_it_and_shows_the_quoting_rule(capsys):
     ("--gin.TRAIN_STEPS='5'", "--gin.TRAIN_STEPS is '5' (str), but train.train_steps takes int: "
                               "e.g. --gin.TRAIN_STEPS=100"),
     ("--gin.train.batch_size=8.0", "--gin.train.batch_size is 8.0 (float), but train.batch_size takes int"),
-    ("--gin.TASK_FEATURE_LENGTHS={'inputs': '128'}", "train.task_feature_lengths takes Mapping[str, int]: "
-                                                     "e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 128, 'targets': 32}\""),
+    ("--gin.TASK_FEATURE_LENGTHS={'inputs': '128'}",
+     "train.task_feature_lengths takes Mapping[str, int]: "
+     "e.g. --gin.TASK_FEATURE_LENGTHS=\"{'inputs': 128, 'targets': 32}\""),
     ("--gin.MODEL_DIR=3", "--gin.MODEL_DIR is 3 (int), but train.model_dir takes str"),
     ("--gin.train.data_dir=1", "train.data_dir takes str or None"),
 ])
@@ -166,16 +167,36 @@ def test_unwritable_infer_output_fails_before_decoding(capsys, tmp_path):
     assert code == 2 and f"cannot write to {tmp_path / 'a_file'} (set by --output)" in err
 
 
-def test_unwritable_eval_output_dir_fails_before_evaluating(capsys, tmp_path):
+def _zero_t5_tiny_run(run_dir) -> None:
+    """A t5_tiny checkpoint (all parameters 0) for commands that only need one to load."""
     import jax
     import jax.numpy as jnp
     from t5lite.infer.predict import abstract_params
     from t5lite.models import get_config
     from t5lite.train.checkpoints import Checkpointer
     params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), abstract_params(get_config("t5_tiny")))
-    ckpt = Checkpointer(str(tmp_path / "run" / "checkpoints"), save_every=1, async_save=False)
+    ckpt = Checkpointer(str(run_dir / "checkpoints"), save_every=1, async_save=False)
     ckpt.save(0, {"params": params}, {}, force=True)
     ckpt.close()
+
+
+def test_infer_writes_output_file_and_warns_about_truncated_inputs(tmp_path, caplog):
+    import json
+    _zero_t5_tiny_run(tmp_path / "run")
+    out = tmp_path / "new" / "predictions.jsonl"
+    with caplog.at_level(logging.WARNING):
+        cli.main(["infer", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin",
+                  f"--gin.CHECKPOINT_PATH='{tmp_path / 'run'}'", "--gin.infer.max_input_length=8",
+                  "--gin.infer.max_decode_length=2", "--output", str(out),
+                  "short", "a much longer input than eight tokens, surely"])
+    assert [json.loads(line)["input"] for line in out.read_text().splitlines()] == [
+        "short", "a much longer input than eight tokens, surely"]
+    warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("input 1 is ") and "max_input_length=8" in warnings[0]
+
+
+def test_unwritable_eval_output_dir_fails_before_evaluating(capsys, tmp_path):
+    _zero_t5_tiny_run(tmp_path / "run")
     (tmp_path / "a_file").write_text("x")
     code, err = _main(capsys, "eval", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin",
                       f"--gin.CHECKPOINT_PATH='{tmp_path / 'run'}'", f"--gin.DATA_DIR='{tmp_path / 'no_data'}'",

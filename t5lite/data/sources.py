@@ -321,9 +321,9 @@ class FileSource:
         policy = _checked_policy(self.on_malformed) if self.on_malformed else malformed_policy()
         examples = [ex for path in paths for ex in read_rows(path, self.reader, policy)]
         if not examples:
-            raise DataError(f"split {split!r} has no examples: {', '.join(paths)} "
-                            f"{'hold no rows' if policy == 'fail' else 'hold no rows that parse (see the skipped-row warning)'}"
-                            "; check the file(s) or point data_dir at the right folder")
+            why = "hold no rows" if policy == "fail" else "hold no rows that parse (see the skipped-row warning)"
+            raise DataError(f"split {split!r} has no examples: {', '.join(paths)} {why}; check the file(s) or "
+                            "point data_dir at the right folder")
         return examples
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
@@ -415,8 +415,8 @@ class FilesOrTfds:
             where = f"in data_dir {data_dir}" if data_dir else "(no data_dir given)"
             raise DataNotFoundError(
                 f"split {split!r} not found {where}: the task reads the local file(s) "
-                f"{self.files.split_files[split]!r} under data_dir, or else the TFDS dataset {self.tfds.name!r}. Point data_dir "
-                f"at the folder holding those files, or {self.tfds.prepare_hint(data_dir)} "
+                f"{self.files.split_files[split]!r} under data_dir, or else the TFDS dataset {self.tfds.name!r}. "
+                f"Point data_dir at the folder holding those files, or {self.tfds.prepare_hint(data_dir)} "
                 f"(TFDS said {_first_line(e.__cause__ or e)})") from e
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
