@@ -10,12 +10,19 @@ gin/eval.gin or gin/infer.gin first, so a training config serves them as it is:
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import inspect
 import json
 import logging
 import os
 import sys
+import traceback
+import types
+import typing
 from pathlib import Path
+
+from t5lite import writable
+from t5lite.errors import ConfigError, DataError, T5liteError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_MACROS = ("MODEL_DIR", "TRAIN_STEPS", "BATCH_SIZE", "TASK_FEATURE_LENGTHS", "MIXTURE_OR_TASK_NAME")
@@ -29,11 +36,11 @@ def split_gin_flags(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
         if arg.startswith("--gin_file"):
             value = arg.split("=", 1)[1] if "=" in arg else next(it, None)
             if value is None:
-                raise SystemExit("--gin_file needs a value: --gin_file=configs/local/t5_tiny_pretrain.gin")
+                raise ConfigError("--gin_file needs a value: --gin_file=configs/local/t5_tiny_pretrain.gin")
             files.extend(v for v in value.split(",") if v)
         elif arg.startswith("--gin."):
             if "=" not in arg:
-                raise SystemExit(f"{arg}: write gin bindings as --gin.NAME=VALUE")
+                raise ConfigError(f"{arg}: write gin bindings as --gin.NAME=VALUE")
             name, value = arg[len("--gin."):].split("=", 1)
             bindings.append(f"{name} = {value}")
         else:
@@ -43,30 +50,130 @@ def split_gin_flags(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
 
 def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MACROS, entry=None,
               base_file: str | None = None) -> None:
-    """Parses gin files and bindings; a misspelled name or a missing macro fails here, by name.
+    """Parses gin files and bindings; a misspelled name, a missing macro or a value of the wrong
+    type fails here, naming the binding and the fix.
 
     `entry` (gin name, function) adds the macros that entry point's bindings refer to to the
-    required ones; `base_file` is read before `files` (the eval / infer wiring).
+    required ones and checks the bound values against its type hints; `base_file` is read before
+    `files` (the eval / infer wiring).
     """
     import gin
-    import t5lite.infer.predict  # noqa: F401  (registers configurables)
+    import t5lite.data.sources  # noqa: F401  (registers configurables)
+    import t5lite.infer.predict  # noqa: F401
     import t5lite.train.optimizers  # noqa: F401
     import t5lite.train.partitioning  # noqa: F401
     import t5lite.train.trainer  # noqa: F401
     for path in (os.getcwd(), str(REPO_ROOT)):
         gin.add_config_file_search_path(path)
+    logging.getLogger().addFilter(_quiet_gin_search)
     if not files:
-        raise SystemExit("no --gin_file given; try --gin_file=configs/local/t5_tiny_pretrain.gin")
+        raise ConfigError("no --gin_file given; try --gin_file=configs/local/t5_tiny_pretrain.gin")
     try:
-        gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, bindings,
+        gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, None,
                                             finalize_config=False)
     except (ValueError, IOError, SyntaxError) as e:
-        raise SystemExit(f"gin configuration error: {e}") from None
+        raise ConfigError(f"gin file error: {' '.join(line.strip() for line in str(e).splitlines())}") from e
+    for binding in bindings:
+        _parse_binding(binding)
     required = list(required_macros) + (_referenced_macros(*entry) if entry else [])
     missing = list(dict.fromkeys(m for m in required if not _macro_defined(m)))
     if missing:
         hint = " ".join(f"--gin.{m}=..." for m in missing)
-        raise SystemExit(f"missing required gin macro(s) {', '.join(missing)}: set them in a gin file or with {hint}")
+        raise ConfigError(f"missing required gin macro(s) {', '.join(missing)}: set them in a gin file or with {hint}")
+    if entry:
+        check_bound_types(*entry)
+
+
+def _quiet_gin_search(record: logging.LogRecord) -> bool:
+    """Drops gin's log line for every search path an include is not in ("ERROR ... Path not found"):
+    an include found in a later search path is not an error."""
+    return not record.pathname.endswith(os.path.join("gin", "resource_reader.py"))
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _parse_binding(binding: str) -> None:
+    """One `--gin.NAME=VALUE` binding; a parse error names it and shows the quoting rule."""
+    import gin
+    name, value = (part.strip() for part in binding.split("=", 1))
+    try:
+        gin.parse_config(binding)
+    except SyntaxError:
+        unquoted = value.strip("'\"")
+        raise ConfigError(f"--gin.{name}={value}: gin cannot parse the value {value!r}; values are Python literals, "
+                          f"so a string needs inner quotes: --gin.{name}=\"'{unquoted}'\"") from None
+    except ValueError as e:
+        raise ConfigError(f"--gin.{name}={value}: {_first_line(e)}") from e
+
+
+_EXAMPLES = {int: "100", float: "0.5", bool: "True", str: "\"'text'\""}
+
+
+def check_bound_types(name: str, fn) -> None:
+    """Checks the literal values bound to `fn`'s parameters (directly or through a macro) against
+    its type hints, so `--gin.TRAIN_STEPS="'5'"` fails here rather than deep inside the run."""
+    import gin
+    try:
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError):
+        return
+    for param, hint in hints.items():
+        try:
+            value = gin.query_parameter(f"{name}.{param}")
+        except ValueError:
+            continue
+        flag = f"--gin.{name}.{param}"
+        while isinstance(value, gin.config.ConfigurableReference):
+            selector = value.scoped_selector
+            if not selector.endswith("/gin.macro"):
+                break
+            flag = f"--gin.{selector.split('/')[0]}"
+            try:
+                value = gin.query_parameter(f"%{selector.split('/')[0]}")
+            except ValueError:  # an undefined macro: gin names it when the entry point runs
+                break
+        if isinstance(value, gin.config.ConfigurableReference) or _matches(value, hint):
+            continue
+        raise ConfigError(f"{flag} is {value!r} ({type(value).__name__}), but {name}.{param} takes "
+                          f"{_type_name(hint)}: e.g. {flag}={_example(hint)}")
+
+
+def _matches(value, hint) -> bool:
+    """Whether `value` fits `hint`; kinds of hint it does not know pass (the check only catches sure mistakes)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (dict, collections.abc.Mapping):
+        key, item = args or (object, object)
+        return isinstance(value, collections.abc.Mapping) and all(
+            _matches(k, key) and _matches(v, item) for k, v in value.items())
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if typing.get_origin(hint) is not None:
+        return str(hint).replace("typing.", "")
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _example(hint) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return _example(typing.get_args(hint)[0])
+    if typing.get_origin(hint) in (dict, collections.abc.Mapping):
+        return "\"{'inputs': 128, 'targets': 32}\""
+    return _EXAMPLES.get(hint, "...")
 
 
 def _referenced_macros(name: str, fn) -> list[str]:
@@ -93,10 +200,28 @@ def _macro_defined(name: str) -> bool:
         return False
 
 
+def check_task_name(entry: str) -> None:
+    """Looks up the task the entry point will run, so an unknown name fails before any work."""
+    import gin
+    name = gin.query_parameter(f"{entry}.mixture_or_task_name")
+    if isinstance(name, gin.config.ConfigurableReference):
+        name = gin.query_parameter(f"%{name.scoped_selector.split('/')[0]}")
+    get_task_or_mixture(name)
+
+
+def get_task_or_mixture(name: str):
+    from t5lite.data import registry
+    try:
+        return registry.get_task_or_mixture(name)
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None
+
+
 def cmd_train(args, gin_files, gin_bindings) -> None:
     import gin
     from t5lite.train.trainer import train
     parse_gin(gin_files, gin_bindings, entry=("train", train))
+    check_task_name("train")
     metrics = train()
     print("final:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     print("model dir:", gin.query_parameter("%MODEL_DIR"))
@@ -105,21 +230,47 @@ def cmd_train(args, gin_files, gin_bindings) -> None:
 def cmd_eval(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.evaluation import evaluate
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
+    check_task_name("eval")
     metrics = evaluate()
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
 
 
+def read_inputs(path: str) -> list[str]:
+    """The non-blank lines of a UTF-8 prompts file; a bad byte is reported by line and file offset."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"--input_file {path}: cannot read it ({e.strerror or e})") from e
+    texts, offset = [], 0
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"--input_file {path}: line {number} is not UTF-8 (byte {offset + e.start} of the file, "
+                            f"{raw[e.start:e.start + 1]!r}); save the file as UTF-8, e.g. "
+                            f"`iconv -f latin1 -t utf-8 {path} > inputs.utf8.txt`") from None
+        offset += len(raw) + 1
+        if line.strip():
+            texts.append(line.rstrip("\r"))
+    return texts
+
+
 def cmd_infer(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.predict import infer
-    texts = list(args.text)
-    if args.input_file:
-        with open(args.input_file, encoding="utf-8") as f:
-            texts.extend(line.rstrip("\n") for line in f if line.strip())
+    texts = list(args.text) + (read_inputs(args.input_file) if args.input_file else [])
     if not texts:
-        raise SystemExit("nothing to decode: give texts as arguments or --input_file=FILE (one input per line)")
+        raise ConfigError("nothing to decode: give texts as arguments or --input_file=FILE (one input per line)")
+    if args.output:
+        writable.ensure_writable_file(args.output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("infer", infer), base_file="gin/infer.gin")
-    for text, prediction in zip(texts, infer(texts)):
-        print(json.dumps({"input": text, "prediction": prediction}, ensure_ascii=False))
+    lines = [json.dumps({"input": text, "prediction": prediction}, ensure_ascii=False)
+             for text, prediction in zip(texts, infer(texts))]
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        print(f"wrote {len(lines)} predictions to {args.output}")
+    else:
+        print("\n".join(lines))
 
 
 def cmd_tasks(args, gin_files, gin_bindings) -> None:
@@ -132,22 +283,28 @@ def cmd_tasks(args, gin_files, gin_bindings) -> None:
             print(f"{name} (mixture)")
         return
     if not args.name:
-        raise SystemExit("usage: t5lite tasks show NAME [--split S] [--data_dir D] [-n N]")
+        raise ConfigError("usage: t5lite tasks show NAME [--split S] [--data_dir D] [-n N]")
     from t5lite.data.tasks_show import show_examples
-    try:
-        task = registry.get_task_or_mixture(args.name)
-    except KeyError as e:
-        raise SystemExit(e.args[0]) from None
-    lengths = dict(kv.split("=") for kv in args.sequence_length.split(",")) if args.sequence_length else None
-    lengths = {k: int(v) for k, v in lengths.items()} if lengths else None
+    task = get_task_or_mixture(args.name)
+    lengths = parse_lengths(args.sequence_length) if args.sequence_length else None
     print(task)
     show_examples(task, args.split, args.num_examples, data_dir=args.data_dir, sequence_length=lengths)
+
+
+def parse_lengths(text: str) -> dict[str, int]:
+    """`inputs=512,targets=114` as {"inputs": 512, "targets": 114}."""
+    try:
+        return {name.strip(): int(length) for name, length in (kv.split("=") for kv in text.split(","))}
+    except ValueError:
+        raise ConfigError(f"--sequence_length {text!r}: write FEATURE=LENGTH pairs, "
+                          "e.g. inputs=512,targets=114") from None
 
 
 def cmd_convert(args, gin_files, gin_bindings) -> None:
     from t5lite.interop import checkpoint
     if bool(args.from_hf) == bool(args.to_hf):
-        raise SystemExit("t5lite convert: give exactly one of --from_hf HF_DIR or --to_hf RUN_DIR, and --out DIR")
+        raise ConfigError("t5lite convert: give exactly one of --from_hf HF_DIR or --to_hf RUN_DIR, and --out DIR")
+    writable.ensure_new_dir(args.out, "--out")
     if args.from_hf:
         config = checkpoint.hf_to_t5lite(args.from_hf, args.out)
         print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
@@ -158,25 +315,32 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="t5lite", description=__doc__,
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="show the traceback of t5lite's own errors too (or set T5LITE_DEBUG=1)")
+    parser = argparse.ArgumentParser(prog="t5lite", description=__doc__, parents=[common],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
+    train = sub.add_parser("train", parents=[common],
+                           help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
     train.set_defaults(fn=cmd_train)
-    evaluate = sub.add_parser("eval", help="evaluate a checkpoint on a task split (gin: CHECKPOINT_PATH, "
-                                            "MIXTURE_OR_TASK_NAME, eval.split, eval.data_dir)")
+    evaluate = sub.add_parser("eval", parents=[common],
+                              help="evaluate a checkpoint on a task split (gin: CHECKPOINT_PATH, "
+                                   "MIXTURE_OR_TASK_NAME, eval.split, eval.data_dir, eval.output_dir)")
     evaluate.set_defaults(fn=cmd_eval)
-    infer = sub.add_parser("infer", help="decode texts with a checkpoint (gin: CHECKPOINT_PATH, infer.method)")
+    infer = sub.add_parser("infer", parents=[common],
+                           help="decode texts with a checkpoint (gin: CHECKPOINT_PATH, infer.method)")
     infer.add_argument("text", nargs="*", help="input texts, e.g. \"sst2 sentence: a fine film\"")
-    infer.add_argument("--input_file", default=None, help="a file with one input text per line")
+    infer.add_argument("--input_file", default=None, help="a UTF-8 file with one input text per line")
+    infer.add_argument("--output", default=None, help="write the JSON lines to this file instead of stdout")
     infer.set_defaults(fn=cmd_infer)
-    convert = sub.add_parser("convert", help="Hugging Face folder <-> t5lite checkpoint")
+    convert = sub.add_parser("convert", parents=[common], help="Hugging Face folder <-> t5lite checkpoint")
     convert.add_argument("--from_hf", help="a Hugging Face model folder (config.json + weights) to import")
     convert.add_argument("--to_hf", help="a t5lite run directory (or step directory) to export")
-    convert.add_argument("--out", required=True, help="the directory to write")
+    convert.add_argument("--out", required=True, help="the directory to write: new or empty (never overwritten)")
     convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
     convert.set_defaults(fn=cmd_convert)
-    tasks = sub.add_parser("tasks", help="list tasks or show preprocessed examples of one")
+    tasks = sub.add_parser("tasks", parents=[common], help="list tasks or show preprocessed examples of one")
     tasks.add_argument("action", choices=["list", "show"])
     tasks.add_argument("name", nargs="?")
     tasks.add_argument("--split", default="train")
@@ -201,14 +365,30 @@ def configure_jax() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    gin_files, gin_bindings, rest = split_gin_flags(argv)
-    args = build_parser().parse_args(rest)
-    configure_jax()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("absl", "orbax", "jax"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    args.fn(args, gin_files, gin_bindings)
+    """Runs a command. A `T5liteError` (the user's input at fault) prints as one message with exit
+    code 2, its traceback only with --debug or T5LITE_DEBUG=1; anything else is a bug and keeps its
+    traceback (exit code 1)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get("T5LITE_DEBUG", "") not in ("", "0")
+    try:
+        gin_files, gin_bindings, rest = split_gin_flags(argv)
+        args = build_parser().parse_args(rest)
+        configure_jax()
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for noisy in ("absl", "orbax", "jax"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        args.fn(args, gin_files, gin_bindings)
+    except T5liteError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"t5lite: error: {user_message(e)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def user_message(error: BaseException) -> str:
+    """The error's message without the "In call to configurable ..." lines gin appends."""
+    return "\n".join(line for line in str(error).splitlines()
+                     if not line.strip().startswith("In call to configurable")).strip()
 
 
 if __name__ == "__main__":

@@ -21,3 +21,7 @@ class DataError(T5liteError, ValueError):
 
 class CheckpointError(T5liteError, RuntimeError):
     """A checkpoint or run directory that can't be used: missing, damaged, locked or mismatched."""
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
+    """Data files or a prepared dataset missing from where the task looks (its data_dir)."""

@@ -70,3 +70,51 @@ def test_convert_needs_one_direction(tmp_path):
     out = subprocess.run([sys.executable, "-m", "t5lite.cli", "convert", "--out", str(tmp_path)], capture_output=True,
                          text=True)
     assert out.returncode != 0 and "exactly one of --from_hf" in out.stderr
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def _main(capsys, *argv):
+    from t5lite import cli
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["convert", *argv])
+    return exited.value.code, capsys.readouterr().err
+
+
+def _fake_run(run: Path) -> Path:
+    for step in (2, 4, 6):
+        (run / "checkpoints" / str(step) / "state").mkdir(parents=True)
+        (run / "checkpoints" / str(step) / "state" / "params").write_bytes(bytes([step]) * 64)
+    (run / "metrics.jsonl").write_text('{"step": 6, "loss": 3.2}\n')
+    return run
+
+
+@pytest.mark.parametrize("direction", ["--from_hf", "--to_hf"])
+def test_convert_never_writes_into_a_folder_that_holds_files(tmp_path, capsys, direction):
+    _random_hf("gpt2", tmp_path / "hf")
+    run = _fake_run(tmp_path / "run")
+    source, out = (tmp_path / "hf", run) if direction == "--from_hf" else (run, tmp_path / "hf")
+    before = _snapshot(out)
+    code, err = _main(capsys, direction, str(source), "--out", str(out))
+    assert code == 2 and "already holds files" in err and "nothing was changed" in err
+    assert _snapshot(out) == before
+
+
+def test_convert_into_an_unwritable_place_fails_at_start_naming_it(tmp_path, capsys):
+    _random_hf("gpt2", tmp_path / "hf")
+    (tmp_path / "a_file").write_text("x")
+    code, err = _main(capsys, "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "a_file" / "run"))
+    assert code == 2 and f"cannot write to {tmp_path / 'a_file' / 'run'} (set by --out)" in err
+    code, err = _main(capsys, "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "a_file"))
+    assert code == 2 and "is a file" in err
+
+
+def test_convert_from_a_folder_that_is_not_a_model_or_run_fails_and_creates_nothing(tmp_path, capsys):
+    (tmp_path / "not_a_model").mkdir()
+    code, err = _main(capsys, "--from_hf", str(tmp_path / "not_a_model"), "--out", str(tmp_path / "out"))
+    assert code == 2 and "is not a Hugging Face model folder: it has no config.json" in err
+    code, err = _main(capsys, "--to_hf", str(tmp_path / "not_a_model"), "--out", str(tmp_path / "out"))
+    assert code == 2 and "holds no t5lite checkpoint" in err
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO, shared_data_dir
 
 from t5lite import cli, models
+from t5lite.errors import ConfigError
 from t5lite.train import checkpoints, optimizers
 from t5lite.train.trainer import train
 
@@ -80,14 +81,14 @@ def clean_gin():
 def test_eval_and_infer_commands_name_missing_macros(clean_gin):
     from t5lite.infer.evaluation import evaluate
     config = "configs/local/t5_tiny_finetune_sst2.gin"
-    with pytest.raises(SystemExit, match="CHECKPOINT_PATH"):
+    with pytest.raises(ConfigError, match="CHECKPOINT_PATH"):
         cli.parse_gin([config], [], required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
     gin.clear_config()
     cli.parse_gin([config], ["CHECKPOINT_PATH = '/tmp/x'", "eval.split = 'validation'"], required_macros=(),
                   entry=("eval", evaluate), base_file="gin/eval.gin")
     assert gin.query_parameter("%MIXTURE_OR_TASK_NAME") == "glue_sst2"
     gin.clear_config()
-    with pytest.raises(SystemExit, match="INITIAL_CHECKPOINT_PATH"):
+    with pytest.raises(ConfigError, match="INITIAL_CHECKPOINT_PATH"):
         cli.parse_gin([config], ["MODEL_DIR = '/tmp/x'"], entry=("train", train))
 
 

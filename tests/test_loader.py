@@ -7,6 +7,7 @@ import pytest
 from t5lite.data import FunctionSource, Feature, TaskRegistry
 from t5lite.data import preprocessors as P
 from t5lite.data.loader import Loader, prefetch
+from t5lite.errors import ConfigError, DataError
 
 
 class CharVocab:
@@ -92,3 +93,42 @@ def test_restoring_with_another_host_count_fails(task):
     loader = _loader(task, process_index=0, process_count=2)
     with pytest.raises(ValueError, match="2 hosts"):
         _loader(task, process_index=0, process_count=1).restore(loader.state())
+
+
+def _first_batch_or_error(loader, seconds=20):
+    """Runs the first batch on a thread, so a loader that loops forever fails the test instead of hanging it."""
+    import threading
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(_catch(lambda: next(iter(loader)))), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"the loader yielded nothing and raised nothing within {seconds}s"
+    return outcome[0]
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as e:  # returned to the test thread
+        return e
+
+
+@pytest.mark.parametrize("rows, drop_all", [([], False), ([{"text": "abc"}] * 5, True)])
+def test_an_epoch_without_examples_is_an_error_not_an_endless_loop(rows, drop_all):
+    name = "test_loader_empty_task"
+    feature = Feature(CharVocab())
+    TaskRegistry.remove(name)
+    drop = [lambda ds: (r for r in ds if False)] if drop_all else []
+    empty = TaskRegistry.add(name, FunctionSource(lambda split: rows, splits=("train",)),
+                             drop + [lambda ds: ({"inputs": r["text"], "targets": r["text"]} for r in ds),
+                                     P.tokenize, P.append_eos_after_trim], {"inputs": feature, "targets": feature})
+    try:
+        error = _first_batch_or_error(_loader(empty))
+    finally:
+        TaskRegistry.remove(name)
+    assert isinstance(error, DataError) and f"task {name!r} split 'train' yields no examples" in str(error)
+
+
+def test_a_batch_that_does_not_divide_over_hosts_says_what_to_use(task):
+    with pytest.raises(ConfigError, match="batch size 6 does not divide over 4 hosts; use a multiple of 4"):
+        Loader(task, "train", LENGTHS, 6, process_index=0, process_count=4)

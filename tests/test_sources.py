@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from t5lite.data import sources as S
+from t5lite.errors import DataError, DataNotFoundError
 
 
 def _write(path, text: str | bytes):
@@ -79,6 +80,44 @@ def test_default_policy_is_fail_and_settable(tmp_path, monkeypatch):
     assert len(list(_source().load("train", data_dir=str(tmp_path)))) == 2
     with pytest.raises(ValueError, match="policy must be one of"):
         S.set_malformed_policy("ignore")
+
+
+def test_policy_is_a_gin_setting(tmp_path, monkeypatch):
+    import gin
+    _write(tmp_path / "train.tsv", BAD_TSV)
+    monkeypatch.setattr(S, "_default_policy", "fail")
+    gin.clear_config()
+    try:
+        gin.parse_config("malformed_rows.policy = 'skip'")
+        assert [r["sentence"] for r in _source().load("train", data_dir=str(tmp_path))] == ["good one", "good two"]
+        gin.parse_config("malformed_rows.policy = 'ignore'")
+        with pytest.raises(DataError, match="malformed_rows.policy must be one of"):
+            _source().load("train", data_dir=str(tmp_path))
+    finally:
+        gin.clear_config()
+    with pytest.raises(S.MalformedRowError, match="malformed_rows.policy"):  # the failure says how to skip
+        _source().load("train", data_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("text, policy", [(b"", "fail"), (b"\n\n", "fail"),
+                                          (b"sentence\tlabel\nno label\nbad\tx\n", "skip")])
+def test_a_split_without_examples_is_an_error_naming_the_file(tmp_path, text, policy):
+    path = _write(tmp_path / "train.tsv", text)
+    with pytest.raises(DataError, match=f"split 'train' has no examples: {path}"):
+        _source(policy).load("train", data_dir=str(tmp_path))
+
+
+def test_missing_local_files_and_tfds_say_what_is_looked_for_and_how_to_prepare(tmp_path):
+    class MissingTfds(S.TfdsSource):
+        def data_source(self, split, data_dir):
+            raise DataNotFoundError(f"TFDS {self.name!r} is not prepared") from NotImplementedError("TFRECORD")
+
+    src = S.FilesOrTfds(_source(), MissingTfds("glue/sst2", splits=("train",)))
+    with pytest.raises(DataNotFoundError) as raised:
+        src.load("train", data_dir=str(tmp_path))
+    message = str(raised.value)
+    assert f"split 'train' not found in data_dir {tmp_path}" in message and "'train.tsv'" in message
+    assert f"tfds build glue/sst2 --data_dir={tmp_path} --file_format=array_record" in message
 
 
 def test_bad_utf8_line_is_a_malformed_row(tmp_path):

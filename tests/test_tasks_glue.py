@@ -174,7 +174,7 @@ def test_real_task_shards_are_disjoint_and_cover_and_shuffle_is_seeded():
 
 def test_missing_data_names_both_ways_to_provide_it(tmp_path):
     pytest.importorskip("tensorflow_datasets", reason="the TFDS path needs tensorflow-datasets")
-    with pytest.raises(FileNotFoundError, match=r"tfds build glue/sst2 .*'SST-2/test\.tsv'"):
+    with pytest.raises(FileNotFoundError, match=r"'SST-2/test\.tsv'.*tfds build glue/sst2"):
         list(get_task("glue_sst2").get_dataset("test", data_dir=str(tmp_path)))
 
 

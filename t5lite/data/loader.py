@@ -16,19 +16,30 @@ import numpy as np
 
 from t5lite.data import converters
 from t5lite.data.registry import Mixture, Task
+from t5lite.errors import ConfigError, DataError
 
 EXAMPLES_KEY = converters.EXAMPLES_KEY
 
 
 def example_stream(task: Task | Mixture, split: str, sequence_length, seed: int, shuffle: bool,
                    shard_index: int, shard_count: int, data_dir: str | None = None, repeat: bool = True):
-    """Examples of every epoch in turn (a Mixture is already endless)."""
+    """Examples of every epoch in turn (a Mixture is already endless).
+
+    An epoch without a single example (an empty shard, or preprocessors that drop every example)
+    is an error: repeating it would loop forever without yielding."""
     if isinstance(task, Mixture):
-        return task.get_dataset(split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count)
-    epochs = itertools.count() if repeat else [0]
-    return itertools.chain.from_iterable(
-        task.get_dataset(split, sequence_length, shuffle, seed + 100_003 * epoch, data_dir, shard_index, shard_count)
-        for epoch in epochs)
+        yield from task.get_dataset(split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count)
+        return
+    for epoch in itertools.count() if repeat else [0]:
+        empty = True
+        for example in task.get_dataset(split, sequence_length, shuffle, seed + 100_003 * epoch, data_dir,
+                                        shard_index, shard_count):
+            empty = False
+            yield example
+        if empty:
+            raise DataError(f"task {task.name!r} split {split!r} yields no examples for shard {shard_index} of "
+                            f"{shard_count} (data_dir={data_dir!r}): the split is empty, or its preprocessors drop "
+                            "every example (e.g. all longer than the feature lengths); check the data and lengths")
 
 
 class Loader:
@@ -41,7 +52,8 @@ class Loader:
         self.process_index = jax.process_index() if process_index is None else process_index
         self.process_count = jax.process_count() if process_count is None else process_count
         if global_batch_size % self.process_count:
-            raise ValueError(f"global batch size {global_batch_size} does not divide over {self.process_count} hosts")
+            raise ConfigError(f"batch size {global_batch_size} does not divide over {self.process_count} hosts; "
+                              f"use a multiple of {self.process_count}")
         self.task, self.split = task, split
         self.task_feature_lengths = dict(task_feature_lengths)
         self.local_batch_size = global_batch_size // self.process_count
@@ -55,8 +67,8 @@ class Loader:
 
     def restore(self, state: Mapping) -> None:
         if state.get("process_count", self.process_count) != self.process_count:
-            raise ValueError(f"the checkpoint's data position was written by {state['process_count']} hosts; "
-                             f"resuming on {self.process_count} hosts would change the data order")
+            raise ConfigError(f"the checkpoint's data position was written by {state['process_count']} hosts; "
+                              f"resuming on {self.process_count} hosts would change the data order")
         self.examples_consumed = int(state["examples_consumed"])
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:

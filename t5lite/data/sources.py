@@ -10,7 +10,8 @@ Local files (TSV/CSV tables, JSON lines, plain text, aligned parallel text; task
 datasets' own layouts) are read into the same feature dicts TFDS yields, so one task's preprocessors
 serve both. A row that does not parse is reported as `path:line: reason`; the malformed-row policy
 ("fail", the default, or "skip") decides whether it stops the load, and the skipped rows of a file
-are counted in one warning.
+are counted in one warning. The policy is a gin setting (`malformed_rows.policy = 'skip'`). A split
+that yields no example at all (empty files, or every row skipped) is an error naming its files.
 """
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ import json
 import logging
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
+import gin
 import numpy as np
 from etils import epath
 
 from t5lite.data.registry import Example, _check_split, shuffle_and_shard
+from t5lite.errors import DataError, DataNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +42,28 @@ POLICIES = ("fail", "skip")
 _default_policy = "fail"
 
 
+@gin.configurable("malformed_rows")
+def malformed_policy(policy: str | None = None) -> str:
+    """What file sources without their own `on_malformed` do with a bad row: "fail" or "skip".
+
+    Set it in gin (`malformed_rows.policy = 'skip'`, or `--gin.malformed_rows.policy="'skip'"`);
+    unset, it is `set_malformed_policy`'s value ("fail" by default)."""
+    return _checked_policy(policy or _default_policy, "malformed_rows.policy")
+
+
 def set_malformed_policy(policy: str) -> None:
-    """Sets what file sources without their own `on_malformed` do with a bad row: "fail" or "skip"."""
+    """Sets the policy from Python (a gin binding `malformed_rows.policy` takes precedence)."""
     global _default_policy
-    _default_policy = _checked_policy(policy)
+    _default_policy = _checked_policy(policy, "set_malformed_policy")
 
 
-def _checked_policy(policy: str) -> str:
+def _checked_policy(policy: str, where: str = "on_malformed") -> str:
     if policy not in POLICIES:
-        raise ValueError(f"malformed-row policy must be one of {POLICIES}, got {policy!r}")
+        raise DataError(f"{where} must be one of {POLICIES}, got {policy!r}")
     return policy
 
 
-class MalformedRowError(ValueError):
+class MalformedRowError(DataError):
     """A row that does not parse, under the "fail" policy; the message starts with `path:line:`."""
 
 
@@ -72,8 +84,8 @@ def read_rows(path: str, reader: Callable[[str], Iterator[Row]], policy: str) ->
             continue
         message = f"{path}:{where}: {row.reason}"
         if policy == "fail":
-            raise MalformedRowError(f"{message} (set on_malformed='skip' or "
-                                    "t5lite.data.sources.set_malformed_policy('skip') to skip such rows)")
+            raise MalformedRowError(f"{message} (fix the row, or skip such rows with "
+                                    "--gin.malformed_rows.policy=\"'skip'\")")
         skipped += 1
         first = first or message
     if skipped:
@@ -151,7 +163,7 @@ class Table:
             return first, True
         if self.headerless is not None:
             return list(self.headerless), False
-        raise ValueError(f"{path}: expected a header naming the columns {sorted(needed)}, "
+        raise DataError(f"{path}: expected a header naming the columns {sorted(needed)}, "
                          f"but the first line is {first[:12]}")
 
     def __call__(self, path: str) -> Iterator[Row]:
@@ -160,7 +172,7 @@ class Table:
         if first is None:
             return
         if isinstance(first[1], Malformed):
-            raise ValueError(f"{path}:{first[0]}: cannot read the first line: {first[1].reason}")
+            raise DataError(f"{path}:{first[0]}: cannot read the first line: {first[1].reason}")
         columns, had_header = self._columns(path, first[1])
         if not had_header:
             records = itertools.chain([first], records)
@@ -244,7 +256,7 @@ class ParallelText:
         for rows in itertools.zip_longest(*(_lines(p) for p in self.paths(prefix))):
             if None in rows:
                 counts = {lang: sum(1 for _ in _lines(p)) for lang, p in zip(self.languages, self.paths(prefix))}
-                raise ValueError(f"{prefix}.*: the files are not aligned, line counts differ: {counts}")
+                raise DataError(f"{prefix}.*: the files are not aligned, line counts differ: {counts}")
             number = rows[0][0]
             bad = [line for _, line in rows if isinstance(line, Malformed)]
             yield number, bad[0] if bad else {lang: line for lang, (_, line) in zip(self.languages, rows)}
@@ -259,7 +271,7 @@ class BySuffix:
         for suffix, reader in self.readers.items():
             if path.endswith(suffix):
                 return reader(path)
-        raise ValueError(f"{path}: no reader for this kind of file; expected a name ending in {list(self.readers)}")
+        raise DataError(f"{path}: no reader for this kind of file; expected a name ending in {list(self.readers)}")
 
 
 # ----------------------------------------------------------------------------- sources
@@ -274,7 +286,7 @@ class FileSource:
     A name may be one path relative to `data_dir`, a glob (all matches are read, in sorted order),
     or a sequence of alternatives of which the first that exists is used. `reader(path)` yields
     `(line, example or Malformed)`; a reader with `paths(name)` (ParallelText) reads several files
-    per name. `on_malformed` is "fail" or "skip" (None: `set_malformed_policy`'s default).
+    per name. `on_malformed` is "fail" or "skip" (None: `malformed_policy()`, the gin setting).
     """
     split_files: Mapping[str, str | Sequence[str]]
     reader: Callable[[str], Iterator[Row]]
@@ -301,12 +313,18 @@ class FileSource:
         """Every example of the split, in file order."""
         _check_split(self, split)
         if data_dir is None:
-            raise ValueError(f"a file source needs data_dir (the folder holding {self.split_files[split]!r})")
+            raise DataNotFoundError(f"no data_dir given for split {split!r}: set data_dir to the folder holding "
+                                    f"{self.split_files[split]!r}")
         paths = self.files(split, data_dir)
         if not paths:
-            raise FileNotFoundError(f"no file for split {split!r} in {data_dir}: expected {self.split_files[split]!r}")
-        policy = _checked_policy(self.on_malformed or _default_policy)
-        return [ex for path in paths for ex in read_rows(path, self.reader, policy)]
+            raise DataNotFoundError(f"no file for split {split!r} in {data_dir}: expected {self.split_files[split]!r}")
+        policy = _checked_policy(self.on_malformed) if self.on_malformed else malformed_policy()
+        examples = [ex for path in paths for ex in read_rows(path, self.reader, policy)]
+        if not examples:
+            why = "hold no rows" if policy == "fail" else "hold no rows that parse (see the skipped-row warning)"
+            raise DataError(f"split {split!r} has no examples: {', '.join(paths)} {why}; check the file(s) or "
+                            "point data_dir at the right folder")
+        return examples
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return len(self.read(split, data_dir))
@@ -338,10 +356,12 @@ class TfdsSource:
         try:
             return tfds.data_source(self.name, split=split, data_dir=data_dir, download=False)
         except Exception as e:  # TFDS raises several kinds (not found, not prepared, tfrecord format)
-            raise FileNotFoundError(
-                f"TFDS {self.name!r} split {split!r} cannot be read from {data_dir or 'the default TFDS data_dir'}: "
-                f"prepare it with `tfds build {self.name} --data_dir=DIR --file_format=array_record` "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+            raise DataNotFoundError(
+                f"TFDS {self.name!r} split {split!r} is not prepared in {data_dir or 'the default TFDS data_dir'}: "
+                f"{self.prepare_hint(data_dir)} ({_first_line(e)})") from e
+
+    def prepare_hint(self, data_dir: str | None) -> str:
+        return f"prepare it with `tfds build {self.name} --data_dir={data_dir or 'DIR'} --file_format=array_record`"
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return len(self.data_source(split, data_dir))
@@ -350,6 +370,11 @@ class TfdsSource:
         data = self.data_source(split, data_dir)
         return map(to_python, shuffle_and_shard(data, shuffle=shuffle, seed=seed, shard_index=shard_index,
                                                 shard_count=shard_count))
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def to_python(value: Any) -> Any:
@@ -387,8 +412,12 @@ class FilesOrTfds:
         except FileNotFoundError as e:
             if source is self.files or split not in self.files.splits:
                 raise
-            raise FileNotFoundError(f"{e}; or pass a data_dir holding the local files "
-                                    f"{self.files.split_files[split]!r}") from e
+            where = f"in data_dir {data_dir}" if data_dir else "(no data_dir given)"
+            raise DataNotFoundError(
+                f"split {split!r} not found {where}: the task reads the local file(s) "
+                f"{self.files.split_files[split]!r} under data_dir, or else the TFDS dataset {self.tfds.name!r}. "
+                f"Point data_dir at the folder holding those files, or {self.tfds.prepare_hint(data_dir)} "
+                f"(TFDS said {_first_line(e.__cause__ or e)})") from e
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return self._call("num_examples", split, data_dir)

@@ -22,8 +22,9 @@ import gin
 import jax
 import numpy as np
 
-from t5lite import metrics as metrics_lib, models
+from t5lite import metrics as metrics_lib, models, writable
 from t5lite.data import converters, registry, vocab as vocab_lib
+from t5lite.errors import DataError
 from t5lite.infer import decoding, predict, scoring
 
 log = logging.getLogger("t5lite")
@@ -77,7 +78,8 @@ class Evaluator:
         self.examples = list(itertools.islice(
             task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir), max_examples))
         if not self.examples:
-            raise ValueError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
+            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
+                            "check the split name, data_dir and max_examples")
         rows = converters.get_feature_converter("enc_dec").convert(self.examples, task_feature_lengths, pack=False)
         batches = list(converters.batch(rows, batch_size, drop_remainder=False))
         self.target_tokens = sum(int((b["decoder_target_tokens"] != 0).sum()) for b in batches)
@@ -223,6 +225,7 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     module = models.build(model)
     params, step, step_dir = predict.load_params(model, checkpoint_path)
     output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
+    writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = registry.get_task_or_mixture(mixture_or_task_name)
     results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size, data_dir=data_dir,
                                       max_examples=max_examples, rank_classification=rank_classification),

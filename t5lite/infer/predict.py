@@ -1,6 +1,7 @@
 """Loading a trained model for inference, and decoding free text with it (`t5lite infer`)."""
 from __future__ import annotations
 
+import logging
 import os
 from typing import Sequence
 
@@ -12,8 +13,11 @@ import numpy as np
 
 from t5lite import models
 from t5lite.data import vocab as vocab_lib
+from t5lite.errors import ConfigError
 from t5lite.infer import decoding
 from t5lite.train import checkpoints
+
+log = logging.getLogger(__name__)
 
 
 def run_dir(step_dir: str) -> str:
@@ -48,9 +52,19 @@ def detokenize(vocabulary, ids) -> str:
     return vocabulary.decode(np.where(ids < vocabulary.vocab_size, ids, vocab_lib.UNK_ID).tolist())
 
 
-def encode_texts(vocabulary, texts: Sequence[str], max_length: int, multiple: int = 16) -> np.ndarray:
-    """[n, width] EOS-terminated token rows, 0-padded; width rounds up so similar inputs share a compile."""
-    rows = [(vocabulary.encode(t)[:max_length - 1] + [vocab_lib.EOS_ID]) for t in texts]
+def encode_texts(vocabulary, texts: Sequence[str], max_length: int, multiple: int = 16,
+                 first_index: int = 0) -> np.ndarray:
+    """[n, width] EOS-terminated token rows, 0-padded; width rounds up so similar inputs share a compile.
+
+    An input longer than `max_length` tokens (EOS included) is cut, with a warning naming its index
+    (counted from `first_index`) and both lengths: the model never sees the rest."""
+    rows = []
+    for index, text in enumerate(texts, first_index):
+        ids = vocabulary.encode(text) + [vocab_lib.EOS_ID]
+        if len(ids) > max_length:
+            log.warning("input %d is %d tokens (with EOS), longer than infer.max_input_length=%d: truncated to "
+                        "its first %d tokens", index, len(ids), max_length, max_length)
+        rows.append(ids[:max_length - 1] + [vocab_lib.EOS_ID])
     width = min(max_length, -(-max(map(len, rows)) // multiple) * multiple)
     out = np.zeros((len(rows), width), np.int32)
     for out_row, ids in zip(out, rows):
@@ -65,7 +79,7 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=gin.
           vocabulary_path: str | None = None) -> list[str]:
     """Decodes each input text with `method` "greedy", "beam" or "sample" (encoder-decoders)."""
     if method not in ("greedy", "beam", "sample"):
-        raise ValueError(f"method must be greedy, beam or sample; got {method!r}")
+        raise ConfigError(f"infer.method must be greedy, beam or sample; got {method!r}")
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
     vocabulary = vocab_lib.DEFAULT_VOCABULARY
@@ -73,7 +87,8 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=gin.
     params, _, _ = load_params(model, checkpoint_path)
     outputs, rng = [], jax.random.key(seed)
     for start in range(0, len(inputs), batch_size):
-        tokens = {"encoder_input_tokens": encode_texts(vocabulary, inputs[start:start + batch_size], max_input_length)}
+        tokens = {"encoder_input_tokens": encode_texts(vocabulary, inputs[start:start + batch_size], max_input_length,
+                                                       first_index=start)}
         if method == "greedy":
             decoded = decoding.greedy(module, params, tokens, max_decode_length=max_decode_length).tokens
         elif method == "beam":

@@ -11,6 +11,7 @@ import os
 import flax.linen as nn
 import jax
 
+from t5lite.errors import CheckpointError
 from t5lite.models.config import ModelConfig, get_config, load_config, save_config
 
 CONFIG_FILE = "model_config.json"
@@ -22,7 +23,7 @@ def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
     if os.path.exists(path):
         return load_config(path)
     if preset is None:
-        raise FileNotFoundError(f"{run_dir} has no {CONFIG_FILE}; name the model with --preset")
+        raise CheckpointError(f"{run_dir} has no {CONFIG_FILE}; name the model with --preset (e.g. --preset t5_small)")
     return get_config(preset)
 
 
@@ -31,6 +32,9 @@ def hf_to_t5lite(hf_dir: str, out_dir: str) -> ModelConfig:
     from t5lite.interop import hf
     from t5lite.train.checkpoints import Checkpointer
 
+    if not os.path.isfile(os.path.join(hf_dir, "config.json")):
+        raise CheckpointError(f"{hf_dir} is not a Hugging Face model folder: it has no config.json (expected "
+                              "config.json with model.safetensors or pytorch_model.bin, as save_pretrained writes)")
     module, variables = hf.load(hf_dir)
     os.makedirs(out_dir, exist_ok=True)
     ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"), save_every=1, async_save=False)
@@ -46,10 +50,14 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     from t5lite.interop import hf
     from t5lite.train.checkpoints import restore_params, step_directory
 
+    try:
+        step_dir = step_directory(run_dir)
+    except FileNotFoundError as e:
+        raise CheckpointError(str(e)) from e
     config = read_model_config(run_dir, preset)
     module = models.build(config.replace(scan_layers=False))
     abstract = jax.eval_shape(lambda: nn.unbox(module.init(jax.random.key(0), **_dummy_features(config))))["params"]
-    params = restore_params(step_directory(run_dir), _maybe_scanned(abstract, config))
+    params = restore_params(step_dir, _maybe_scanned(abstract, config))
     if config.scan_layers:
         params = models.unscan_params(params)
     hf.save(module, {"params": params}, out_dir)

@@ -1,0 +1,51 @@
+"""Checks that an output path can be written before a command does its work, so a run fails at
+start (naming the path and the flag that set it) rather than after minutes of compute. The checks
+create nothing: a command that then fails on its input leaves no empty folder behind."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from t5lite.errors import ConfigError
+
+
+def ensure_writable_dir(path: str, flag: str) -> None:
+    """`path` is a folder t5lite can write in, or can be created; remote paths (gs://...) are left
+    to their storage client."""
+    if "://" in path:
+        return
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    problem = None
+    if not os.path.isdir(existing):
+        problem = f"{existing} is a file, not a folder"
+    elif existing == os.path.abspath(path):
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as e:
+            problem = e.strerror or str(e)
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"no permission to create folders in {existing}"
+    if problem:
+        raise ConfigError(f"cannot write to {path} (set by {flag}): {problem}; choose a folder you can write to")
+
+
+def ensure_new_dir(path: str, flag: str) -> None:
+    """Like `ensure_writable_dir`, and `path` must be new or empty: nothing already there is replaced."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{flag} {path} is a file; give a new or empty folder")
+    held = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    if held:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise ConfigError(f"{flag} {path} already holds files ({shown}); nothing was changed. Give a new or empty "
+                          f"folder with {flag}, or remove this one yourself if it is not needed")
+    ensure_writable_dir(path, flag)
+
+
+def ensure_writable_file(path: str, flag: str) -> None:
+    """The file's folder is writable and `path` is not a folder; the file itself is written later."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{flag} {path} is a folder; give a file name")
+    ensure_writable_dir(os.path.dirname(os.path.abspath(path)), flag)
