@@ -121,3 +121,46 @@ def test_greedy_is_token_for_token_hf_generate(family):
     logp = torch.stack(out.scores, 1).log_softmax(-1).gather(-1, out.sequences[:, -len(out.scores):, None])[..., 0]
     counted = _until_eos(expected[:, :logp.shape[1]], eos)
     np.testing.assert_allclose(np.asarray(ours.scores), (logp.numpy() * counted).sum(1), atol=TOL)
+
+
+def _hf_token_log_probs(name, model, hf_inputs, lengths, targets, target_lengths):
+    """HF forward pass, log-softmax gathered at the targets: [batch, length], 0 past each end.
+    Encoder-decoders start from HF's own decoder_start_token_id; GPT-2 continues each prompt."""
+    with torch.no_grad():
+        if name == "gpt2":   # left-padded prompt, then the targets; positions from the mask
+            ids = torch.cat([hf_inputs["input_ids"], torch.tensor(targets)], 1)
+            mask = torch.cat([hf_inputs["attention_mask"], torch.ones(targets.shape, dtype=torch.long)], 1)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
+            logits = logits[:, hf_inputs["input_ids"].shape[1] - 1:-1]
+        else:
+            start = model.generation_config.decoder_start_token_id
+            decoder_inputs = np.concatenate([np.full((len(targets), 1), start), targets[:, :-1]], 1)
+            logits = model(**hf_inputs, decoder_input_ids=torch.tensor(decoder_inputs)).logits
+    picked = logits.log_softmax(-1).gather(-1, torch.tensor(targets)[..., None])[..., 0].numpy()
+    return np.where(np.arange(targets.shape[1])[None] < target_lengths[:, None], picked, 0.0)
+
+
+def test_scores_are_hf_log_likelihoods(family):
+    """Per-token log-likelihoods of given targets, including id 0 (BART's <s>, GPT-2's "!") and
+    the pad id inside a target, equal HF's; rank classification picks among them."""
+    name, model, module, params = family
+    cfg = module.config
+    ours_in, hf_in, lengths = _inputs(name, cfg)
+    targets = np.random.RandomState(5).randint(0, V, (3, 5))
+    targets[:, 1] = 0
+    target_lengths = np.array([5, 3, 4])
+    targets[np.arange(5)[None] >= target_lengths[:, None]] = cfg.pad_token_id
+    expected = _hf_token_log_probs(name, model, hf_in, lengths, targets, target_lengths)
+    ours = scoring.token_log_likelihoods(module, params, ours_in, jnp.asarray(targets),
+                                         decoder_target_lengths=jnp.asarray(target_lengths))
+    np.testing.assert_allclose(np.asarray(ours), expected, atol=TOL)
+    total = scoring.target_log_likelihood(module, params, ours_in, jnp.asarray(targets), jnp.asarray(target_lengths))
+    np.testing.assert_allclose(np.asarray(total), expected.sum(1), atol=TOL)
+    # Candidates without id 0 or pad inside: their lengths are their non-pad tokens.
+    candidates = np.full((2, 3), cfg.pad_token_id)
+    candidates[0], candidates[1, :2] = [5, 6, 7], [8, 9]
+    ranked = np.asarray(scoring.rank_candidates(module, params, ours_in, jnp.asarray(candidates)))
+    for c, (candidate, n) in enumerate(zip(candidates, [3, 2])):
+        rows = np.repeat(candidate[None], 3, 0)
+        np.testing.assert_allclose(ranked[:, c], _hf_token_log_probs(name, model, hf_in, lengths, rows,
+                                                                     np.full(3, n)).sum(1), atol=TOL)
