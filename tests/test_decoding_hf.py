@@ -164,3 +164,19 @@ def test_scores_are_hf_log_likelihoods(family):
         rows = np.repeat(candidate[None], 3, 0)
         np.testing.assert_allclose(ranked[:, c], _hf_token_log_probs(name, model, hf_in, lengths, rows,
                                                                      np.full(3, n)).sum(1), atol=TOL)
+
+
+def test_beam_search_is_hf_beam_search_without_length_penalty(family):
+    """alpha = 0 and HF's length_penalty = 0 both rank by summed log-probability: same beams,
+    same order, same scores."""
+    name, model, module, params = family
+    ours_in, hf_in, _ = _inputs(name, module.config)
+    eos = _an_eos_that_occurs(model, hf_in)
+    beams = 3
+    out, hf_tokens = _generate(model, hf_in, eos, do_sample=False, num_beams=beams, num_return_sequences=beams,
+                               length_penalty=0.0, early_stopping=False)
+    ours = decoding.beam_search(_with_eos(module, eos), params, ours_in, max_decode_length=NEW, num_beams=beams,
+                                alpha=0.0)
+    expected = _padded(hf_tokens, eos, module.config.pad_token_id).reshape(-1, beams, NEW)
+    np.testing.assert_array_equal(np.asarray(ours.tokens), expected)
+    np.testing.assert_allclose(np.asarray(ours.scores), out.sequences_scores.numpy().reshape(-1, beams), atol=TOL)

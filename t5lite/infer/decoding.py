@@ -291,10 +291,10 @@ def beam_search(module, params, inputs: Mapping[str, jax.Array], *, max_decode_l
     """T5X's beam search: tokens [batch, num_beams, max_decode_length], best first; scores are
     summed log-probabilities over the brevity penalty ((5 + len) / 6) ** alpha, len counting EOS.
 
-    Finished hypotheses rank before ones cut off at `max_decode_length` (scored at that length);
-    Hugging Face instead ranks both together by score. With alpha = 0 and HF's
-    length_penalty = 0 both rank by summed log-probability and return the same beams whenever
-    the best hypotheses finish (or none does).
+    Hypotheses cut off at `max_decode_length` (scored at that length) rank together with the
+    finished ones, as in Hugging Face (T5X returns finished ones first whenever any exist). HF
+    penalises by len ** length_penalty instead; with alpha = 0 and HF's length_penalty = 0 both
+    rank by summed log-probability and return the same beams with the same scores.
     """
     return _beam_search(module, params, inputs, jnp.float32(alpha), max_decode_length=max_decode_length,
                         num_beams=num_beams)
@@ -313,9 +313,8 @@ def _beam_search(module, params, inputs, alpha, *, max_decode_length, num_beams)
         lambda s: (s.i < max_decode_length) & ~_beam_search_done(s, alpha, max_decode_length),
         lambda s: _beam_step(model, s, num_beams, alpha), state)
 
+    # After an early stop no alive beam can beat a finished one; at the full length they compete.
     alive_scores = state.alive_logp / brevity_penalty(state.i, alpha)
-    sequences = jnp.concatenate([state.finished, state.alive], axis=1)
-    scores = jnp.concatenate([state.finished_scores, alive_scores], axis=1)
-    unfinished = jnp.concatenate([~state.finished_flags, jnp.ones_like(state.finished_flags)], axis=1)
-    order = jnp.lexsort((-scores, unfinished.astype(jnp.int32)), axis=1)[:, :num_beams]
-    return DecodeResult(_gather_beams(sequences, order), jnp.take_along_axis(scores, order, axis=1))
+    scores = jnp.concatenate([jnp.where(state.finished_flags, state.finished_scores, NEG_INF), alive_scores], axis=1)
+    scores, sequences = _top(scores, num_beams, jnp.concatenate([state.finished, state.alive], axis=1))
+    return DecodeResult(sequences, scores)
