@@ -180,3 +180,22 @@ def test_beam_search_is_hf_beam_search_without_length_penalty(family):
     expected = _padded(hf_tokens, eos, module.config.pad_token_id).reshape(-1, beams, NEW)
     np.testing.assert_array_equal(np.asarray(ours.tokens), expected)
     np.testing.assert_allclose(np.asarray(ours.scores), out.sequences_scores.numpy().reshape(-1, beams), atol=TOL)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 0.9), (0.7, 10, 0.0), (1.3, 8, 0.6), (0.5, 3, 0.95),
+                                                       (2.0, 30, 0.3)])
+def test_sampling_filters_are_hf_logits_warpers(temperature, top_k, top_p):
+    """Temperature, then top-k, then top-p on the renormalised top-k: the same kept tokens and
+    the same sampling distribution as HF's warpers applied in generate's order."""
+    logits = np.random.RandomState(7).normal(0.0, 2.0, (6, 50)).astype(np.float32)
+    warpers = [transformers.TemperatureLogitsWarper(temperature)]
+    if top_k:
+        warpers.append(transformers.TopKLogitsWarper(top_k))
+    if top_p:
+        warpers.append(transformers.TopPLogitsWarper(top_p))
+    expected = torch.tensor(logits)
+    for warper in warpers:
+        expected = warper(None, expected)
+    ours = np.asarray(decoding.filter_logits(jnp.asarray(logits) / temperature, top_k, top_p))
+    np.testing.assert_array_equal(ours > decoding.NEG_INF / 2, torch.isfinite(expected).numpy())
+    np.testing.assert_allclose(np.asarray(jax.nn.softmax(ours)), expected.softmax(-1).numpy(), atol=1e-6)
