@@ -199,3 +199,19 @@ def test_sampling_filters_are_hf_logits_warpers(temperature, top_k, top_p):
     ours = np.asarray(decoding.filter_logits(jnp.asarray(logits) / temperature, top_k, top_p))
     np.testing.assert_array_equal(ours > decoding.NEG_INF / 2, torch.isfinite(expected).numpy())
     np.testing.assert_allclose(np.asarray(jax.nn.softmax(ours)), expected.softmax(-1).numpy(), atol=1e-6)
+
+
+def test_special_ids_are_imported_and_written_back(family, tmp_path):
+    """Start, EOS and pad ids come from HF's config (T5 0/1/0, BART 2/2/1, GPT-2 BOS = EOS = the
+    last id) and survive a save."""
+    name, model, module, params = family
+    gen = model.generation_config
+    start = gen.bos_token_id if name == "gpt2" else gen.decoder_start_token_id
+    cfg = module.config
+    assert (cfg.decoder_start_token_id, cfg.eos_token_id) == (start, gen.eos_token_id)
+    assert cfg.pad_token_id == (gen.pad_token_id or 0)
+    assert {"t5": (0, 1, 0), "bart": (2, 2, 1), "gpt2": (V - 1, V - 1, 0)}[name] == \
+        (cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
+    saved, _ = hf.load(hf.save(module, {"params": params}, str(tmp_path / "out")))
+    assert (saved.config.decoder_start_token_id, saved.config.eos_token_id, saved.config.pad_token_id) == \
+        (cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
