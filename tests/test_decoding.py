@@ -237,3 +237,10 @@ def test_prefix_lm_decodes_with_a_bidirectional_prompt():
         token = logits[np.arange(2), lengths - 1 + step].argmax(-1)
         np.testing.assert_array_equal(np.asarray(out.tokens[:, step]), token)
         seq[np.arange(2), lengths + step] = token
+
+
+def test_too_long_for_learned_positions_is_refused():
+    module, params = _model("gpt2_tiny", max_position_embeddings=10)
+    inputs = {"decoder_prompt_tokens": jnp.ones((1, 6), jnp.int32)}
+    with pytest.raises(ValueError, match="max_position_embeddings=10; shorten the prompt or max_decode_length"):
+        decoding.greedy(module, params, inputs, max_decode_length=6)

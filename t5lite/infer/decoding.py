@@ -77,12 +77,23 @@ def _batch_axes(make_cache: Callable[[int], Any]) -> Any:
     return jax.tree.map(axis, one, two)
 
 
+def _check_positions(config: ModelConfig, length: int, what: str):
+    """A learned position table silently clamps positions past its end: refuse instead."""
+    if config.position_encoding == "learned" and length > config.max_position_embeddings:
+        raise ValueError(f"{what} = {length} decoder positions, but the model has max_position_embeddings="
+                         f"{config.max_position_embeddings}; shorten the prompt or max_decode_length")
+
+
 def _prepare(module, params, inputs: Mapping[str, jax.Array], copies: int, max_decode_length: int) -> _Model:
     """Encodes once (encoder-decoder) or prefills the prompts (decoder-only), every row repeated
     `copies` times, and returns the first distribution with the cache."""
     if "encoder_input_tokens" in inputs:
+        _check_positions(module.config, max_decode_length, "max_decode_length")
         return _prepare_encoder_decoder(module, params, inputs["encoder_input_tokens"], copies, max_decode_length)
     if "decoder_prompt_tokens" in inputs:
+        width = max(inputs["decoder_prompt_tokens"].shape[1], 1)
+        _check_positions(module.config, width + max_decode_length - 1,
+                         f"prompt width {width} + max_decode_length {max_decode_length} - 1")
         return _prepare_decoder(module, params, inputs, copies, max_decode_length)
     raise ValueError(f"decoding needs `encoder_input_tokens` (encoder-decoder) or `decoder_prompt_tokens` "
                      f"(decoder-only); got {sorted(inputs)}")
