@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from t5lite import models
-from t5lite.infer import decoding
+from t5lite.infer import decoding, scoring
 
 LENGTH = 7
 
@@ -220,18 +220,18 @@ def test_decoder_only_prompts_of_different_lengths():
 
 
 def test_prefix_lm_decodes_with_a_bidirectional_prompt():
-    """A prefix LM's prompt attends both ways at inference, as in training: the first token
-    equals the argmax of the full model run with `decoder_causal_attention` over the prompt."""
+    """A prefix LM's prompt attends both ways at inference, as in training: every token equals
+    the argmax of the full model run with `decoder_causal_attention` over the prompt."""
     module, params = _model("gpt2_tiny", prefix_lm=True, eos_token_id=-1)
-    prompt = np.array([[5, 9, 11, 2], [7, 8, 0, 0]], np.int32)
-    lengths = np.array([4, 2])
+    prompt = np.array([[30, 3, 17, 40, 12], [9, 21, 33, 0, 0]], np.int32)   # a causal prompt gives other tokens
+    lengths = np.array([5, 3])
     out = decoding.greedy(module, params, {"decoder_prompt_tokens": jnp.asarray(prompt),
                                            "decoder_prompt_lengths": jnp.asarray(lengths)}, max_decode_length=3)
-    seq = np.zeros((2, 7), np.int32)
+    seq = np.zeros((2, 8), np.int32)
     for r, n in enumerate(lengths):
         seq[r, :n] = prompt[r, :n]
     for step in range(3):
-        bidirectional = (np.arange(7)[None] < lengths[:, None]).astype(np.int32)
+        bidirectional = (np.arange(8)[None] < lengths[:, None]).astype(np.int32)
         logits = np.asarray(module.apply({"params": params}, decoder_input_tokens=jnp.asarray(seq),
                                          decoder_causal_attention=jnp.asarray(bidirectional)))
         token = logits[np.arange(2), lengths - 1 + step].argmax(-1)
@@ -244,3 +244,27 @@ def test_too_long_for_learned_positions_is_refused():
     inputs = {"decoder_prompt_tokens": jnp.ones((1, 6), jnp.int32)}
     with pytest.raises(ValueError, match="max_position_embeddings=10; shorten the prompt or max_decode_length"):
         decoding.greedy(module, params, inputs, max_decode_length=6)
+
+
+def test_prefix_lm_scores_its_targets_after_a_bidirectional_prompt():
+    """Scoring a prefix LM's continuation equals the full model run with the prompt marked in
+    `decoder_causal_attention`, and differs from scoring it causally."""
+    module, params = _model("gpt2_tiny", prefix_lm=True)
+    prompt = np.array([[30, 3, 17, 40, 12], [9, 21, 33, 0, 0]], np.int32)
+    lengths = np.array([5, 3])
+    targets = np.array([[4, 0, 8], [6, 7, 0]], np.int32)
+    inputs = {"decoder_prompt_tokens": jnp.asarray(prompt), "decoder_prompt_lengths": jnp.asarray(lengths)}
+    got = np.asarray(scoring.token_log_likelihoods(module, params, inputs, jnp.asarray(targets),
+                                                   decoder_target_lengths=jnp.asarray([3, 2])))
+    seq = np.zeros((2, 8), np.int32)
+    for r, n in enumerate(lengths):
+        seq[r, :n], seq[r, n:n + 3] = prompt[r, :n], targets[r]
+    bidirectional = (np.arange(8)[None] < lengths[:, None]).astype(np.int32)
+    logp = np.asarray(jax.nn.log_softmax(module.apply({"params": params}, decoder_input_tokens=jnp.asarray(seq),
+                                                      decoder_causal_attention=jnp.asarray(bidirectional))))
+    expected = np.array([[logp[r, n - 1 + j, targets[r, j]] if j < m else 0.0 for j in range(3)]
+                         for r, (n, m) in enumerate(zip(lengths, [3, 2]))])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    causal = models.build(module.config.replace(prefix_lm=False))
+    assert np.abs(np.asarray(scoring.token_log_likelihoods(causal, params, inputs, jnp.asarray(targets),
+                                                           decoder_target_lengths=jnp.asarray([3, 2]))) - got).max() > 1e-3
