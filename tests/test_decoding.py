@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from t5lite import models
-from t5lite.infer import decoding
+from t5lite.infer import decoding, scoring
 
 LENGTH = 7
 
@@ -47,39 +47,45 @@ def _log_probs(module, params, inputs, decoder_input_tokens):
     return jax.nn.log_softmax(logits.astype(jnp.float32))
 
 
-def _greedy_by_recomputing(module, params, inputs, eos_id, prompt=None):
+def _greedy_by_recomputing(module, params, inputs, prompt=None, lengths=None):
     """Argmax of the full-sequence logits, one position at a time for the whole batch (one
-    compiled shape); rows keep their own prompt lengths, and tokens after EOS are 0."""
+    compiled shape). An encoder-decoder's decoder starts from the config's start token; a
+    decoder-only row continues its own prompt (`lengths` tokens); tokens after EOS are the pad id."""
+    cfg = module.config
     if prompt is None:
-        prompt = np.zeros((inputs["encoder_input_tokens"].shape[0], 0), np.int32)
+        prompt = np.full((inputs["encoder_input_tokens"].shape[0], 1), cfg.decoder_start_token_id, np.int32)
+        lengths = np.ones(prompt.shape[0], int)
     batch = prompt.shape[0]
-    lengths = (prompt != 0).sum(axis=1)
-    seq = np.zeros((batch, prompt.shape[1] + LENGTH), np.int32)    # BOS 0, prompt, generated
-    seq[:, 1:1 + prompt.shape[1]] = prompt
-    out = np.zeros((batch, LENGTH), np.int32)
+    seq = np.zeros((batch, prompt.shape[1] + LENGTH), np.int32)    # prompt (or start token), generated
+    seq[:, :prompt.shape[1]] = prompt
+    out = np.full((batch, LENGTH), cfg.pad_token_id, np.int32)
     done = np.zeros(batch, bool)
     for step in range(LENGTH):
-        positions = lengths + step               # where each row's next token is predicted
+        positions = lengths - 1 + step           # where each row's next token is predicted
         log_probs = np.asarray(_log_probs(module, params, inputs, jnp.asarray(seq)))
-        token = np.where(done, 0, log_probs[np.arange(batch), positions].argmax(-1))
+        token = np.where(done, cfg.pad_token_id, log_probs[np.arange(batch), positions].argmax(-1))
         out[:, step] = token
-        if step + 1 < LENGTH:
-            seq[np.arange(batch), positions + 1] = token
-        done |= token == eos_id
+        seq[np.arange(batch), positions + 1] = token
+        done |= token == cfg.eos_token_id
     return out
 
 
+def _with_eos(module, eos):
+    return models.build(module.config.replace(eos_token_id=eos))
+
+
 def _an_eos_that_occurs(module, params, inputs):
-    """A token greedy decoding emits early, used as EOS so sequences really end mid-way."""
-    free = np.asarray(decoding.greedy(module, params, inputs, max_decode_length=LENGTH, eos_id=-1).tokens)
-    return int(free[0, 2])
+    """A module whose EOS is a token greedy decoding emits early, so sequences really end mid-way."""
+    free = np.asarray(decoding.greedy(_with_eos(module, -1), params, inputs, max_decode_length=LENGTH).tokens)
+    return _with_eos(module, int(free[0, 2]))
 
 
 def test_greedy_with_cache_equals_recomputing_the_decoder(t5):
     module, params, inputs = t5
-    eos = _an_eos_that_occurs(module, params, inputs)
-    out = decoding.greedy(module, params, inputs, max_decode_length=LENGTH, eos_id=eos)
-    expected = _greedy_by_recomputing(module, params, inputs, eos)
+    module = _an_eos_that_occurs(module, params, inputs)
+    eos = module.config.eos_token_id
+    out = decoding.greedy(module, params, inputs, max_decode_length=LENGTH)
+    expected = _greedy_by_recomputing(module, params, inputs)
     np.testing.assert_array_equal(np.asarray(out.tokens), expected)
     assert (expected == eos).any(), "the test should exercise sequences that end"
     for row in np.asarray(out.tokens):           # nothing but padding after EOS
@@ -104,18 +110,18 @@ def _sequence_log_probs(module, params, inputs, tokens, eos_id):
 
 def test_beam_search_with_one_beam_equals_greedy(t5):
     module, params, inputs = t5
-    eos = _an_eos_that_occurs(module, params, inputs)
-    greedy = decoding.greedy(module, params, inputs, max_decode_length=LENGTH, eos_id=eos)
+    module = _an_eos_that_occurs(module, params, inputs)
+    greedy = decoding.greedy(module, params, inputs, max_decode_length=LENGTH)
     # Without a length penalty a single beam cannot prefer a longer hypothesis over greedy's.
-    beam = decoding.beam_search(module, params, inputs, max_decode_length=LENGTH, num_beams=1, alpha=0.0,
-                                eos_id=eos)
+    beam = decoding.beam_search(module, params, inputs, max_decode_length=LENGTH, num_beams=1, alpha=0.0)
     np.testing.assert_array_equal(np.asarray(beam.tokens[:, 0]), np.asarray(greedy.tokens))
     np.testing.assert_allclose(np.asarray(beam.scores[:, 0]), np.asarray(greedy.scores), rtol=1e-5)
 
 
 def _check_beam_scores(module, params, inputs):
-    eos = _an_eos_that_occurs(module, params, inputs)
-    out = decoding.beam_search(module, params, inputs, max_decode_length=LENGTH, eos_id=eos)
+    module = _an_eos_that_occurs(module, params, inputs)
+    eos = module.config.eos_token_id
+    out = decoding.beam_search(module, params, inputs, max_decode_length=LENGTH)
     tokens, scores = np.asarray(out.tokens), np.asarray(out.scores)
     batch = tokens.shape[0]
     assert tokens.shape == (batch, 4, LENGTH)
@@ -149,7 +155,7 @@ def test_beam_axes_of_a_scanned_cache_are_found():
     for name, axis in axes.items():
         if len(shapes[name]) == 5:       # [layers, batch, length, heads, head_dim]
             assert axis == 1 and shapes[name][1] == 6, name
-    assert sorted(set(axes.values())) == [-1, 0, 1]
+    assert sorted(set(axes.values())) == [0, 1]   # every leaf has rows, the write index too
 
 
 @pytest.mark.slow
@@ -181,7 +187,7 @@ def test_sampling_is_a_function_of_the_rng_and_ranks_by_log_prob(t5):
     assert a.tokens.shape == (3, 4, LENGTH) and np.all(np.diff(scores, axis=1) <= 0)
     row_inputs = {k: jnp.repeat(v[:1], 4, axis=0) for k, v in inputs.items()}
     np.testing.assert_allclose(scores[0], _sequence_log_probs(module, params, row_inputs, np.asarray(a.tokens[0]),
-                                                              decoding.EOS_ID), rtol=1e-4)
+                                                              module.config.eos_token_id), rtol=1e-4)
 
 
 def test_top_p_keeps_the_smallest_set_reaching_p():
@@ -192,16 +198,74 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     assert kept(0.99).tolist() == [True, True, True]
     top2 = np.asarray(decoding.filter_logits(logits, top_k=2)[0] > decoding.NEG_INF / 2)
     assert top2.tolist() == [True, True, False]
+    # Both: top-p applies to the renormalised top-k (HF's order): of 0.4 and 0.3, 0.4 / 0.7 > 0.5
+    # suffices, though over the full distribution 0.4 alone would not.
+    logits = jnp.log(jnp.array([[0.4, 0.3, 0.2, 0.1]]))
     both = np.asarray(decoding.filter_logits(logits, top_k=2, top_p=0.5)[0] > decoding.NEG_INF / 2)
-    assert both.tolist() == [True, False, False]   # both filters: the tokens that pass each
+    assert both.tolist() == [True, False, False, False]
 
 
 def test_decoder_only_prompts_of_different_lengths():
+    """Each row continues its own prompt (id 0 is a real token when lengths are given)."""
     module, params = _model("gpt2_tiny")
-    prompt = np.array([[5, 9, 11, 0], [7, 0, 0, 0], [3, 4, 5, 6]], np.int32)
-    inputs = {"decoder_prompt_tokens": jnp.asarray(prompt)}
-    out = decoding.greedy(module, params, inputs, max_decode_length=LENGTH, eos_id=-1)
-    expected = _greedy_by_recomputing(module, params, {}, -1, prompt=prompt)
+    module = _with_eos(module, -1)
+    prompt = np.array([[5, 0, 11, 0], [7, 0, 0, 0], [3, 4, 5, 6]], np.int32)
+    lengths = np.array([4, 1, 4])
+    inputs = {"decoder_prompt_tokens": jnp.asarray(prompt), "decoder_prompt_lengths": jnp.asarray(lengths)}
+    out = decoding.greedy(module, params, inputs, max_decode_length=LENGTH)
+    expected = _greedy_by_recomputing(module, params, {}, prompt=prompt, lengths=lengths)
     np.testing.assert_array_equal(np.asarray(out.tokens), expected)
-    beam = decoding.beam_search(module, params, inputs, max_decode_length=LENGTH, num_beams=1, alpha=0.0, eos_id=-1)
+    beam = decoding.beam_search(module, params, inputs, max_decode_length=LENGTH, num_beams=1, alpha=0.0)
     np.testing.assert_array_equal(np.asarray(beam.tokens[:, 0]), expected)
+
+
+def test_prefix_lm_decodes_with_a_bidirectional_prompt():
+    """A prefix LM's prompt attends both ways at inference, as in training: every token equals
+    the argmax of the full model run with `decoder_causal_attention` over the prompt."""
+    module, params = _model("gpt2_tiny", prefix_lm=True, eos_token_id=-1)
+    prompt = np.array([[30, 3, 17, 40, 12], [9, 21, 33, 0, 0]], np.int32)   # a causal prompt gives other tokens
+    lengths = np.array([5, 3])
+    out = decoding.greedy(module, params, {"decoder_prompt_tokens": jnp.asarray(prompt),
+                                           "decoder_prompt_lengths": jnp.asarray(lengths)}, max_decode_length=3)
+    seq = np.zeros((2, 8), np.int32)
+    for r, n in enumerate(lengths):
+        seq[r, :n] = prompt[r, :n]
+    for step in range(3):
+        bidirectional = (np.arange(8)[None] < lengths[:, None]).astype(np.int32)
+        logits = np.asarray(module.apply({"params": params}, decoder_input_tokens=jnp.asarray(seq),
+                                         decoder_causal_attention=jnp.asarray(bidirectional)))
+        token = logits[np.arange(2), lengths - 1 + step].argmax(-1)
+        np.testing.assert_array_equal(np.asarray(out.tokens[:, step]), token)
+        seq[np.arange(2), lengths + step] = token
+
+
+def test_too_long_for_learned_positions_is_refused():
+    module, params = _model("gpt2_tiny", max_position_embeddings=10)
+    inputs = {"decoder_prompt_tokens": jnp.ones((1, 6), jnp.int32)}
+    with pytest.raises(ValueError, match="max_position_embeddings=10; shorten the prompt or max_decode_length"):
+        decoding.greedy(module, params, inputs, max_decode_length=6)
+
+
+def test_prefix_lm_scores_its_targets_after_a_bidirectional_prompt():
+    """Scoring a prefix LM's continuation equals the full model run with the prompt marked in
+    `decoder_causal_attention`, and differs from scoring it causally."""
+    module, params = _model("gpt2_tiny", prefix_lm=True)
+    prompt = np.array([[30, 3, 17, 40, 12], [9, 21, 33, 0, 0]], np.int32)
+    lengths = np.array([5, 3])
+    targets = np.array([[4, 0, 8], [6, 7, 0]], np.int32)
+    inputs = {"decoder_prompt_tokens": jnp.asarray(prompt), "decoder_prompt_lengths": jnp.asarray(lengths)}
+    got = np.asarray(scoring.token_log_likelihoods(module, params, inputs, jnp.asarray(targets),
+                                                   decoder_target_lengths=jnp.asarray([3, 2])))
+    seq = np.zeros((2, 8), np.int32)
+    for r, n in enumerate(lengths):
+        seq[r, :n], seq[r, n:n + 3] = prompt[r, :n], targets[r]
+    bidirectional = (np.arange(8)[None] < lengths[:, None]).astype(np.int32)
+    logp = np.asarray(jax.nn.log_softmax(module.apply({"params": params}, decoder_input_tokens=jnp.asarray(seq),
+                                                      decoder_causal_attention=jnp.asarray(bidirectional))))
+    expected = np.array([[logp[r, n - 1 + j, targets[r, j]] if j < m else 0.0 for j in range(3)]
+                         for r, (n, m) in enumerate(zip(lengths, [3, 2]))])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    causal = models.build(module.config.replace(prefix_lm=False))
+    as_causal = scoring.token_log_likelihoods(causal, params, inputs, jnp.asarray(targets),
+                                              decoder_target_lengths=jnp.asarray([3, 2]))
+    assert np.abs(np.asarray(as_causal) - got).max() > 1e-3

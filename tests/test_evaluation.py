@@ -88,7 +88,7 @@ def test_evaluator_matches_brute_force_decoding_and_scoring(task, model):
     assert [r["prediction"] for r in result.predictions] == texts
 
     labels = ["no", "yes"]
-    log_likelihood = lambda x, y: scoring.target_log_likelihood(module, params, x, y)
+    log_likelihood = lambda x, y: scoring.target_log_likelihood(module, params, {"encoder_input_tokens": x}, y)
     per_label = []
     for label in labels:     # each label scored as a full target (no shared encoder)
         ids = DEFAULT_VOCABULARY.encode(label) + [EOS_ID]
@@ -117,6 +117,7 @@ def test_log_likelihood_is_the_teacher_forced_cross_entropy(task, model):
                                    decoder_input_tokens=jnp.asarray(decoder_inputs))
     logp = np.asarray(jax.nn.log_softmax(logits))
     expected = [sum(logp[b, t, targets[b, t]] for t in range(4) if targets[b, t]) for b in range(4)]
+    inputs = {"encoder_input_tokens": inputs}
     got = scoring.target_log_likelihood(module, params, inputs, jnp.asarray(targets))
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
     candidates = targets[1:3, :2]              # "7 EOS" and "8 EOS", scored against every input

@@ -56,7 +56,7 @@ def test_decoder_kv_cache_matches_full_sequence(overrides):
                                      step_args=lambda c, _: dict(decoder_input_tokens=c))
     np.testing.assert_allclose(stepped, full, atol=TOL)
     index = jax.tree.leaves({k: v for k, v in cache["decoder"].items() if k == "index"})
-    assert [int(i) for i in index] == [9]
+    assert [np.asarray(i).tolist() for i in index] == [[9, 9]]   # one write index per row
 
 
 @pytest.mark.parametrize("name, overrides", [("t5_tiny", {}), ("t5_1_1_tiny", dict(scan_layers=True)),

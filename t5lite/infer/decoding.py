@@ -1,13 +1,19 @@
-"""Autoregressive decoding with a KV cache: temperature sampling (greedy as T -> 0) and beam search.
+"""Autoregressive decoding with a KV cache: temperature sampling (greedy as T -> 0) and beam search,
+token for token what Hugging Face `generate` produces on the same weights.
 
-Every decode is one jitted function. The encoder of an encoder-decoder runs once and its output
-is repeated per sample or beam; a `jax.lax.while_loop` then feeds one token per step through
-the cached decoder and stops as soon as every sequence has produced EOS. Tokens after EOS are 0.
+Every decode is one jitted function. Start, EOS and pad ids come from the model config
+(`decoder_start_token_id`, `eos_token_id`, `pad_token_id`). An encoder-decoder's encoder runs
+once and its output is repeated per sample or beam; its decoder starts from the start token. A
+decoder-only model's prompts are prefilled in one pass (bidirectionally for a `prefix_lm`), then
+each row writes its next token at its own cache slot, right after its own prompt. A
+`jax.lax.while_loop` feeds one token per step and stops once every row has produced EOS or
+`max_decode_length` tokens; tokens after EOS are the pad id and add nothing to the score.
 
 Inputs are a dict: `encoder_input_tokens` [batch, length] for an encoder-decoder, or
-`decoder_prompt_tokens` [batch, length] (left-aligned, 0-padded, may be all 0) for a
-decoder-only model, whose prompt is fed through the cache one token per step (forced, unscored)
-because the cache's write index is shared by the whole batch. Results hold the continuation only.
+`decoder_prompt_tokens` [batch, length] (left-aligned) with optional `decoder_prompt_lengths`
+[batch] (else the tokens that are not the pad id) for a decoder-only model. The prompt is fed as
+given (GPT-2 has no start token); an empty prompt starts from the start token (GPT-2's BOS).
+Results hold the continuation only.
 
     out = greedy(module, params, {"encoder_input_tokens": x}, max_decode_length=32)
     out.tokens  # [batch, 32]
@@ -22,8 +28,8 @@ import jax
 import jax.numpy as jnp
 
 from t5lite import models
+from t5lite.models.config import ModelConfig
 
-PAD_ID, EOS_ID = 0, 1
 # Finite, so dead beams and masked logits never turn arithmetic into nan.
 NEG_INF = -1.0e10
 GREEDY_TEMPERATURE = 1e-4   # at or below this, sampling is argmax (T5X's convention)
@@ -35,13 +41,26 @@ class DecodeResult(NamedTuple):
 
 
 class _Model(NamedTuple):
-    """A model seen as a decoding step over a cache, for `rows` sequences of `length` tokens."""
+    """A model seen as a decoding step over a cache, for `rows` sequences."""
     step: Callable[[Any, jax.Array], tuple[jax.Array, Any]]   # (cache, tokens [rows, 1]) -> logits [rows, vocab]
-    cache: Any
+    logits: jax.Array        # [rows, vocab]: the distribution of the first generated token
+    cache: Any               # holding the start token or the prompt
     batch_axes: Any          # per cache leaf: the axis holding the rows, or -1
-    prompt: jax.Array        # [rows, prompt_length] forced first tokens (width 0 for encoder-decoders)
-    prompt_lengths: jax.Array  # [rows]
-    length: int              # prompt_length + max_decode_length
+    config: ModelConfig
+
+
+def decoder_prompt(config: ModelConfig, inputs: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """A decoder-only model's (prompt [batch, >= 1], lengths [batch]): lengths are
+    `decoder_prompt_lengths` or else the tokens that are not the pad id (id 0 can be a real
+    token); an empty row becomes the start token alone."""
+    prompt = jnp.asarray(inputs["decoder_prompt_tokens"], jnp.int32)
+    if prompt.shape[1] == 0:
+        prompt = jnp.full((prompt.shape[0], 1), config.pad_token_id, jnp.int32)
+    lengths = inputs.get("decoder_prompt_lengths")
+    lengths = (prompt != config.pad_token_id).sum(axis=1) if lengths is None else jnp.asarray(lengths, jnp.int32)
+    empty = lengths == 0
+    prompt = prompt.at[:, 0].set(jnp.where(empty, config.decoder_start_token_id, prompt[:, 0]))
+    return prompt, jnp.where(empty, 1, lengths).astype(jnp.int32)
 
 
 def _batch_axes(make_cache: Callable[[int], Any]) -> Any:
@@ -58,22 +77,35 @@ def _batch_axes(make_cache: Callable[[int], Any]) -> Any:
     return jax.tree.map(axis, one, two)
 
 
+def _check_positions(config: ModelConfig, length: int, what: str):
+    """A learned position table silently clamps positions past its end: refuse instead."""
+    if config.position_encoding == "learned" and length > config.max_position_embeddings:
+        raise ValueError(f"{what} = {length} decoder positions, but the model has max_position_embeddings="
+                         f"{config.max_position_embeddings}; shorten the prompt or max_decode_length")
+
+
 def _prepare(module, params, inputs: Mapping[str, jax.Array], copies: int, max_decode_length: int) -> _Model:
-    """Encodes once (encoder-decoder), repeats every row `copies` times and allocates the cache."""
+    """Encodes once (encoder-decoder) or prefills the prompts (decoder-only), every row repeated
+    `copies` times, and returns the first distribution with the cache."""
     if "encoder_input_tokens" in inputs:
+        _check_positions(module.config, max_decode_length, "max_decode_length")
         return _prepare_encoder_decoder(module, params, inputs["encoder_input_tokens"], copies, max_decode_length)
     if "decoder_prompt_tokens" in inputs:
-        return _prepare_decoder(module, params, inputs["decoder_prompt_tokens"], copies, max_decode_length)
+        width = max(inputs["decoder_prompt_tokens"].shape[1], 1)
+        _check_positions(module.config, width + max_decode_length - 1,
+                         f"prompt width {width} + max_decode_length {max_decode_length} - 1")
+        return _prepare_decoder(module, params, inputs, copies, max_decode_length)
     raise ValueError(f"decoding needs `encoder_input_tokens` (encoder-decoder) or `decoder_prompt_tokens` "
                      f"(decoder-only); got {sorted(inputs)}")
 
 
 def _prepare_encoder_decoder(module, params, tokens, copies: int, max_decode_length: int) -> _Model:
+    cfg = module.config
     encoded = module.apply({"params": params}, encoder_input_tokens=tokens, method="encode")
     encoded, tokens = jnp.repeat(encoded, copies, axis=0), jnp.repeat(tokens, copies, axis=0)
 
-    def make_cache(rows):
-        return models.init_cache(module, params, max_decode_length, encoded=encoded[:rows],
+    def make_cache(rows):   # the start token, then max_decode_length tokens fed back
+        return models.init_cache(module, params, max_decode_length + 1, encoded=encoded[:rows],
                                  encoder_input_tokens=tokens[:rows])
 
     def step(cache, token):
@@ -82,50 +114,51 @@ def _prepare_encoder_decoder(module, params, tokens, copies: int, max_decode_len
         return logits[:, -1].astype(jnp.float32), state["cache"]
 
     rows = tokens.shape[0]
-    return _Model(step, make_cache(rows), _batch_axes(make_cache), jnp.zeros((rows, 0), jnp.int32),
-                  jnp.zeros(rows, jnp.int32), max_decode_length)
+    logits, cache = step(make_cache(rows), jnp.full((rows, 1), cfg.decoder_start_token_id, jnp.int32))
+    return _Model(step, logits, cache, _batch_axes(make_cache), cfg)
 
 
-def _prepare_decoder(module, params, prompt, copies: int, max_decode_length: int) -> _Model:
-    prompt = jnp.repeat(prompt.astype(jnp.int32), copies, axis=0)
-    length = prompt.shape[1] + max_decode_length
+def _prepare_decoder(module, params, inputs, copies: int, max_decode_length: int) -> _Model:
+    cfg = module.config
+    prompt, lengths = decoder_prompt(cfg, inputs)
+    prompt, lengths = jnp.repeat(prompt, copies, axis=0), jnp.repeat(lengths, copies, axis=0)
 
     def make_cache(rows):
-        return models.init_cache(module, params, length, batch_size=rows)
+        return models.init_cache(module, params, prompt.shape[1] + max_decode_length, batch_size=rows)
 
     def step(cache, token):
         logits, state = module.apply({"params": params, "cache": cache}, decoder_input_tokens=token, decode=True,
                                      mutable=["cache"])
         return logits[:, -1].astype(jnp.float32), state["cache"]
 
-    return _Model(step, make_cache(prompt.shape[0]), _batch_axes(make_cache), prompt,
-                  (prompt != PAD_ID).sum(axis=1).astype(jnp.int32), length)
-
-
-def _initial_sequences(model: _Model) -> jax.Array:
-    """[rows, 1 + length]: the BOS 0 the decoder starts from, then the prompt, then zeros."""
-    seq = jnp.zeros((model.prompt.shape[0], model.length + 1), jnp.int32)
-    return seq.at[:, 1:1 + model.prompt.shape[1]].set(model.prompt)
-
-
-def _continuations(seq: jax.Array, prompt_lengths: jax.Array, max_decode_length: int) -> jax.Array:
-    """The `max_decode_length` tokens after each row's prompt (seq without its BOS column)."""
-    columns = 1 + prompt_lengths[:, None] + jnp.arange(max_decode_length)[None]
-    return jnp.take_along_axis(seq, columns, axis=1)
+    # One pass over every prompt; padding after a row's prompt is written too, but lies in that
+    # row's future (hidden by the causal mask) and is overwritten as the row generates.
+    in_prompt = jnp.arange(prompt.shape[1])[None] < lengths[:, None]
+    hidden, state = module.apply({"params": params, "cache": make_cache(prompt.shape[0])}, decoder_input_tokens=prompt,
+                                 decoder_causal_attention=in_prompt if cfg.prefix_lm else None, decode=True,
+                                 mutable=["cache"], method="encode")
+    last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)
+    logits = module.apply({"params": params}, last, method=lambda m, x: m.lm_head(x))[:, 0]
+    cache = models.set_cache_index(state["cache"], lengths)
+    return _Model(step, logits.astype(jnp.float32), cache, _batch_axes(make_cache), cfg)
 
 
 # ----------------------------------------------------------------------------- sampling
 
 def filter_logits(logits: jax.Array, top_k=0, top_p=0.0) -> jax.Array:
-    """Masks all but the `top_k` largest logits and all but the smallest set of most likely tokens
-    whose probability reaches `top_p` (a token is kept while the mass before it is below p).
+    """Hugging Face's order: keeps the `top_k` largest logits (ties included), then, of those,
+    the smallest set of most likely tokens whose renormalised probability reaches `top_p` (a
+    token goes when the mass of the tokens below it, itself included, is at most 1 - p).
     0 turns either filter off; both may be traced values, so changing them does not recompile."""
     vocab = logits.shape[-1]
-    ordered = jnp.sort(logits, axis=-1)[..., ::-1]
-    probs = jax.nn.softmax(ordered, axis=-1)
-    keep_p = jnp.sum(jnp.cumsum(probs, axis=-1) - probs < top_p, axis=-1, keepdims=True)
-    keep = jnp.minimum(jnp.where(top_k > 0, top_k, vocab), jnp.where(top_p > 0, keep_p, vocab))
-    cutoff = jnp.take_along_axis(ordered, jnp.broadcast_to(keep - 1, logits.shape[:-1] + (1,)), axis=-1)
+    ordered = jnp.sort(logits, axis=-1)                            # ascending
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+    kth_largest = jnp.take_along_axis(ordered, jnp.broadcast_to(vocab - k, logits.shape[:-1] + (1,)), axis=-1)
+    logits = jnp.where(logits < kth_largest, NEG_INF, logits)
+    ordered = jnp.where(ordered < kth_largest, NEG_INF, ordered)
+    below = jnp.cumsum(jax.nn.softmax(ordered, axis=-1), axis=-1)
+    dropped = jnp.minimum(jnp.sum(below <= 1.0 - top_p, axis=-1, keepdims=True), vocab - 1)   # keep >= 1
+    cutoff = jnp.where(top_p > 0, jnp.take_along_axis(ordered, dropped, axis=-1), NEG_INF)
     return jnp.where(logits < cutoff, NEG_INF, logits)
 
 
@@ -136,70 +169,70 @@ def _choose(logits, rng, temperature, top_k, top_p) -> jax.Array:
     return jax.lax.cond(temperature <= GREEDY_TEMPERATURE, argmax, sample).astype(jnp.int32)
 
 
-def _sample_loop(model: _Model, rng, temperature, top_k, top_p, eos_id) -> tuple[jax.Array, jax.Array]:
-    """(sequences [rows, 1 + length], log-probabilities [rows]); the score uses the model's own
-    (untempered, unfiltered) distribution, so samples from different settings compare."""
-    rows = model.prompt.shape[0]
+def _sample_loop(model: _Model, rng, temperature, top_k, top_p, max_decode_length: int):
+    """(tokens [rows, max_decode_length], log-probabilities [rows]); the score uses the model's
+    own (untempered, unfiltered) distribution, so samples from different settings compare."""
+    cfg = model.config
+    rows = model.logits.shape[0]
 
     def cond(state):
-        i, _, _, done, _, _ = state
-        return (i < model.length) & ~jnp.all(done)
+        i, _, _, _, done, _, _ = state
+        return (i < max_decode_length) & ~jnp.all(done)
 
     def body(state):
-        i, seq, cache, done, logp, rng = state
-        logits, cache = model.step(cache, jax.lax.dynamic_slice_in_dim(seq, i, 1, axis=1))
+        i, tokens, cache, logits, done, logp, rng = state
         rng, key = jax.random.split(rng)
-        forced = i < model.prompt_lengths
-        token = jnp.where(forced, seq[:, i + 1], _choose(logits, key, temperature, top_k, top_p))
-        token = jnp.where(done, PAD_ID, token)
+        token = jnp.where(done, cfg.pad_token_id, _choose(logits, key, temperature, top_k, top_p))
         token_logp = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], axis=-1)[:, 0]
-        logp = logp + jnp.where(forced | done, 0.0, token_logp)
-        done = done | (~forced & (token == eos_id))
-        return i + 1, seq.at[:, i + 1].set(token), cache, done, logp, rng
+        logp = logp + jnp.where(done, 0.0, token_logp)
+        done = done | (token == cfg.eos_token_id)
+        logits, cache = model.step(cache, token[:, None])
+        return i + 1, tokens.at[:, i].set(token), cache, logits, done, logp, rng
 
-    state = (jnp.zeros((), jnp.int32), _initial_sequences(model), model.cache, jnp.zeros(rows, bool),
-             jnp.zeros(rows, jnp.float32), rng)
-    _, seq, _, _, logp, _ = jax.lax.while_loop(cond, body, state)
-    return seq, logp
+    state = (jnp.zeros((), jnp.int32), jnp.full((rows, max_decode_length), cfg.pad_token_id, jnp.int32),
+             model.cache, model.logits, jnp.zeros(rows, bool), jnp.zeros(rows, jnp.float32), rng)
+    _, tokens, _, _, _, logp, _ = jax.lax.while_loop(cond, body, state)
+    return tokens, logp
 
 
 def temperature_sample(module, params, inputs: Mapping[str, jax.Array], rng, *, max_decode_length: int,
-                       temperature=1.0, top_k=0, top_p=0.0, num_decodes: int = 1, eos_id=EOS_ID) -> DecodeResult:
+                       temperature=1.0, top_k=0, top_p=0.0, num_decodes: int = 1) -> DecodeResult:
     """`num_decodes` samples per input, ranked by log-probability (argmax at temperature <= 1e-4).
 
-    Only the module and the shapes are static: other temperatures, filters or EOS ids reuse the
-    compiled function."""
+    Logits are divided by the temperature, then filtered by top-k and top-p (`filter_logits`),
+    as Hugging Face's warpers do. Only the module and the shapes are static: other
+    temperatures or filters reuse the compiled function."""
     if not jnp.issubdtype(jnp.asarray(rng).dtype, jax.dtypes.prng_key):
         rng = jax.random.wrap_key_data(rng)
     return _temperature_sample(module, params, inputs, rng, jnp.float32(temperature), jnp.int32(top_k),
-                               jnp.float32(top_p), jnp.int32(eos_id), max_decode_length=max_decode_length,
-                               num_decodes=num_decodes)
+                               jnp.float32(top_p), max_decode_length=max_decode_length, num_decodes=num_decodes)
 
 
 @functools.partial(jax.jit, static_argnames=("module", "max_decode_length", "num_decodes"))
-def _temperature_sample(module, params, inputs, rng, temperature, top_k, top_p, eos_id, *, max_decode_length,
+def _temperature_sample(module, params, inputs, rng, temperature, top_k, top_p, *, max_decode_length,
                         num_decodes) -> DecodeResult:
     model = _prepare(module, params, inputs, num_decodes, max_decode_length)
-    seq, logp = _sample_loop(model, rng, temperature, top_k, top_p, eos_id)
-    tokens = _continuations(seq, model.prompt_lengths, max_decode_length)
+    tokens, logp = _sample_loop(model, rng, temperature, top_k, top_p, max_decode_length)
     tokens = tokens.reshape(-1, num_decodes, max_decode_length)
     logp = logp.reshape(-1, num_decodes)
     order = jnp.argsort(-logp, axis=1)
     return DecodeResult(jnp.take_along_axis(tokens, order[..., None], axis=1), jnp.take_along_axis(logp, order, axis=1))
 
 
-def greedy(module, params, inputs: Mapping[str, jax.Array], *, max_decode_length: int,
-           eos_id: int = EOS_ID) -> DecodeResult:
+def greedy(module, params, inputs: Mapping[str, jax.Array], *, max_decode_length: int) -> DecodeResult:
     """Argmax decoding: tokens [batch, max_decode_length], scores [batch] (sum of log-probs)."""
     out = temperature_sample(module, params, inputs, jax.random.key(0), max_decode_length=max_decode_length,
-                             temperature=0.0, eos_id=eos_id)
+                             temperature=0.0)
     return DecodeResult(out.tokens[:, 0], out.scores[:, 0])
 
 
 # ----------------------------------------------------------------------------- beam search
 
 def brevity_penalty(length, alpha: float = 0.6):
-    """T5X's length normalisation ((5 + length) / 6) ** alpha; beam scores are log-prob / penalty."""
+    """T5X's length normalisation ((5 + length) / 6) ** alpha; beam scores are log-prob / penalty.
+
+    Hugging Face divides by length ** length_penalty instead; the two agree only without a
+    penalty (alpha = 0, length_penalty = 0: summed log-probabilities)."""
     return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
@@ -221,86 +254,78 @@ def _top(scores, n: int, *trees):
 
 
 class _Beams(NamedTuple):
-    i: jax.Array             # tokens fed so far
-    alive: jax.Array         # [batch, beams, 1 + length]
+    i: jax.Array             # tokens generated so far
+    alive: jax.Array         # [batch, beams, max_decode_length]
     alive_logp: jax.Array    # [batch, beams]
-    finished: jax.Array      # [batch, beams, 1 + length]
+    finished: jax.Array      # [batch, beams, max_decode_length]
     finished_scores: jax.Array  # [batch, beams], penalised; NEG_INF where empty
     finished_flags: jax.Array   # [batch, beams]
     cache: Any
+    logits: jax.Array        # [batch * beams, vocab]: next-token logits of the alive beams
 
 
-def _beam_step(model: _Model, state: _Beams, beams: int, alpha: float, eos_id: int) -> _Beams:
+def _beam_step(model: _Model, state: _Beams, beams: int, alpha) -> _Beams:
     """Extends every alive beam by every token, keeps the best `beams` that did not end and adds
-    the ones that ended with EOS within the top `beams` ranks to the finished set."""
-    batch = state.alive.shape[0]
-    i = state.i
-    tokens_in = state.alive[:, :, i].reshape(-1, 1)
-    logits, cache = model.step(state.cache, tokens_in)
-    logp = jax.nn.log_softmax(logits).reshape(batch, beams, -1)
+    the ones that ended with EOS within the top `beams` ranks to the finished set (as T5X and
+    Hugging Face both do), then runs the model on the new alive beams."""
+    batch, i = state.alive.shape[0], state.i
+    logp = jax.nn.log_softmax(state.logits).reshape(batch, beams, -1)
     vocab = logp.shape[-1]
-    prompt_lengths = model.prompt_lengths.reshape(batch, beams)[:, :1]
-    forced = i < prompt_lengths   # [batch, 1]: the whole row is still inside its prompt
-    forced_logp = jnp.where(jnp.arange(vocab) == state.alive[:, :, i + 1, None], 0.0, NEG_INF)
-    candidates = (state.alive_logp[..., None] + jnp.where(forced[..., None], forced_logp, logp)).reshape(batch, -1)
+    candidates = (state.alive_logp[..., None] + logp).reshape(batch, -1)
 
     top_logp, top_index = jax.lax.top_k(candidates, 2 * beams)
     source, token = top_index // vocab, (top_index % vocab).astype(jnp.int32)
-    extended = _gather_beams(state.alive, source).at[:, :, i + 1].set(token)
-    ended = (token == eos_id) & ~forced
+    extended = _gather_beams(state.alive, source).at[:, :, i].set(token)
+    ended = token == model.config.eos_token_id
 
     alive_logp, alive, alive_source = _top(jnp.where(ended, NEG_INF, top_logp), beams, extended, source)
-    generated = i + 1 - prompt_lengths
-    new_scores = top_logp / brevity_penalty(generated, alpha)
     admitted = ended & (jnp.arange(2 * beams) < beams)
     scores = jnp.concatenate([jnp.where(state.finished_flags, state.finished_scores, NEG_INF),
-                              jnp.where(admitted, new_scores, NEG_INF)], axis=1)
+                              jnp.where(admitted, top_logp / brevity_penalty(i + 1, alpha), NEG_INF)], axis=1)
     finished_scores, finished, flags = _top(scores, beams, jnp.concatenate([state.finished, extended], axis=1),
                                             jnp.concatenate([state.finished_flags, admitted], axis=1))
-    return _Beams(i + 1, alive, alive_logp, finished, finished_scores, flags,
-                  _gather_beams(cache, alive_source, model.batch_axes))
+    cache = _gather_beams(state.cache, alive_source, model.batch_axes)
+    logits, cache = model.step(cache, alive[:, :, i].reshape(-1, 1))
+    return _Beams(i + 1, alive, alive_logp, finished, finished_scores, flags, cache, logits)
 
 
-def _beam_search_done(model: _Model, state: _Beams, beams: int, alpha: float) -> jax.Array:
+def _beam_search_done(state: _Beams, alpha, max_decode_length: int) -> jax.Array:
     """True when every row has `beams` finished hypotheses that no alive beam can still beat
     (an alive beam's log-prob only falls, and the penalty is largest at the full length)."""
-    batch = state.alive.shape[0]
-    prompt_lengths = model.prompt_lengths.reshape(batch, beams)[:, 0]
-    best_possible = state.alive_logp.max(axis=1) / brevity_penalty(model.length - prompt_lengths, alpha)
+    best_possible = state.alive_logp.max(axis=1) / brevity_penalty(max_decode_length, alpha)
     worst_finished = jnp.where(state.finished_flags, state.finished_scores, NEG_INF).min(axis=1)
     return jnp.all(state.finished_flags.all(axis=1) & (best_possible <= worst_finished))
 
 
 def beam_search(module, params, inputs: Mapping[str, jax.Array], *, max_decode_length: int, num_beams: int = 4,
-                alpha=0.6, eos_id=EOS_ID) -> DecodeResult:
-    """Beam search: tokens [batch, num_beams, max_decode_length], best first; scores are summed
-    log-probabilities over the brevity penalty ((5 + len) / 6) ** alpha, len counting EOS.
+                alpha=0.6) -> DecodeResult:
+    """T5X's beam search: tokens [batch, num_beams, max_decode_length], best first; scores are
+    summed log-probabilities over the brevity penalty ((5 + len) / 6) ** alpha, len counting EOS.
 
-    Finished hypotheses rank before ones cut off at `max_decode_length` (scored at that length).
+    Hypotheses cut off at `max_decode_length` (scored at that length) rank together with the
+    finished ones, as in Hugging Face (T5X returns finished ones first whenever any exist). HF
+    penalises by len ** length_penalty instead; with alpha = 0 and HF's length_penalty = 0 both
+    rank by summed log-probability and return the same beams with the same scores.
     """
-    return _beam_search(module, params, inputs, jnp.float32(alpha), jnp.int32(eos_id),
-                        max_decode_length=max_decode_length, num_beams=num_beams)
+    return _beam_search(module, params, inputs, jnp.float32(alpha), max_decode_length=max_decode_length,
+                        num_beams=num_beams)
 
 
 @functools.partial(jax.jit, static_argnames=("module", "max_decode_length", "num_beams"))
-def _beam_search(module, params, inputs, alpha, eos_id, *, max_decode_length, num_beams) -> DecodeResult:
+def _beam_search(module, params, inputs, alpha, *, max_decode_length, num_beams) -> DecodeResult:
     model = _prepare(module, params, inputs, num_beams, max_decode_length)
-    batch = model.prompt.shape[0] // num_beams
-    start = _initial_sequences(model).reshape(batch, num_beams, -1)
+    batch = model.logits.shape[0] // num_beams
+    empty = jnp.full((batch, num_beams, max_decode_length), model.config.pad_token_id, jnp.int32)
     first_beam_only = jnp.where(jnp.arange(num_beams) == 0, 0.0, NEG_INF)
-    state = _Beams(jnp.zeros((), jnp.int32), start, jnp.broadcast_to(first_beam_only, (batch, num_beams)),
-                   jnp.zeros_like(start), jnp.full((batch, num_beams), NEG_INF), jnp.zeros((batch, num_beams), bool),
-                   model.cache)
+    state = _Beams(jnp.zeros((), jnp.int32), empty, jnp.broadcast_to(first_beam_only, (batch, num_beams)), empty,
+                   jnp.full((batch, num_beams), NEG_INF), jnp.zeros((batch, num_beams), bool), model.cache,
+                   model.logits)
     state = jax.lax.while_loop(
-        lambda s: (s.i < model.length) & ~_beam_search_done(model, s, num_beams, alpha),
-        lambda s: _beam_step(model, s, num_beams, alpha, eos_id), state)
+        lambda s: (s.i < max_decode_length) & ~_beam_search_done(s, alpha, max_decode_length),
+        lambda s: _beam_step(model, s, num_beams, alpha), state)
 
-    prompt_lengths = model.prompt_lengths.reshape(batch, num_beams)
-    alive_scores = state.alive_logp / brevity_penalty(state.i - prompt_lengths, alpha)
-    sequences = jnp.concatenate([state.finished, state.alive], axis=1)
-    scores = jnp.concatenate([state.finished_scores, alive_scores], axis=1)
-    unfinished = jnp.concatenate([~state.finished_flags, jnp.ones_like(state.finished_flags)], axis=1)
-    order = jnp.lexsort((-scores, unfinished.astype(jnp.int32)), axis=1)[:, :num_beams]
-    sequences = _gather_beams(sequences, order).reshape(batch * num_beams, -1)
-    tokens = _continuations(sequences, model.prompt_lengths, max_decode_length)
-    return DecodeResult(tokens.reshape(batch, num_beams, max_decode_length), jnp.take_along_axis(scores, order, axis=1))
+    # After an early stop no alive beam can beat a finished one; at the full length they compete.
+    alive_scores = state.alive_logp / brevity_penalty(state.i, alpha)
+    scores = jnp.concatenate([jnp.where(state.finished_flags, state.finished_scores, NEG_INF), alive_scores], axis=1)
+    scores, sequences = _top(scores, num_beams, jnp.concatenate([state.finished, state.alive], axis=1))
+    return DecodeResult(sequences, scores)

@@ -105,12 +105,13 @@ class Evaluator:
         outputs = []
         for batch in self.batches:
             encoder_tokens, targets = batch["encoder_input_tokens"], batch["decoder_target_tokens"]
-            out = {"log_likelihood": scoring.target_log_likelihood(module, params, encoder_tokens, targets)}
+            inputs = {"encoder_input_tokens": encoder_tokens}
+            out = {"log_likelihood": scoring.target_log_likelihood(module, params, inputs, targets)}
             if self.task.metric_fns:
                 out["decoded"] = decoding.greedy(module, params, {"encoder_input_tokens": encoder_tokens},
                                                  max_decode_length=self.max_decode_length).tokens
             if self.label_tokens is not None:
-                out["label_scores"] = scoring.rank_candidates(module, params, encoder_tokens, self.label_tokens)
+                out["label_scores"] = scoring.rank_candidates(module, params, inputs, self.label_tokens)
             outputs.append(out)
         fetched = jax.device_get(outputs)
         n = len(self.examples)

@@ -110,6 +110,16 @@ def _require(cfg: ModelConfig, family: str, **fields):
             raise HFConversionError(f"{family} cannot express {name}={getattr(cfg, name)!r} (needs {want!r})")
 
 
+def _special_ids(c: dict, start: int, eos: int) -> dict:
+    """decoder_start_token_id and eos_token_id from an HF config (defaults: the family's own);
+    a list of EOS ids (some generation configs) keeps the first."""
+    eos_id = c.get("eos_token_id", eos)
+    eos_id = eos_id[0] if isinstance(eos_id, list) else eos_id
+    start_id = c.get("decoder_start_token_id", start)
+    return dict(decoder_start_token_id=start if start_id is None else start_id,
+                eos_token_id=eos if eos_id is None else eos_id)
+
+
 def _act(hf_name: str) -> str:
     if hf_name not in _ACT_FROM_HF:
         raise HFConversionError(f"unsupported activation {hf_name!r}; known: {sorted(_ACT_FROM_HF)}")
@@ -140,7 +150,7 @@ class T5Family:
             relative_attention_max_distance=c.get("relative_attention_max_distance", 128),
             tie_embeddings=not untied,
             scale_tied_logits=scale and not untied,
-            pad_token_id=c.get("pad_token_id", 0))
+            pad_token_id=c.get("pad_token_id", 0), **_special_ids(c, start=0, eos=1))
 
     @staticmethod
     def to_hf(cfg: ModelConfig) -> dict:
@@ -164,7 +174,8 @@ class T5Family:
                     dropout_rate=cfg.dropout_rate, layer_norm_epsilon=cfg.layer_norm_epsilon,
                     feed_forward_proj=proj, tie_word_embeddings=cfg.tie_embeddings,
                     scale_decoder_outputs=cfg.tie_embeddings and cfg.scale_tied_logits,
-                    is_encoder_decoder=True, pad_token_id=cfg.pad_token_id, eos_token_id=1, decoder_start_token_id=0)
+                    is_encoder_decoder=True, pad_token_id=cfg.pad_token_id, eos_token_id=cfg.eos_token_id,
+                    decoder_start_token_id=cfg.decoder_start_token_id)
 
     @staticmethod
     def rules(cfg: ModelConfig) -> list[Rule]:
@@ -393,7 +404,8 @@ class GPT2Family:
             use_bias=True, scale_attention=c.get("scale_attn_weights", True),
             layer_norm_epsilon=c.get("layer_norm_epsilon", 1e-5), init_std=0.02, position_encoding="learned",
             max_position_embeddings=c.get("n_positions", 1024), scale_tied_logits=False,
-            pad_token_id=c.get("pad_token_id") or 0)
+            pad_token_id=c.get("pad_token_id") or 0,
+            **_special_ids({**c, "decoder_start_token_id": c.get("bos_token_id")}, start=50256, eos=50256))
 
     @staticmethod
     def to_hf(cfg: ModelConfig) -> dict:
@@ -408,7 +420,7 @@ class GPT2Family:
                     n_positions=cfg.max_position_embeddings, activation_function=_ACT_TO_HF[cfg.mlp_activations[0]],
                     resid_pdrop=cfg.dropout_rate, embd_pdrop=cfg.dropout_rate, attn_pdrop=cfg.dropout_rate,
                     layer_norm_epsilon=cfg.layer_norm_epsilon, scale_attn_weights=cfg.scale_attention,
-                    tie_word_embeddings=True, bos_token_id=cfg.vocab_size - 1, eos_token_id=cfg.vocab_size - 1)
+                    tie_word_embeddings=True, bos_token_id=cfg.decoder_start_token_id, eos_token_id=cfg.eos_token_id)
 
     @staticmethod
     def rules(cfg: ModelConfig) -> list[Rule]:
@@ -451,7 +463,7 @@ class BartFamily:
             scale_attention=True, layer_norm_epsilon=1e-5, init_std=0.02, pad_token_id=c.get("pad_token_id", 1),
             scale_embeddings=bool(c.get("scale_embedding", False)), position_encoding="learned",
             max_position_embeddings=c.get("max_position_embeddings", 1024), position_offset=2,
-            scale_tied_logits=False, logits_bias=True)
+            scale_tied_logits=False, logits_bias=True, **_special_ids(c, start=2, eos=2))
 
     @staticmethod
     def to_hf(cfg: ModelConfig) -> dict:
@@ -466,7 +478,8 @@ class BartFamily:
                     activation_function=_ACT_TO_HF[cfg.mlp_activations[0]], dropout=cfg.dropout_rate,
                     attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=cfg.max_position_embeddings,
                     scale_embedding=cfg.scale_embeddings, pad_token_id=cfg.pad_token_id, bos_token_id=0,
-                    eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2, is_encoder_decoder=True,
+                    eos_token_id=cfg.eos_token_id, decoder_start_token_id=cfg.decoder_start_token_id,
+                    forced_eos_token_id=cfg.eos_token_id, is_encoder_decoder=True,
                     tie_word_embeddings=True)
 
     @staticmethod
@@ -561,6 +574,9 @@ def _param_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return {"/".join(k): tuple(v.shape) for k, v in flatten_dict(shapes).items()}
 
 
+_GENERATION_IDS = ("decoder_start_token_id", "eos_token_id", "bos_token_id", "pad_token_id")
+
+
 def load(path: str, **config_overrides) -> tuple[nn.Module, dict]:
     """Reads a Hugging Face model folder -> (module, {"params": ...}).
 
@@ -569,6 +585,10 @@ def load(path: str, **config_overrides) -> tuple[nn.Module, dict]:
     """
     with open(os.path.join(path, "config.json")) as f:
         hf_config = json.load(f)
+    generation = os.path.join(path, "generation_config.json")
+    if os.path.exists(generation):   # what `generate` uses; transformers 5 keeps some ids only there
+        with open(generation) as f:
+            hf_config.update({k: v for k, v in json.load(f).items() if k in _GENERATION_IDS and v is not None})
     model_type = hf_config.get("model_type")
     family = _family(model_type)
     tensors = _read_tensors(path)

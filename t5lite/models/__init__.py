@@ -1,7 +1,7 @@
 """Models: configs and presets, `build(config)` -> a Flax module, task heads and KV-cache helpers."""
 from t5lite.models.config import PRESETS, ModelConfig, get_config
 from t5lite.models.transformer import (Decoder, Encoder, EncoderDecoder, build_module, init_cache, scan_params,
-                                       unscan_params)
+                                       set_cache_index, unscan_params)
 
 
 def build(config: ModelConfig | str):
@@ -12,4 +12,4 @@ def build(config: ModelConfig | str):
 
 
 __all__ = ["Decoder", "Encoder", "EncoderDecoder", "ModelConfig", "PRESETS", "build", "get_config", "init_cache",
-           "scan_params", "unscan_params"]
+           "scan_params", "set_cache_index", "unscan_params"]

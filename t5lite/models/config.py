@@ -50,6 +50,13 @@ class ModelConfig:
 
     # Embeddings.
     pad_token_id: int = 0             # padding mask of encoder inputs; RoBERTa and BART use 1
+    # Decoding and scoring (Hugging Face's names): an encoder-decoder's first decoder input (a
+    # decoder-only model's BOS, fed when a prompt is empty), the id that ends a sequence (padding
+    # follows it), and whether a decoder-only model is a prefix LM (attends bidirectionally over
+    # its prompt, as trained with `decoder_causal_attention`).
+    decoder_start_token_id: int = 0
+    eos_token_id: int = 1
+    prefix_lm: bool = False
     embedding_size: int | None = None  # factorised embedding V x E then E x H (ALBERT, ELECTRA); None: no projection
     type_vocab_size: int = 0          # BERT's segment (sentence A/B) embeddings; 0: none
     scale_embeddings: bool = False    # token embeddings times sqrt(d_model) (BART's scale_embedding)
@@ -126,11 +133,11 @@ _DEBERTA_V3 = dict(_BERT, vocab_size=128100, position_encoding="disentangled", r
                    sentence_head=False)
 _GPT2 = dict(_HF_STYLE, arch="decoder", vocab_size=50257, d_model=768, num_heads=12, head_dim=64, d_ff=3072,
              num_encoder_layers=0, num_decoder_layers=12, mlp_activations=("gelu",), layer_norm_epsilon=1e-5,
-             max_position_embeddings=1024)
+             max_position_embeddings=1024, decoder_start_token_id=50256, eos_token_id=50256)
 _BART = dict(_HF_STYLE, vocab_size=50265, d_model=768, num_heads=12, head_dim=64, d_ff=3072, num_encoder_layers=6,
              num_decoder_layers=6, mlp_activations=("gelu_exact",), norm_position="post", final_norm=False,
              embedding_norm=True, layer_norm_epsilon=1e-5, pad_token_id=1, position_offset=2,
-             max_position_embeddings=1024, logits_bias=True)
+             max_position_embeddings=1024, logits_bias=True, decoder_start_token_id=2, eos_token_id=2)
 _HF_TINY = dict(d_model=64, num_heads=4, head_dim=16, d_ff=128, max_position_embeddings=64)
 
 
@@ -185,7 +192,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
                                          "num_decoder_layers": 36}),
     "gpt2_xl": lambda: ModelConfig(**{**_GPT2, "d_model": 1600, "num_heads": 25, "d_ff": 6400,
                                       "num_decoder_layers": 48}),
-    "gpt2_tiny": _tiny(_GPT2),
+    "gpt2_tiny": _tiny(_GPT2, decoder_start_token_id=999, eos_token_id=999),   # the last id, as in GPT-2
     # BART (encoder-decoder, learned positions, post-norm).
     "bart_base": lambda: ModelConfig(**_BART),
     "bart_large": lambda: ModelConfig(**{**_BART, "d_model": 1024, "num_heads": 16, "d_ff": 4096,

@@ -193,15 +193,16 @@ def attention_bias(q_mask, k_mask, causal: bool = False, q_segments=None, k_segm
     Padding (mask 0) never attends or is attended; with segment ids, attention stays inside a
     packed example; `causal` forbids looking ahead, except between two prefix positions
     (`*_prefix`, a prefix LM's `decoder_causal_attention`). Causality compares the slots
-    `q_index` / `k_index` (default 0..len-1; a KV cache passes its write offset).
+    `q_index` / `k_index` ([len] or [batch, len]; default 0..len-1; a KV cache passes each
+    row's own write slots).
     """
     allowed = q_mask[:, :, None].astype(bool) & k_mask[:, None, :].astype(bool)
     if q_segments is not None and k_segments is not None:
         allowed &= q_segments[:, :, None] == k_segments[:, None, :]
     if causal:
-        q_index = jnp.arange(q_mask.shape[1]) if q_index is None else q_index
-        k_index = jnp.arange(k_mask.shape[1]) if k_index is None else k_index
-        visible = (k_index[None, :] <= q_index[:, None])[None]
+        q_index = jnp.broadcast_to(jnp.arange(q_mask.shape[1]) if q_index is None else q_index, q_mask.shape)
+        k_index = jnp.broadcast_to(jnp.arange(k_mask.shape[1]) if k_index is None else k_index, k_mask.shape)
+        visible = k_index[:, None, :] <= q_index[:, :, None]
         if q_prefix is not None:
             visible = visible | (q_prefix[:, :, None].astype(bool) & k_prefix[:, None, :].astype(bool))
         allowed &= visible
@@ -210,6 +211,13 @@ def attention_bias(q_mask, k_mask, causal: bool = False, q_segments=None, k_segm
 
 # ----------------------------------------------------------------------------- attention
 
+def write_rows(cache, values, index):
+    """`cache[b, index[b]:index[b] + n] = values[b]` for every row b: each row of a KV cache
+    writes at its own slot, so prompts of different lengths decode side by side."""
+    write = lambda c, v, i: jax.lax.dynamic_update_slice_in_dim(c, v.astype(c.dtype), i, axis=0)
+    return jax.vmap(write)(cache, values, index)
+
+
 class AttentionInputs(NamedTuple):
     """What a layer's attentions need besides the hidden states; built once per stack."""
     bias: jax.Array                       # [b, 1 or heads, q, k] mask (+ T5 position bias)
@@ -217,7 +225,7 @@ class AttentionInputs(NamedTuple):
     cross_bias: jax.Array | None = None
     positions: jax.Array | None = None    # [b, q] query positions (rotary)
     relative: jax.Array | None = None     # [b, q, k] key - query offsets (Shaw, DeBERTa)
-    cache_index: jax.Array | None = None  # KV cache write offset while decoding
+    cache_index: jax.Array | None = None  # [b] KV cache write slot of each row while decoding
     rel_embeddings: jax.Array | None = None  # [2 * buckets, d] DeBERTa's relative position embeddings
 
 
@@ -228,7 +236,8 @@ class MultiHeadAttention(nn.Module):
     With `decode=True` the keys and values live in the "cache" collection. The first call (from
     `init_cache`, with a full-length input) creates it: zeros for self-attention, the projected
     encoder output for cross-attention, which later steps reuse without recomputing. Each later
-    self-attention call writes its keys and values at `cache_index` and attends over the cache.
+    self-attention call writes its keys and values at each row's `cache_index` and attends over
+    the cache.
     """
     config: ModelConfig
     deterministic: bool = True
@@ -240,7 +249,7 @@ class MultiHeadAttention(nn.Module):
         return Dense(features, axes, in_ndim, cfg.use_bias, init_std(cfg, fan_in_std), dtype_of(cfg), name=name)
 
     def _cached(self, k, v, cache_index):
-        """Self-attention: writes k, v at `cache_index`, returns the whole cache. Cross-attention:
+        """Self-attention: writes k, v at each row's `cache_index`, returns the whole cache. Cross-attention:
         stores the encoder's k, v on the first call. The first call returns k, v unchanged."""
         initialized = self.has_variable("cache", "cached_key")
         init = jnp.zeros_like if self.is_self_attention else (lambda a: a)
@@ -249,8 +258,8 @@ class MultiHeadAttention(nn.Module):
         if not initialized:
             return k, v
         if self.is_self_attention:
-            cached_k.value = jax.lax.dynamic_update_slice_in_dim(cached_k.value, k, cache_index, axis=1)
-            cached_v.value = jax.lax.dynamic_update_slice_in_dim(cached_v.value, v, cache_index, axis=1)
+            cached_k.value = write_rows(cached_k.value, k, cache_index)
+            cached_v.value = write_rows(cached_v.value, v, cache_index)
         return cached_k.value, cached_v.value
 
     def _disentangled_bias(self, q, k, relative, rel_embeddings, query_proj, key_proj, scale):

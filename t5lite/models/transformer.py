@@ -114,18 +114,19 @@ class Stack(nn.Module):
         return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
     def _decode_slots(self, tokens, causal_attention):
-        """KV-cache bookkeeping: (query slots, key slots, key prefix flags), or None on the
-        first (cache-creating) call. Advances the write index by the number of new tokens."""
+        """KV-cache bookkeeping: (query slots [b, n], key slots, key prefix flags), or None on
+        the first (cache-creating) call. Each row has its own write index (`set_cache_index`),
+        advanced by the number of new tokens."""
         initialized = self.has_variable("cache", "index")
-        index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+        index = self.variable("cache", "index", lambda: jnp.zeros(tokens.shape[:1], jnp.int32))
         prefix = self.variable("cache", "prefix", lambda: jnp.zeros(tokens.shape, bool))
         if not initialized:
             return None
         start = index.value
         new_prefix = jnp.zeros(tokens.shape, bool) if causal_attention is None else causal_attention.astype(bool)
-        prefix.value = jax.lax.dynamic_update_slice_in_dim(prefix.value, new_prefix, start, axis=1)
+        prefix.value = L.write_rows(prefix.value, new_prefix, start)
         index.value = start + tokens.shape[1]
-        return start + jnp.arange(tokens.shape[1]), jnp.arange(prefix.value.shape[1]), prefix.value
+        return start[:, None] + jnp.arange(tokens.shape[1]), jnp.arange(prefix.value.shape[1]), prefix.value
 
     def _padding_mask(self, tokens, segment_ids):
         if not self.causal:
@@ -139,12 +140,13 @@ class Stack(nn.Module):
         cfg = self.config
         slots = self._decode_slots(tokens, causal_attention) if decode else None
         if slots is not None:
-            # A decoding step: queries sit at the cache's write index, keys are every cache slot
+            # A decoding step: queries sit at each row's write index, keys are every cache slot
             # (unwritten ones are in the future, so the causal mask hides them). No packing.
             q_index, k_index, k_prefix = slots
             positions = jnp.broadcast_to(q_index, tokens.shape)
             k_positions = jnp.broadcast_to(k_index, (tokens.shape[0], k_index.shape[0]))
-            q_mask, k_mask, segment_ids, cache_index = jnp.ones_like(tokens, bool), k_positions >= 0, None, q_index[0]
+            q_mask, k_mask, segment_ids = jnp.ones_like(tokens, bool), k_positions >= 0, None
+            cache_index = q_index[:, 0]
         else:
             q_index = k_index = cache_index = None
             k_prefix = causal_attention
@@ -307,8 +309,10 @@ def init_cache(module: nn.Module, params, max_decode_length: int, *, batch_size:
         cache = state["cache"]
     where `...` is `decoder_input_tokens=tokens` (plus `decoder_causal_attention` for a prefix-LM
     prompt) for a Decoder, and `encoded, encoder_input_tokens, tokens, method="decode"` for an
-    EncoderDecoder. The cache holds `index` (next write slot) per stack and `key`/`value`
-    [b, len, heads, head_dim] per attention layer (stacked on a leading layers axis when scanned).
+    EncoderDecoder. The cache holds `index` [b] (each row's next write slot) per stack and
+    `key`/`value` [b, len, heads, head_dim] per attention layer (stacked on a leading layers axis
+    when scanned). After prefilling prompts of different lengths, `set_cache_index` moves each
+    row's index back to the end of its own prompt.
     """
     if isinstance(module, EncoderDecoder):
         args, kwargs = (encoded, encoder_input_tokens, max_decode_length), {}
@@ -316,6 +320,14 @@ def init_cache(module: nn.Module, params, max_decode_length: int, *, batch_size:
         args, kwargs = (batch_size, max_decode_length), {}
     _, state = module.apply({"params": params}, *args, method="init_cache", mutable=["cache"], **kwargs)
     return state["cache"]
+
+
+def set_cache_index(cache, index):
+    """The cache with every stack's write index set to `index` [b]: each row's next token goes
+    to its own slot (the end of its prompt), overwriting whatever padding was prefilled there."""
+    def reset(path, leaf):
+        return jnp.broadcast_to(index, leaf.shape).astype(leaf.dtype) if path[-1].key == "index" else leaf
+    return jax.tree_util.tree_map_with_path(reset, cache)
 
 
 def unscan_params(params):
