@@ -119,18 +119,27 @@ def bert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], see
             yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen.astype(np.int32)}
 
 
+def span_length_distribution(p: float = 0.2, max_span_words: int = 10) -> np.ndarray:
+    """P(span of k words), k = 1..max: Geometric(p) clipped as SpanBERT's code does (renormalized over
+    1..max, mean 3.8 words for p = 0.2, the paper's figure)."""
+    weights = p * (1 - p) ** np.arange(max_span_words)
+    return weights / weights.sum()
+
+
 def span_mask(words: np.ndarray, num_to_predict: int, rng: np.random.Generator, p: float = 0.2,
               max_span_words: int = 10) -> np.ndarray:
-    """SpanBERT's masking: span id per token (-1 unmasked). Spans of Geometric(p) words clipped at
-    `max_span_words`, each starting at a random word, added while the masked tokens stay within
-    `num_to_predict`; spans neither overlap nor touch (so each has its own boundary tokens)."""
+    """SpanBERT's masking: span id per token (-1 unmasked). Span lengths in words from
+    `span_length_distribution`, each span starting at a random word, added while the masked tokens
+    stay within `num_to_predict`; spans neither overlap nor touch (so each has its own boundary tokens)."""
+    lengths = np.arange(1, max_span_words + 1)
+    probs = span_length_distribution(p, max_span_words)
     num_words = int(words.max()) + 1 if (words >= 0).any() else 0
     span_of = np.full(len(words), -1)
     masked_words = np.zeros(num_words + 1, bool)   # one past the end so neighbours index safely
     total, attempts, num_spans = 0, 0, 0
     while total < num_to_predict and attempts < 100 * max(num_to_predict, 1):
         attempts += 1
-        length = min(int(rng.geometric(p)), max_span_words, num_words)
+        length = min(int(rng.choice(lengths, p=probs)), num_words)
         first = int(rng.integers(num_words - length + 1))
         span_words = np.arange(first, first + length)
         if masked_words[max(first - 1, 0):first + length + 1].any():
