@@ -67,7 +67,7 @@ def corrupt(tokens: np.ndarray, chosen: np.ndarray, groups: np.ndarray, vocabula
     numbered by `groups`) get the same treatment. Random tokens are drawn from the non-special ids."""
     forbidden = _never_masked(vocabulary)
     regular = np.setdiff1d(np.arange(int(vocabulary.vocab_size)), forbidden)
-    draw = rng.random(int(groups.max()) + 1 if groups.size else 0)[np.maximum(groups, 0)]
+    draw = rng.random(max(int(groups.max(initial=-1)) + 1, 1))[np.maximum(groups, 0)]
     random = regular[rng.integers(len(regular), size=tokens.shape)]
     out = np.where(chosen & (draw < mask_token_rate), special_ids(vocabulary)["mask"], tokens)
     out = np.where(chosen & (draw >= mask_token_rate) & (draw < mask_token_rate + random_token_rate), random, out)
