@@ -61,3 +61,19 @@ def test_bert_mlm_batches_weight_exactly_the_chosen_positions():
 def test_every_t5_objective_task_fits_its_lengths(name):
     for ex in itertools.islice(get_task(f"embedded_docs_{name}").get_dataset("train", LENGTHS), 5):
         assert len(ex["inputs"]) <= 32 and len(ex["targets"]) <= 32 and ex["inputs"][-1] == ex["targets"][-1] == 1
+
+
+NEW_GIN = ["bert_mlm", "bert_mlm_static", "doc_sentences_mlm", "bert_nsp", "albert_sop", "spanbert", "causal_lm",
+           "prefix_lm", "bart_denoise", "t5_denoise"]
+
+
+@pytest.mark.parametrize("objective", NEW_GIN)
+def test_each_objective_gin_names_a_registered_task_and_converter(objective):
+    import re
+    from pathlib import Path
+    from t5lite.data.converters import FEATURE_CONVERTERS
+    text = (Path(__file__).resolve().parent.parent / "gin" / "objectives" / f"{objective}.gin").read_text()
+    (task,) = re.findall(r"^MIXTURE_OR_TASK_NAME = '(\w+)'", text, re.M)
+    (converter,) = re.findall(r"^train.feature_converter = '(\w+)'", text, re.M)
+    assert get_task(task) is not None and converter in FEATURE_CONVERTERS
+    next(get_task(task).get_dataset("train", LENGTHS))
