@@ -121,3 +121,12 @@ def test_spanbert_masks_about_15_percent():
     (ex,) = M.spanbert_mlm([{"inputs": tokens}], FEATURES, 0)
     budget = round(5000 * 0.15)
     assert budget - 40 <= ex["targets_loss_weights"].sum() <= budget
+
+
+def test_whole_words_need_pieces_and_say_so():
+    class IdsOnly:
+        vocab_size, extra_ids, eos_id = 200, 10, 1
+    with pytest.raises(ValueError, match="whole_word=False"):
+        next(M.bert_mlm([{"inputs": sequence(0, 20)}], features(IdsOnly()), 0))
+    (ex,) = M.bert_mlm([{"inputs": sequence(0, 20)}], features(IdsOnly()), 0, whole_word=False)
+    assert ex["targets_loss_weights"].sum() == 3

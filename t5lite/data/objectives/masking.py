@@ -42,7 +42,16 @@ def _never_masked(vocabulary) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
+def _regular_ids(vocabulary) -> np.ndarray:
+    """The ids a random replacement may take: all but `_never_masked`."""
+    return np.setdiff1d(np.arange(int(vocabulary.vocab_size)), _never_masked(vocabulary))
+
+
+@functools.lru_cache(maxsize=8)
 def _word_start_table(vocabulary) -> np.ndarray:
+    if not hasattr(vocabulary, "id_to_piece"):
+        raise ValueError(f"whole-word masking reads word starts from the pieces, but {vocabulary!r} has no "
+                         "id_to_piece; use a SentencePiece/WordPiece vocabulary or pass whole_word=False")
     pieces = [vocabulary.id_to_piece(i) for i in range(int(vocabulary.vocab_size))]
     wordpiece = any(p.startswith("##") for p in pieces)
     return np.array([not p.startswith("##") if wordpiece else p.startswith("▁") for p in pieces], dtype=bool)
@@ -65,8 +74,7 @@ def corrupt(tokens: np.ndarray, chosen: np.ndarray, groups: np.ndarray, vocabula
             mask_token_rate: float = 0.8, random_token_rate: float = 0.1) -> np.ndarray:
     """BERT's 80/10/10 on the chosen positions; all tokens of one group (a token, or a SpanBERT span,
     numbered by `groups`) get the same treatment. Random tokens are drawn from the non-special ids."""
-    forbidden = _never_masked(vocabulary)
-    regular = np.setdiff1d(np.arange(int(vocabulary.vocab_size)), forbidden)
+    regular = _regular_ids(vocabulary)
     draw = rng.random(max(int(groups.max(initial=-1)) + 1, 1))[np.maximum(groups, 0)]
     random = regular[rng.integers(len(regular), size=tokens.shape)]
     out = np.where(chosen & (draw < mask_token_rate), special_ids(vocabulary)["mask"], tokens)

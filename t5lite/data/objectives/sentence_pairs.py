@@ -6,8 +6,9 @@ about `sequence_length["inputs"] - 3` tokens, cut at a random sentence into A an
 truncated to fit (one token at a time from the longer side, front or back at random). Then NSP
 replaces B, with probability 1/2, by sentences from a random other document among the
 `buffer_size` around it (label `next_sentence_label` 1), SOP swaps A and B with probability 1/2
-(label `sentence_order_label` 1). One difference from BERT: a one-sentence chunk is cut inside
-the sentence instead of always taking a random B, so the labels are exactly Bernoulli(1/2).
+(label `sentence_order_label` 1). Two differences from BERT: a one-sentence chunk is cut inside
+the sentence instead of always taking a random B, so the labels are exactly Bernoulli(1/2); and
+the B sentences a random B replaces are skipped rather than put back for the next chunk.
 Output: `inputs` = `targets` = [CLS] A [SEP] B [SEP] and `token_type_ids` 0 up to the first
 [SEP], 1 after; `bert_mlm` can follow to mask it.
 """
