@@ -79,7 +79,7 @@ def sentence_permutation(tokens: np.ndarray, ends: np.ndarray, ratio: float, rng
     """Sentences (split after each `ends` token; a trailing fragment counts as one) shuffled:
     ceil(ratio * count) of them, chosen at random, permuted among their own places (1.0: all)."""
     cuts = np.flatnonzero(ends) + 1
-    sentences = [s for s in np.split(tokens, cuts[cuts < len(tokens)])]
+    sentences = np.split(tokens, cuts[cuts < len(tokens)])
     chosen = np.sort(rng.permutation(len(sentences))[:int(np.ceil(ratio * len(sentences)))])
     order = np.arange(len(sentences))
     order[chosen] = rng.permutation(chosen)

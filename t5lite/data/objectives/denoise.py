@@ -149,7 +149,6 @@ OBJECTIVES: dict[str, tuple[float, MaskFn, TokensFn, TokensFn | None]] = {
     "bert_style": (0.15, iid_noise_mask, noise_token_to_random_token_or_sentinel, None),
     "mass_style": (0.15, iid_noise_mask, noise_token_to_sentinel, None),
     "deshuffling": (1.0, iid_noise_mask, permute_noise_tokens, None),
-    "iid_replace_spans": (0.15, iid_noise_mask, noise_span_to_unique_sentinel, nonnoise_span_to_unique_sentinel),
     "iid_drop_tokens": (0.15, iid_noise_mask, drop_noise_tokens, drop_nonnoise_tokens),
 }
 for _density in (0.10, 0.15, 0.25, 0.50):  # Table 6: corruption rates

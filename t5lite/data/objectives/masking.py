@@ -97,7 +97,9 @@ def choose_whole_words(words: np.ndarray, num_to_predict: int, rng: np.random.Ge
     return chosen
 
 
-def _rngs(seed: int, index: int, tokens: np.ndarray, static_seed: int | None, copies: int):
+def _mask_rngs(seed: int, index: int, tokens: np.ndarray, static_seed: int | None, copies: int):
+    """One generator per mask to draw: dynamic ones from (seed, index), which the loader changes every
+    epoch; static ones from (static_seed, the tokens' checksum, copy), the same in every epoch."""
     if static_seed is None:
         return [np.random.default_rng([seed, 3, index])]
     digest = zlib.crc32(np.ascontiguousarray(tokens, dtype=np.int32).tobytes())
@@ -120,7 +122,7 @@ def bert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], see
         starts = word_starts(tokens, vocabulary) if whole_word else np.ones(len(tokens), bool)
         words = word_ids(tokens, maskable, starts)
         num_to_predict = max(1, int(round(maskable.sum() * mask_rate))) if maskable.any() else 0
-        for rng in _rngs(seed, i, tokens, static_seed, num_static_copies):
+        for rng in _mask_rngs(seed, i, tokens, static_seed, num_static_copies):
             chosen = choose_whole_words(words, num_to_predict, rng)
             inputs = corrupt(tokens, chosen, np.arange(len(tokens)), vocabulary, rng, mask_token_rate,
                              random_token_rate)
