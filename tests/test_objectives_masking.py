@@ -130,3 +130,35 @@ def test_whole_words_need_pieces_and_say_so():
         next(M.bert_mlm([{"inputs": sequence(0, 20)}], features(IdsOnly()), 0))
     (ex,) = M.bert_mlm([{"inputs": sequence(0, 20)}], features(IdsOnly()), 0, whole_word=False)
     assert ex["targets_loss_weights"].sum() == 3
+
+
+def test_80_10_10_matches_hugging_faces_mlm_collator(tmp_path):
+    """transformers' DataCollatorForLanguageModeling (BERT's recipe) on the same tokens: the same
+    shares of [MASK], random and kept among the chosen positions, and no special token chosen."""
+    pytest.importorskip("torch", reason="the Hugging Face reference needs torch")
+    transformers = pytest.importorskip("transformers", reason="the Hugging Face reference needs transformers")
+    import torch
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(195)]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
+    torch.manual_seed(0)
+    body = np.random.default_rng(0).integers(5, 200, size=(40, 500))
+    ids = np.concatenate([np.full((40, 1), 2), body, np.full((40, 1), 3)], axis=1)
+    collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    out = collator([{"input_ids": torch.tensor(row)} for row in ids])
+    theirs_chosen = (out["labels"] != -100).numpy()
+    theirs = out["input_ids"].numpy()
+    assert not theirs_chosen[:, [0, -1]].any()
+    n = int(theirs_chosen.sum())
+    hf_mask_share = (theirs[theirs_chosen] == 4).sum() / n
+    hf_kept_share = (theirs[theirs_chosen] == ids[theirs_chosen]).sum() / n
+    tokens = sequence(0, 20000)
+    (ex,) = M.bert_mlm([{"inputs": tokens}], FEATURES, 0, whole_word=False)
+    chosen = ex["targets_loss_weights"].astype(bool)
+    ours_mask = int((ex["inputs"][chosen] == SPECIAL["mask"]).sum())
+    ours_kept = int((ex["inputs"][chosen] == tokens[chosen]).sum())
+    # both shares against each other: a two-proportion z-test at a 1e-6 level
+    from scipy import stats
+    for ours, share in ((ours_mask, hf_mask_share), (ours_kept, hf_kept_share)):
+        table = [[ours, int(chosen.sum()) - ours], [round(share * n), n - round(share * n)]]
+        assert stats.chi2_contingency(table).pvalue > 1e-6
