@@ -1,5 +1,4 @@
 """T5's denoising table, prefix LM and causal LM: property tests on random inputs (hypothesis)."""
-import itertools
 
 import numpy as np
 import pytest
