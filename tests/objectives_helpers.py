@@ -23,9 +23,6 @@ class PieceVocabulary:
             return (f"w{i}" if self.wordpiece else f"▁w{i}") + stop
         return (f"##x{i}" if self.wordpiece else f"x{i}") + stop
 
-    def regular_ids(self) -> np.ndarray:
-        return np.arange(3, self.vocab_size - self.extra_ids)
-
 
 class Feature:
     def __init__(self, vocabulary):
