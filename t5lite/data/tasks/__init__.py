@@ -5,3 +5,4 @@ from t5lite.data.tasks import squad  # noqa: F401
 from t5lite.data.tasks import wmt  # noqa: F401
 from t5lite.data.tasks import summarization  # noqa: F401
 from t5lite.data.tasks import superglue  # noqa: F401
+from t5lite.data.tasks import objectives  # noqa: F401

@@ -1,0 +1,203 @@
+"""BERT's masked LM and SpanBERT's span masking, on tokenized examples.
+
+Both choose about `mask_rate` of the maskable tokens (never special ids: pad, EOS, CLS, SEP,
+sentinels), then corrupt the choice 80% [MASK] / 10% random token / 10% unchanged, and emit
+`inputs` (corrupted), `targets` (the original) and `targets_loss_weights` (1 exactly on the chosen
+positions), which `EncoderFeatureConverter` turns into `encoder_*` features.
+
+Words come from the vocabulary: a SentencePiece piece starting with "▁" starts a word, a
+WordPiece piece starting with "##" continues one (`word_starts`). Masking is dynamic by default (a
+new mask each time the loader feeds the example: the loader gives every epoch its own seed) or
+static (`static_seed` set: the mask depends only on that seed and the tokens, fixed across epochs;
+`num_static_copies` emits each example that many times with different masks, RoBERTa's baseline).
+"""
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+
+Example = dict[str, Any]
+
+
+def special_ids(vocabulary) -> dict[str, int]:
+    """The ids the encoder objectives use: the vocabulary's own `mask_id`/`cls_id`/`sep_id` when it
+    has them (BERT vocabularies), else, with a T5 vocabulary, [MASK] = `<extra_id_0>`, [CLS] =
+    `<extra_id_1>` and [SEP] = EOS."""
+    size = int(vocabulary.vocab_size)
+    return {"mask": int(getattr(vocabulary, "mask_id", size - 1)),
+            "cls": int(getattr(vocabulary, "cls_id", size - 2)),
+            "sep": int(getattr(vocabulary, "sep_id", getattr(vocabulary, "eos_id", 1)))}
+
+
+def _never_masked(vocabulary) -> np.ndarray:
+    """Sorted ids no objective may mask or draw as a random token: pad/EOS/UNK, CLS/SEP/[MASK], sentinels."""
+    size = int(vocabulary.vocab_size)
+    extra = int(getattr(vocabulary, "extra_ids", 0) or 0)
+    ids = {0, int(getattr(vocabulary, "eos_id", 1)), int(getattr(vocabulary, "unk_id", 2)),
+           *special_ids(vocabulary).values(), *range(size - extra, size)}
+    return np.array(sorted(ids), dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _regular_ids(vocabulary) -> np.ndarray:
+    """The ids a random replacement may take: all but `_never_masked`."""
+    return np.setdiff1d(np.arange(int(vocabulary.vocab_size)), _never_masked(vocabulary))
+
+
+@functools.lru_cache(maxsize=8)
+def _word_start_table(vocabulary) -> np.ndarray:
+    if not hasattr(vocabulary, "id_to_piece"):
+        raise ValueError(f"whole-word masking reads word starts from the pieces, but {vocabulary!r} has no "
+                         "id_to_piece; use a SentencePiece/WordPiece vocabulary or pass whole_word=False")
+    pieces = [vocabulary.id_to_piece(i) for i in range(int(vocabulary.vocab_size))]
+    wordpiece = any(p.startswith("##") for p in pieces)
+    return np.array([not p.startswith("##") if wordpiece else p.startswith("▁") for p in pieces], dtype=bool)
+
+
+def word_starts(tokens: np.ndarray, vocabulary) -> np.ndarray:
+    """True where a token starts a word: SentencePiece's "▁" prefix, or not WordPiece's "##"."""
+    return _word_start_table(vocabulary)[np.asarray(tokens)]
+
+
+def word_ids(tokens: np.ndarray, maskable: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Word index per token (-1 for unmaskable tokens); a word is a start plus its continuations,
+    and an unmaskable token also ends a word."""
+    boundary = starts | ~maskable | np.concatenate([[True], ~maskable[:-1]])
+    ids = np.cumsum(boundary & maskable) - 1
+    return np.where(maskable, ids, -1)
+
+
+def corrupt(tokens: np.ndarray, chosen: np.ndarray, groups: np.ndarray, vocabulary, rng: np.random.Generator,
+            mask_token_rate: float = 0.8, random_token_rate: float = 0.1) -> np.ndarray:
+    """BERT's 80/10/10 on the chosen positions; all tokens of one group (a token, or a SpanBERT span,
+    numbered by `groups`) get the same treatment. Random tokens are drawn from the non-special ids."""
+    regular = _regular_ids(vocabulary)
+    draw = rng.random(max(int(groups.max(initial=-1)) + 1, 1))[np.maximum(groups, 0)]
+    random = regular[rng.integers(len(regular), size=tokens.shape)]
+    out = np.where(chosen & (draw < mask_token_rate), special_ids(vocabulary)["mask"], tokens)
+    out = np.where(chosen & (draw >= mask_token_rate) & (draw < mask_token_rate + random_token_rate), random, out)
+    return out.astype(np.int32)
+
+
+def choose_whole_words(words: np.ndarray, num_to_predict: int, rng: np.random.Generator) -> np.ndarray:
+    """BERT's `create_masked_lm_predictions`: words in random order, each taken whole while the
+    total stays within `num_to_predict` tokens."""
+    chosen = np.zeros(len(words), dtype=bool)
+    sizes = np.bincount(words[words >= 0])
+    total = 0
+    for word in rng.permutation(len(sizes)):
+        if total + sizes[word] <= num_to_predict:
+            chosen |= words == word
+            total += sizes[word]
+        if total >= num_to_predict:
+            break
+    return chosen
+
+
+def _mask_rngs(seed: int, index: int, tokens: np.ndarray, static_seed: int | None, copies: int):
+    """One generator per mask to draw: dynamic ones from (seed, index), which the loader changes every
+    epoch; static ones from (static_seed, the tokens' checksum, copy), the same in every epoch."""
+    if static_seed is None:
+        return [np.random.default_rng([seed, 3, index])]
+    digest = zlib.crc32(np.ascontiguousarray(tokens, dtype=np.int32).tobytes())
+    return [np.random.default_rng([static_seed, 3, digest, copy]) for copy in range(copies)]
+
+
+def bert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], seed: int,
+             mask_rate: float = 0.15, mask_token_rate: float = 0.8, random_token_rate: float = 0.1,
+             whole_word: bool = True, static_seed: int | None = None, num_static_copies: int = 1,
+             feature: str = "inputs") -> Iterator[Example]:
+    """BERT's masked LM on `feature` (kept as `targets`): round(mask_rate * maskable tokens) chosen,
+    at least one, as whole words when `whole_word`; other features (e.g. `token_type_ids`) pass through."""
+    if num_static_copies > 1 and static_seed is None:
+        raise ValueError("bert_mlm: num_static_copies needs static masking; set static_seed (e.g. 0)")
+    vocabulary = output_features[feature].vocabulary
+    forbidden = _never_masked(vocabulary)
+    for i, ex in enumerate(dataset):
+        tokens = np.asarray(ex[feature], dtype=np.int32)
+        maskable = ~np.isin(tokens, forbidden)
+        starts = word_starts(tokens, vocabulary) if whole_word else np.ones(len(tokens), bool)
+        words = word_ids(tokens, maskable, starts)
+        num_to_predict = max(1, int(round(maskable.sum() * mask_rate))) if maskable.any() else 0
+        for rng in _mask_rngs(seed, i, tokens, static_seed, num_static_copies):
+            chosen = choose_whole_words(words, num_to_predict, rng)
+            inputs = corrupt(tokens, chosen, np.arange(len(tokens)), vocabulary, rng, mask_token_rate,
+                             random_token_rate)
+            yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen.astype(np.int32)}
+
+
+def span_length_distribution(p: float = 0.2, max_span_words: int = 10) -> np.ndarray:
+    """P(span of k words), k = 1..max: Geometric(p) clipped as SpanBERT's code does (renormalized over
+    1..max, mean 3.8 words for p = 0.2, the paper's figure)."""
+    weights = p * (1 - p) ** np.arange(max_span_words)
+    return weights / weights.sum()
+
+
+def span_mask(words: np.ndarray, num_to_predict: int, rng: np.random.Generator, p: float = 0.2,
+              max_span_words: int = 10) -> np.ndarray:
+    """SpanBERT's masking: span id per token (-1 unmasked). Span lengths in words from
+    `span_length_distribution`, each span starting at a random word, added while the masked tokens
+    stay within `num_to_predict`; spans neither overlap nor touch (so each has its own boundary tokens)."""
+    lengths = np.arange(1, max_span_words + 1)
+    probs = span_length_distribution(p, max_span_words)
+    num_words = int(words.max()) + 1 if (words >= 0).any() else 0
+    span_of = np.full(len(words), -1)
+    masked_words = np.zeros(num_words + 1, bool)   # one past the end so neighbours index safely
+    total, attempts, num_spans = 0, 0, 0
+    while total < num_to_predict and attempts < 100 * max(num_to_predict, 1):
+        attempts += 1
+        length = min(int(rng.choice(lengths, p=probs)), num_words)
+        first = int(rng.integers(num_words - length + 1))
+        span_words = np.arange(first, first + length)
+        if masked_words[max(first - 1, 0):first + length + 1].any():
+            continue
+        positions = np.isin(words, span_words)
+        if total + positions.sum() > num_to_predict:
+            continue
+        masked_words[span_words] = True
+        span_of[positions] = num_spans
+        total += int(positions.sum())
+        num_spans += 1
+    return span_of
+
+
+def span_boundary_features(span_of: np.ndarray) -> dict[str, np.ndarray]:
+    """What SpanBERT's span boundary objective needs: per span its first and last token (`span_starts`,
+    `span_ends`, inclusive, as `SpanBoundaryHead` takes them), and per token (0 off the spans) the
+    left and right boundary positions (start - 1, end + 1) and the 1-based position in its span."""
+    num_spans = int(span_of.max()) + 1 if span_of.size else 0
+    index = np.arange(len(span_of))
+    starts = np.array([index[span_of == s].min() for s in range(num_spans)], dtype=np.int32)
+    ends = np.array([index[span_of == s].max() for s in range(num_spans)], dtype=np.int32)
+    masked = span_of >= 0
+    lookup = np.where(masked, span_of, num_spans)   # off the spans: the appended 0
+    start_of, end_of = np.append(starts, 0)[lookup], np.append(ends, 0)[lookup]
+    return {"span_starts": starts, "span_ends": ends,
+            "span_left_boundary": np.where(masked, start_of - 1, 0).astype(np.int32),
+            "span_right_boundary": np.where(masked, end_of + 1, 0).astype(np.int32),
+            "span_relative_position": np.where(masked, index - start_of + 1, 0).astype(np.int32)}
+
+
+def spanbert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], seed: int,
+                 mask_rate: float = 0.15, p: float = 0.2, max_span_words: int = 10,
+                 mask_token_rate: float = 0.8, random_token_rate: float = 0.1,
+                 feature: str = "inputs") -> Iterator[Example]:
+    """SpanBERT's masked LM: geometric spans of whole words, 80/10/10 per span, plus the span boundary
+    features. The first and last token are never masked, so every span has two boundary tokens."""
+    vocabulary = output_features[feature].vocabulary
+    forbidden = _never_masked(vocabulary)
+    for i, ex in enumerate(dataset):
+        rng = np.random.default_rng([seed, 4, i])
+        tokens = np.asarray(ex[feature], dtype=np.int32)
+        maskable = ~np.isin(tokens, forbidden)
+        maskable[[0, -1]] = False
+        words = word_ids(tokens, maskable, word_starts(tokens, vocabulary))
+        num_to_predict = max(1, int(round(maskable.sum() * mask_rate))) if maskable.any() else 0
+        span_of = span_mask(words, num_to_predict, rng, p, max_span_words)
+        chosen = span_of >= 0
+        inputs = corrupt(tokens, chosen, span_of, vocabulary, rng, mask_token_rate, random_token_rate)
+        yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen.astype(np.int32),
+               **span_boundary_features(span_of)}
