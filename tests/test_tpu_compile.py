@@ -41,12 +41,14 @@ def test_collectives_are_counted_with_their_result_bytes():
       %ag-done = f32[32,4]{1,0} all-gather-done((f32[8,4]{1,0}, f32[32,4]{1,0}) %ag-start)
       %all-reduce.7 = (f32[10]{0}, s32[]) all-reduce(f32[10]{0} %a, s32[] %b), to_apply=%sum
       %reduce-scatter = f32[16,8]{1,0} reduce-scatter(f32[64,8]{1,0} %g), dimensions={0}
+      %cp = (bf16[4]{0}, bf16[4]{0}, u32[], u32[]) collective-permute-start(bf16[4]{0} %x), source_target_pairs={{0,1}}
     """
     found = tpu_compile.collectives(hlo)
     assert found["all-gather"] == (2, 1024 * 512 * 2 + 32 * 4 * 4)   # the -done is not a second op
     assert found["all-reduce"] == (1, 10 * 4 + 4)
     assert found["reduce-scatter"] == (1, 16 * 8 * 4)
-    assert found["all-to-all"] == (0, 0) and found["collective-permute"] == (0, 0)
+    assert found["collective-permute"] == (1, 4 * 2)
+    assert found["all-to-all"] == (0, 0)
 
 
 def test_mesh_from_create_device_mesh_on_simulated_cpu_devices():
@@ -76,9 +78,11 @@ def test_two_slices_put_the_data_axis_over_dcn():
         from t5lite.train.tpu_compile import topology_devices
         p = Partitioner((1, -1, 1), devices=topology_devices("v5e:2x2", num_slices=2), num_slices=2)
         slices = [[d.slice_index for d in row.flat] for row in p.mesh.devices]
-        print(json.dumps({"shape": dict(p.mesh.shape), "slices": slices}))
+        print(json.dumps({"shape": dict(p.mesh.shape), "slices": slices,
+                          "v4_2x2x1": len(topology_devices("v4:2x2x1"))}))
     """)
     assert result["shape"] == {"data": 2, "fsdp": 4, "model": 1}
+    assert result["v4_2x2x1"] == 4    # one device per chip (megacore), as JAX shows a v4-8
     assert result["slices"] == [[0] * 4, [1] * 4]   # each data row is one whole slice
 
 
@@ -94,6 +98,13 @@ def test_compile_reports_memory_flops_and_collectives_for_a_tpu_topology():
     assert "all-gather" in text   # FSDP gathers the parameters
     compiled, model = map(float, text.split("FLOPs/step: compiled ")[1].split(" (")[0].split(", model "))
     assert 1.0 <= compiled / model <= 2.0
+
+
+@needs_libtpu
+def test_gin_mesh_shape_is_used_on_the_slice_not_on_this_host():
+    out = run_cli("compile", CONFIG, "--topology=v5e:2x2", *TINY_FLAGS, "--gin.Partitioner.mesh_shape=(2, 2, 1)")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "mesh {'data': 2, 'fsdp': 2, 'model': 1} (4 devices)" in out.stdout
 
 
 @needs_libtpu

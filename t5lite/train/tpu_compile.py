@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import time
 from typing import Mapping
@@ -26,9 +27,12 @@ from t5lite.train.trainer import TrainTask
 GIB = 1024 ** 3
 # HBM per chip, by the generation prefix of a topology name ("v5e:4x4", "v4:2x2x1").
 HBM_BYTES = {"v4": 32 * GIB, "v5e": 16 * GIB, "v5litepod": 16 * GIB, "v5p": 95 * GIB, "v6e": 32 * GIB}
+MEGACORE = ("v4", "v5p")
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 _COLLECTIVE_RE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\(")
-_ARRAY_RE = re.compile(r"\b(pred|[sfu]\d+|bf16|c64|c128|f8e\w+)\[([\d,]*)\]")
+_ARRAY_RE = re.compile(r"\b(pred|bf16|[fsuc]\d+|f8e\w+)\[([\d,]*)\]")
+_ITEMSIZE = {"pred": 1, "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u8": 1,
+             "u16": 2, "u32": 4, "u64": 8, "c64": 8, "c128": 16}
 # The TPU compiler's refusals: "...HLO temporaries (16.16G) exceeds available HBM (15.75G)" and
 # "Used 20.5G of 15.75G hbm".
 _OOM_RES = (re.compile(r"temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"),
@@ -38,8 +42,12 @@ _OOM_RES = (re.compile(r"temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM
 def topology_devices(topology: str, num_slices: int = 1) -> list:
     """The compile-only TPU devices of `topology` ("v5e:4x4"), `num_slices` copies over DCN."""
     from jax.experimental import topologies
+    # Compile-only: no chip is opened, so several processes (parallel tests, compiles) may load libtpu.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
-        desc = topologies.get_topology_desc(topology, "tpu", num_slices=num_slices)
+        # One JAX device per chip, as on a real v4 / v5p VM (its two TensorCores as one "megacore").
+        chip = {"chip_config_name": "megacore"} if topology.split(":")[0].lower() in MEGACORE else {}
+        desc = topologies.get_topology_desc(topology, "tpu", num_slices=num_slices, **chip)
     except Exception as e:  # no libtpu, or a name it does not know
         raise ValueError(f"cannot describe TPU topology {topology!r} ({e}); install the `tpu` extra "
                          "(pip install 't5lite[tpu]') and use names like v5e:2x2, v5e:4x4, v4:2x2x1") from None
@@ -73,9 +81,7 @@ def collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
 
 
 def _itemsize(hlo_dtype: str) -> int:
-    if hlo_dtype == "pred":
-        return 1
-    return max(int(re.sub(r"\D", "", hlo_dtype)[:3] or 8) // 8, 1)
+    return 1 if hlo_dtype.startswith("f8") else _ITEMSIZE.get(hlo_dtype, 4)
 
 
 @dataclasses.dataclass
@@ -182,6 +188,7 @@ def _bytes(value: str, unit: str) -> int:
 def compile_from_gin(topology: str, num_slices: int = 1) -> CompileReport:
     """`compile_train_step` with the arguments the parsed gin config gives `train`."""
     import gin
+    gin.bind_parameter("train.partitioner", None)  # not built on this host's devices: see below
     bound = gin.get_bindings("train")
     optimizer, schedule = bound["optimizer"]
     # The gin-configured Partitioner (mesh_shape, rules), over the slice's devices instead of this host's.
