@@ -122,8 +122,9 @@ class CompileReport:
             if self.scanned:
                 lines.append("  (scanned layers: XLA counts the loop body once, so the compiled FLOPs are a lower "
                              "bound; compile with --gin.model_config.scan_layers=False to compare)")
-        moved = ", ".join(f"{op} {n} ({b / 2**20:.1f} MiB)" for op, (n, b) in self.collectives.items() if n)
-        lines.append(f"collectives per step: {moved or 'none'}")
+        if self.compiler_message is None:
+            moved = ", ".join(f"{op} {n} ({b / 2**20:.1f} MiB)" for op, (n, b) in self.collectives.items() if n)
+            lines.append(f"collectives per step: {moved or 'none'}")
         lines.append(f"compile time: {self.compile_seconds:.1f} s")
         if not self.fits:
             lines.append(f"to fit, try: {self.knobs}")
