@@ -25,6 +25,8 @@ setup(
     extras_require={
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         "c4": ["langdetect>=1.0.9"],
+        # The TPU runtime; on a CPU machine it lets `t5lite compile` target TPU topologies.
+        "tpu": ["libtpu"],
         "metrics": ["scipy>=1.11", "scikit-learn>=1.4", "sacrebleu>=2.4,<3", "rouge-score>=0.1.2"],
         "test": [
             "pytest>=8",

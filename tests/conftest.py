@@ -11,6 +11,8 @@ from t5lite.data.vocab import default_cache_dir
 
 # XLA's CPU compiles dominate the suite; many tests compile the same step again (a resumed run,
 # a second model dir), so keep compiled programs on disk, for subprocesses too.
+# With the `tpu` extra (libtpu) installed, JAX would try to initialise a TPU on this CPU machine.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(default_cache_dir(), "jax-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 

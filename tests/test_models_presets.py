@@ -26,6 +26,11 @@ PARAM_COUNTS = {
     "t5_small": (60_506_624, 60.5e6, 0.001),
     "t5_base": (222_903_552, 222.9e6, 0.001),
     "t5_1_1_small": (76_961_152, 77e6, 0.01),
+    # HF T5ForConditionalGeneration from google/t5-v1_1-xl / -xxl config.json values (meta device):
+    # its unique parameters plus the untied lm_head (32128 x d_model), which transformers 5's
+    # parameters() folds into the shared embedding; published as "3B" and "11B".
+    "t5_1_1_xl": (2_849_757_184, 3e9, 0.06),
+    "t5_1_1_xxl": (11_135_332_352, 11e9, 0.02),
     "gpt2_medium": (354_823_168, 355e6, 0.01),
     "roberta_large": (355_412_057, 355e6, 0.01),
     "bart_large": (406_341_721, 406e6, 0.01),

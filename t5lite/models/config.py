@@ -159,6 +159,10 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
                                        num_decoder_layers=12, **_T5_V1_1),
     "t5_1_1_large": lambda: ModelConfig(d_model=1024, num_heads=16, d_ff=2816, num_encoder_layers=24,
                                         num_decoder_layers=24, **_T5_V1_1),
+    "t5_1_1_xl": lambda: ModelConfig(d_model=2048, num_heads=32, d_ff=5120, num_encoder_layers=24,
+                                     num_decoder_layers=24, **_T5_V1_1),
+    "t5_1_1_xxl": lambda: ModelConfig(d_model=4096, num_heads=64, d_ff=10240, num_encoder_layers=24,
+                                      num_decoder_layers=24, **_T5_V1_1),
     "t5_tiny": lambda: ModelConfig(**_TINY),
     "t5_1_1_tiny": lambda: ModelConfig(**{**_TINY, **_T5_V1_1}),
     # BERT family (encoder).

@@ -14,6 +14,7 @@ import gin
 import jax
 import numpy as np
 import optax
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp", "model")
@@ -34,25 +35,46 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
+def _resolve_mesh_shape(mesh_shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
+    """`mesh_shape` with its -1 (if any) filled in so that it covers `num_devices`."""
+    shape = list(mesh_shape)
+    if len(shape) != len(MESH_AXES):
+        raise ValueError(f"mesh_shape {tuple(mesh_shape)} must have one size per mesh axis {MESH_AXES}")
+    if shape.count(-1) > 1:
+        raise ValueError(f"mesh_shape {tuple(mesh_shape)}: at most one axis may be -1")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        shape[shape.index(-1)] = num_devices // known
+    if int(np.prod(shape)) != num_devices:
+        raise ValueError(f"mesh_shape {tuple(mesh_shape)} -> {tuple(shape)} needs {int(np.prod(shape))} devices "
+                         f"but {num_devices} are available (per slice); change Partitioner.mesh_shape")
+    return tuple(shape)
+
+
 @gin.configurable
 class Partitioner:
     """Owns the mesh and turns logical partition specs into shardings."""
 
     def __init__(self, mesh_shape: Sequence[int] = (-1, 1, 1), logical_axis_rules=DEFAULT_RULES,
-                 devices: Sequence[jax.Device] | None = None):
+                 devices: Sequence[jax.Device] | None = None, num_slices: int = 1,
+                 dcn_mesh_shape: Sequence[int] | None = None):
+        """`mesh_shape` is the mesh within one slice (ICI); with `num_slices` > 1 the slices are
+        joined over the data-centre network along `dcn_mesh_shape` (default: the `data` axis)."""
         devices = list(devices if devices is not None else jax.devices())
-        shape = list(mesh_shape)
-        if len(shape) != len(MESH_AXES):
-            raise ValueError(f"mesh_shape {tuple(mesh_shape)} must have one size per mesh axis {MESH_AXES}")
-        if shape.count(-1) > 1:
-            raise ValueError(f"mesh_shape {tuple(mesh_shape)}: at most one axis may be -1")
-        if -1 in shape:
-            known = int(np.prod([s for s in shape if s != -1]))
-            shape[shape.index(-1)] = len(devices) // known
-        if int(np.prod(shape)) != len(devices):
-            raise ValueError(f"mesh_shape {tuple(mesh_shape)} -> {tuple(shape)} needs {int(np.prod(shape))} devices "
-                             f"but {len(devices)} are available; change Partitioner.mesh_shape")
-        self.mesh = Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
+        if num_slices < 1 or len(devices) % num_slices:
+            raise ValueError(f"{len(devices)} devices do not split into Partitioner.num_slices={num_slices} slices")
+        shape = _resolve_mesh_shape(mesh_shape, len(devices) // num_slices)
+        if num_slices == 1:
+            # ICI-aware order on TPU (neighbours on the torus share mesh rows); a plain reshape elsewhere.
+            device_array = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+        else:
+            dcn = tuple(dcn_mesh_shape or (num_slices, 1, 1))
+            if len(dcn) != len(MESH_AXES) or int(np.prod(dcn)) != num_slices:
+                raise ValueError(f"Partitioner.dcn_mesh_shape {dcn} must have one size per mesh axis {MESH_AXES} "
+                                 f"and multiply to num_slices={num_slices}")
+            device_array = mesh_utils.create_hybrid_device_mesh(shape, dcn, devices,
+                                                                allow_split_physical_axes=True)
+        self.mesh = Mesh(device_array, MESH_AXES)
         self.rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                            for name, axes in logical_axis_rules)
 

@@ -67,8 +67,8 @@ class TrainTask:
         self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
         self.model = models.build(model_config)
         self.feature_lengths = dict(model_feature_lengths)
-        with self.mesh_context():
-            abstract_vars = jax.eval_shape(self._init_variables, jax.random.key(0))
+        with self.mesh_context():  # the key is made inside eval_shape: the mesh may be a TPU topology's
+            abstract_vars = jax.eval_shape(lambda: self._init_variables(jax.random.key(0)))
         self.param_specs = nn.get_partition_spec(abstract_vars)["params"]
         abstract_params = nn.unbox(abstract_vars)["params"]
         abstract_opt = jax.eval_shape(optimizer.init, abstract_params)

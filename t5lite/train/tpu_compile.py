@@ -1,0 +1,200 @@
+"""Compile the train step for a TPU slice from any machine: does the plan fit, what does it cost?
+
+`t5lite compile` builds what `t5lite train` would build on the slice — the mesh (over the
+compile-only devices of `jax.experimental.topologies`), logical-axis shardings, abstract state and
+the jitted step — lowers it with `ShapeDtypeStruct`s (no data, no TPU, no parameters in memory)
+and lets the TPU compiler (libtpu) report per-device memory, FLOPs and the collectives it inserted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import time
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from t5lite.data.converters import get_feature_converter
+from t5lite.models.config import ModelConfig
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import TrainTask
+
+GIB = 1024 ** 3
+# HBM per chip, by the generation prefix of a topology name ("v5e:4x4", "v4:2x2x1").
+HBM_BYTES = {"v4": 32 * GIB, "v5e": 16 * GIB, "v5litepod": 16 * GIB, "v5p": 95 * GIB, "v6e": 32 * GIB}
+MEGACORE = ("v4", "v5p")
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+_COLLECTIVE_RE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\(")
+_ARRAY_RE = re.compile(r"\b(pred|bf16|[fsuc]\d+|f8e\w+)\[([\d,]*)\]")
+_ITEMSIZE = {"pred": 1, "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "s8": 1, "s16": 2, "s32": 4, "s64": 8, "u8": 1,
+             "u16": 2, "u32": 4, "u64": 8, "c64": 8, "c128": 16}
+# The TPU compiler's refusals: "...HLO temporaries (16.16G) exceeds available HBM (15.75G)" and
+# "Used 20.5G of 15.75G hbm".
+_OOM_RES = (re.compile(r"temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"),
+            re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) hbm"))
+
+
+def topology_devices(topology: str, num_slices: int = 1) -> list:
+    """The compile-only TPU devices of `topology` ("v5e:4x4"), `num_slices` copies over DCN."""
+    from jax.experimental import topologies
+    # Compile-only: no chip is opened, so several processes (parallel tests, compiles) may load libtpu.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        # One JAX device per chip, as on a real v4 / v5p VM (its two TensorCores as one "megacore").
+        chip = {"chip_config_name": "megacore"} if topology.split(":")[0].lower() in MEGACORE else {}
+        desc = topologies.get_topology_desc(topology, "tpu", num_slices=num_slices, **chip)
+    except Exception as e:  # no libtpu, or a name it does not know
+        raise ValueError(f"cannot describe TPU topology {topology!r} ({e}); install the `tpu` extra "
+                         "(pip install 't5lite[tpu]') and use names like v5e:2x2, v5e:4x4, v4:2x2x1") from None
+    return list(desc.devices)
+
+
+def hbm_bytes(topology: str) -> int:
+    generation = topology.split(":")[0].lower()
+    if generation not in HBM_BYTES:
+        raise ValueError(f"unknown TPU generation {generation!r} in {topology!r}; known: {sorted(HBM_BYTES)}")
+    return HBM_BYTES[generation]
+
+
+def per_device_bytes(abstract_tree) -> int:
+    """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard)."""
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+               for x in jax.tree.leaves(abstract_tree))
+
+
+def collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
+    """{op: (count, bytes)} of the collectives in compiled HLO text. Bytes are each op's result
+    (for an async `-start`, its largest buffer: the gathered / reduced array)."""
+    found = {op: [0, 0] for op in COLLECTIVES}
+    for match in _COLLECTIVE_RE.finditer(hlo_text):
+        result_type, op, is_async = match.groups()
+        sizes = [math.prod(int(d) for d in dims.split(",") if d) * _itemsize(dtype)
+                 for dtype, dims in _ARRAY_RE.findall(result_type)]
+        found[op][0] += 1
+        found[op][1] += (max(sizes) if is_async else sum(sizes)) if sizes else 0
+    return {op: tuple(v) for op, v in found.items()}
+
+
+def _itemsize(hlo_dtype: str) -> int:
+    return 1 if hlo_dtype.startswith("f8") else _ITEMSIZE.get(hlo_dtype, 4)
+
+
+@dataclasses.dataclass
+class CompileReport:
+    mesh: dict
+    num_devices: int
+    hbm_bytes: int
+    params_bytes: int            # per device
+    opt_state_bytes: int         # per device
+    batch_bytes: int             # per device
+    temp_bytes: int | None       # activations and other temporaries, per device (None: refused)
+    total_bytes: int             # per device
+    compiler_limit_bytes: int | None  # the HBM the compiler said it could use, when it refused
+    compiler_message: str | None  # the compiler's refusal, verbatim
+    fits: bool
+    compiled_flops: float | None  # whole step, all devices
+    model_flops: float
+    collectives: dict
+    compile_seconds: float
+    scanned: bool                # XLA's cost analysis counts a loop body once: compiled FLOPs undercount
+    knobs: str
+
+    def format(self) -> str:
+        g = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
+        lines = [f"mesh {self.mesh} ({self.num_devices} devices), HBM {g(self.hbm_bytes)} per device",
+                 f"per device: params {g(self.params_bytes)}, optimizer state {g(self.opt_state_bytes)}, "
+                 f"batch {g(self.batch_bytes)}, activations/temp "
+                 f"{g(self.temp_bytes) if self.temp_bytes is not None else '?'}, total {g(self.total_bytes)}"]
+        if self.compiler_message is not None:
+            lines.append(f"the TPU compiler refused: {self.compiler_message}")
+            if self.compiler_limit_bytes is not None:
+                lines.append(f"  (its HBM limit: {g(self.compiler_limit_bytes)} per device)")
+        lines.append(f"fits: {'yes' if self.fits else 'NO'}")
+        if self.compiled_flops is not None:
+            lines.append(f"FLOPs/step: compiled {self.compiled_flops:.4g}, model {self.model_flops:.4g} "
+                         f"(ratio {self.compiled_flops / self.model_flops:.2f}; the excess is rematerialisation "
+                         "and non-matmul work)")
+            if self.scanned:
+                lines.append("  (scanned layers: XLA counts the loop body once, so the compiled FLOPs are a lower "
+                             "bound; compile with --gin.model_config.scan_layers=False to compare)")
+        if self.compiler_message is None:
+            moved = ", ".join(f"{op} {n} ({b / 2**20:.1f} MiB)" for op, (n, b) in self.collectives.items() if n)
+            lines.append(f"collectives per step: {moved or 'none'}")
+        lines.append(f"compile time: {self.compile_seconds:.1f} s")
+        if not self.fits:
+            lines.append(f"to fit, try: {self.knobs}")
+        return "\n".join(lines)
+
+
+def _knobs(config: ModelConfig, partitioner: Partitioner, batch_size: int, num_microbatches: int) -> str:
+    return (f"more FSDP via Partitioner.mesh_shape (now {dict(partitioner.mesh.shape)}; (1, -1, 1) shards "
+            f"everything), model_config.remat_policy='full' (now {config.remat_policy!r}), "
+            f"train.num_microbatches (now {num_microbatches}), a smaller BATCH_SIZE (now {batch_size}), "
+            "or a larger slice")
+
+
+def compile_train_step(model_config: ModelConfig, optimizer: optax.GradientTransformation, schedule,
+                       partitioner: Partitioner, task_feature_lengths: Mapping[str, int], batch_size: int,
+                       hbm: int, feature_converter: str = "enc_dec", pack: bool = True,
+                       num_microbatches: int = 1) -> CompileReport:
+    """Lowers and compiles `TrainTask.jit_train_step()` for `partitioner`'s mesh from shapes only."""
+    partitioner.check_batch_size(batch_size, num_microbatches)
+    lengths = get_feature_converter(feature_converter).model_feature_lengths(task_feature_lengths, pack=pack)
+    task = TrainTask(model_config, optimizer, schedule, partitioner, lengths, num_microbatches=num_microbatches)
+    batch = {k: jax.ShapeDtypeStruct((batch_size, n), jnp.int32, sharding=partitioner.batch_sharding())
+             for k, n in lengths.items()}
+    state = task.abstract_state
+    sizes = dict(params_bytes=per_device_bytes(state.params), opt_state_bytes=per_device_bytes(state.opt_state),
+                 batch_bytes=per_device_bytes(batch))
+    common = dict(mesh=dict(partitioner.mesh.shape), num_devices=partitioner.mesh.size, hbm_bytes=hbm,
+                  model_flops=task.flops_per_step(batch_size), scanned=model_config.scan_layers,
+                  knobs=_knobs(model_config, partitioner, batch_size, num_microbatches), **sizes)
+    start = time.perf_counter()
+    with task.mesh_context():
+        lowered = task.jit_train_step().lower(state, batch)
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # the TPU compiler's CompileTimeHbmOom is a RESOURCE_EXHAUSTED runtime error
+        message = str(e)
+        if "RESOURCE_EXHAUSTED" not in message and "HbmOom" not in message:
+            raise
+        oom = next((m for m in (r.search(message) for r in _OOM_RES) if m), None)
+        needed, limit = ((_bytes(*oom.group(1, 2)), _bytes(*oom.group(3, 4))) if oom else (None, None))
+        temporaries = needed if oom and oom.re is _OOM_RES[0] else None
+        total = (needed if temporaries is None else needed + sum(sizes.values())) if oom else sum(sizes.values())
+        return CompileReport(temp_bytes=temporaries, total_bytes=total or 0, compiler_limit_bytes=limit,
+                             compiler_message=message.splitlines()[0], fits=False, compiled_flops=None,
+                             collectives={}, compile_seconds=time.perf_counter() - start, **common)
+    seconds = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    total = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+             + memory.temp_size_in_bytes + memory.generated_code_size_in_bytes)
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return CompileReport(temp_bytes=memory.temp_size_in_bytes, total_bytes=total, compiler_limit_bytes=None,
+                         compiler_message=None,
+                         fits=total <= hbm, compiled_flops=cost["flops"] * partitioner.mesh.size,
+                         collectives=collectives(compiled.as_text()), compile_seconds=seconds, **common)
+
+
+def _bytes(value: str, unit: str) -> int:
+    return int(float(value) * 1024 ** " KMGT".index(unit or " "))
+
+
+def compile_from_gin(topology: str, num_slices: int = 1) -> CompileReport:
+    """`compile_train_step` with the arguments the parsed gin config gives `train`."""
+    import gin
+    gin.bind_parameter("train.partitioner", None)  # not built on this host's devices: see below
+    bound = gin.get_bindings("train")
+    optimizer, schedule = bound["optimizer"]
+    # The gin-configured Partitioner (mesh_shape, rules), over the slice's devices instead of this host's.
+    partitioner = Partitioner(devices=topology_devices(topology, num_slices), num_slices=num_slices)
+    return compile_train_step(bound["model"], optimizer, schedule, partitioner, bound["task_feature_lengths"],
+                              bound["batch_size"], hbm_bytes(topology),
+                              feature_converter=bound.get("feature_converter", "enc_dec"),
+                              pack=bound.get("pack", True), num_microbatches=bound.get("num_microbatches", 1))

@@ -1,0 +1,155 @@
+"""`t5lite compile`: meshes over ICI/DCN, the HLO collective parser, and compiling the train step
+for a TPU topology from this CPU (needs libtpu, the `tpu` extra; skipped without it)."""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from t5lite.train import tpu_compile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu not installed (pip install 't5lite[tpu]')")
+TINY_FLAGS = ["--gin.model_config.preset='t5_1_1_tiny'", "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 16}",
+              "--gin.BATCH_SIZE=8"]
+CONFIG = "--gin_file=configs/tpu/t5_1_1_base_c4_pretrain.gin"
+
+
+def run_python(code: str, env_extra=None) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         cwd=REPO, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_cli(*args):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-m", "t5lite.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=900)
+
+
+def test_collectives_are_counted_with_their_result_bytes():
+    hlo = """
+      %all-gather.1 = bf16[1024,512]{1,0} all-gather(bf16[256,512]{1,0} %p), dimensions={0}
+      %ag-start = (f32[8,4]{1,0}, f32[32,4]{1,0}) all-gather-start(f32[8,4]{1,0} %q), dimensions={0}
+      %ag-done = f32[32,4]{1,0} all-gather-done((f32[8,4]{1,0}, f32[32,4]{1,0}) %ag-start)
+      %all-reduce.7 = (f32[10]{0}, s32[]) all-reduce(f32[10]{0} %a, s32[] %b), to_apply=%sum
+      %reduce-scatter = f32[16,8]{1,0} reduce-scatter(f32[64,8]{1,0} %g), dimensions={0}
+      %cp = (bf16[4]{0}, bf16[4]{0}, u32[], u32[]) collective-permute-start(bf16[4]{0} %x), source_target_pairs={{0,1}}
+    """
+    found = tpu_compile.collectives(hlo)
+    assert found["all-gather"] == (2, 1024 * 512 * 2 + 32 * 4 * 4)   # the -done is not a second op
+    assert found["all-reduce"] == (1, 10 * 4 + 4)
+    assert found["reduce-scatter"] == (1, 16 * 8 * 4)
+    assert found["collective-permute"] == (1, 4 * 2)
+    assert found["all-to-all"] == (0, 0)
+
+
+def test_mesh_from_create_device_mesh_on_simulated_cpu_devices():
+    result = run_python("""
+        import os, json
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        import jax
+        from t5lite.train.partitioning import Partitioner
+        p = Partitioner((2, -1, 2))
+        print(json.dumps({"shape": dict(p.mesh.shape), "ids": sorted(d.id for d in p.mesh.devices.flat)}))
+    """)
+    assert result == {"shape": {"data": 2, "fsdp": 2, "model": 2}, "ids": list(range(8))}
+
+
+def test_bad_slice_options_are_refused_naming_them():
+    from t5lite.train.partitioning import Partitioner
+    import jax
+    with pytest.raises(ValueError, match="num_slices=2"):
+        Partitioner(devices=jax.devices()[:1], num_slices=2)
+
+
+@needs_libtpu
+def test_two_slices_put_the_data_axis_over_dcn():
+    result = run_python("""
+        import json
+        from t5lite.train.partitioning import Partitioner
+        from t5lite.train.tpu_compile import topology_devices
+        p = Partitioner((1, -1, 1), devices=topology_devices("v5e:2x2", num_slices=2), num_slices=2)
+        slices = [[d.slice_index for d in row.flat] for row in p.mesh.devices]
+        print(json.dumps({"shape": dict(p.mesh.shape), "slices": slices,
+                          "v4_2x2x1": len(topology_devices("v4:2x2x1"))}))
+    """)
+    assert result["shape"] == {"data": 2, "fsdp": 4, "model": 1}
+    assert result["v4_2x2x1"] == 4    # one device per chip (megacore), as JAX shows a v4-8
+    assert result["slices"] == [[0] * 4, [1] * 4]   # each data row is one whole slice
+
+
+@needs_libtpu
+def test_compile_reports_memory_flops_and_collectives_for_a_tpu_topology():
+    """Parameter bytes per device are the model's float32 bytes over the 4-way FSDP mesh; the
+    compiler's FLOPs (unscanned layers, counted fully) are within 1-2x of t5lite's analytic count."""
+    out = run_cli("compile", CONFIG, "--topology=v5e:2x2", *TINY_FLAGS, "--gin.model_config.scan_layers=False")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    text = out.stdout
+    assert "mesh {'data': 1, 'fsdp': 4, 'model': 1} (4 devices), HBM 16.00 GiB" in text
+    assert "fits: yes" in text and "compile time:" in text
+    assert "all-gather" in text   # FSDP gathers the parameters
+    compiled, model = map(float, text.split("FLOPs/step: compiled ")[1].split(" (")[0].split(", model "))
+    assert 1.0 <= compiled / model <= 2.0
+
+
+@needs_libtpu
+def test_gin_mesh_shape_is_used_on_the_slice_not_on_this_host():
+    out = run_cli("compile", CONFIG, "--topology=v5e:2x2", *TINY_FLAGS, "--gin.Partitioner.mesh_shape=(2, 2, 1)")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "mesh {'data': 2, 'fsdp': 2, 'model': 1} (4 devices)" in out.stdout
+
+
+@needs_libtpu
+def test_compile_from_python_gives_per_device_param_bytes():
+    result = run_python("""
+        import json, jax
+        from t5lite.models import get_config
+        from t5lite.train import optimizers
+        from t5lite.train.partitioning import Partitioner
+        from t5lite.train.tpu_compile import compile_train_step, topology_devices, hbm_bytes
+        cfg = get_config("t5_1_1_tiny", d_model=64, num_heads=2, head_dim=32, d_ff=128, num_encoder_layers=1,
+                         num_decoder_layers=1, vocab_size=2048)
+        schedule = optimizers.rsqrt_decay()
+        report = compile_train_step(cfg, optimizers.adafactor(schedule), schedule,
+                                    Partitioner((1, -1, 1), devices=topology_devices("v5e:2x2")),
+                                    {"inputs": 64, "targets": 16}, 8, hbm_bytes("v5e:2x2"))
+        print(json.dumps({"params": report.params_bytes, "fits": report.fits, "temp": report.temp_bytes,
+                          "total": report.total_bytes}))
+    """)
+    # Every parameter of this model has a dimension of 64 (embed) that FSDP splits 4 ways, except
+    # the relative-position tables [32 buckets, heads] (replicated): count them independently.
+    d, h, hd, ff, v, buckets = 64, 2, 32, 128, 2048, 32
+    attention = 4 * d * h * hd
+    mlp = 3 * d * ff
+    encoder = attention + mlp + 2 * d
+    decoder = 2 * attention + mlp + 3 * d
+    sharded = v * d + encoder + d + decoder + d + v * d        # embedding, layers, final norms, lm head
+    replicated = 2 * buckets * h
+    assert result["params"] == 4 * (sharded // 4 + replicated)
+    assert result["fits"] and result["temp"] > 0 and result["total"] >= result["params"]
+
+
+@needs_libtpu
+def test_too_large_config_exits_2_naming_the_knobs():
+    out = run_cli("compile", CONFIG, "--topology=v5e:2x2", "--gin.model_config.preset='t5_1_1_tiny'",
+                  "--gin.BATCH_SIZE=256")
+    assert out.returncode == 2, out.stdout + out.stderr[-3000:]
+    assert "fits: NO" in out.stdout
+    assert "TPU compiler refused" in out.stdout or "total" in out.stdout
+    for knob in ("Partitioner.mesh_shape", "remat_policy", "num_microbatches", "BATCH_SIZE"):
+        assert knob in out.stdout
+
+
+def test_unknown_topology_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown TPU generation"):
+        tpu_compile.hbm_bytes("v9x:2x2")
+    assert tpu_compile.hbm_bytes("v5e:4x4") == 16 * 2**30 and math.isclose(tpu_compile.hbm_bytes("v5p:2x2x1"),
+                                                                          95 * 2**30)
