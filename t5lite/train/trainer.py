@@ -28,6 +28,7 @@ from t5lite.data.loader import Loader, prefetch
 from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig, save_config
 from t5lite.train import checkpoints, losses, mfu, summaries
+from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
 
 log = logging.getLogger("t5lite")
@@ -60,16 +61,21 @@ def dummy_batch(lengths: Mapping[str, int], batch_size: int = 1) -> dict[str, ja
 class TrainTask:
     """The model, optimizer and shardings for one run; builds the state and the jitted step."""
 
-    def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation, schedule,
-                 partitioner: Partitioner, model_feature_lengths: Mapping[str, int], loss: LossConfig = LossConfig(),
-                 num_microbatches: int = 1):
-        self.config, self.optimizer, self.schedule = model_config, optimizer, schedule
+    def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation | OptimizerFactory,
+                 schedule, partitioner: Partitioner, model_feature_lengths: Mapping[str, int],
+                 loss: LossConfig = LossConfig(), num_microbatches: int = 1):
+        """`optimizer` is an optax transformation or a function of the params' logical axis names
+        returning one (t5lite's `adafactor` and `adamw`)."""
+        self.config, self.schedule = model_config, schedule
         self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
         self.model = models.build(model_config)
         self.feature_lengths = dict(model_feature_lengths)
         with self.mesh_context():
             abstract_vars = jax.eval_shape(self._init_variables, jax.random.key(0))
         self.param_specs = nn.get_partition_spec(abstract_vars)["params"]
+        if not isinstance(optimizer, optax.GradientTransformation):
+            optimizer = optimizer(self.param_specs)
+        self.optimizer = optimizer
         abstract_params = nn.unbox(abstract_vars)["params"]
         abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
         param_shardings = partitioner.param_shardings(abstract_vars)["params"]
