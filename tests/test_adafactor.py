@@ -43,9 +43,9 @@ def numpy_adafactor(param, grads, rows, cols, batch=()):
 
 def run(params, specs, grads, **kwargs):
     tx = A.adafactor(LR, specs, **kwargs)
-    state = tx.init(params)
+    state, update = tx.init(params), jax.jit(tx.update)
     for g in grads:
-        updates, state = jax.jit(tx.update)(g, state, params)
+        updates, state = update(g, state, params)
         params = optax.apply_updates(params, updates)
     return params, state
 
