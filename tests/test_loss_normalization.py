@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import shared_data_dir
 
 from t5lite.data import get_task
 from t5lite.data.loader import Loader
@@ -12,7 +13,7 @@ from t5lite.train import losses
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import LossConfig, TrainTask
 
-LENGTHS = {"inputs": 24, "targets": 8}
+LENGTHS = {"inputs": 64, "targets": 8}   # SST-2: a few examples per packed row
 Z_LOSS = 1e-4
 
 # Keeps the last gradient as its state and never moves the params: the step's gradient, unrounded.
@@ -56,7 +57,8 @@ def _step_gradient(config, batch, factor, num_microbatches):
                                           ("AVERAGE_PER_SEQUENCE", False)])
 def test_gradient_matches_the_definition_with_and_without_accumulation(micro_config, factor, pack):
     config = micro_config.replace(dropout_rate=0.0)
-    batch = next(iter(Loader(get_task("embedded_docs_span_corruption"), "train", LENGTHS, 4, pack=pack)))
+    batch = next(iter(Loader(get_task("glue_sst2"), "train", LENGTHS, 4, pack=pack,
+                             data_dir=str(shared_data_dir() / "glue"))))
     if pack:
         assert batch["decoder_segment_ids"].max() > 1   # several sequences per row
     trainer, params, grads = _step_gradient(config, batch, factor, 1)
