@@ -111,8 +111,8 @@ def adafactor(learning_rate: optax.ScalarOrSchedule, param_specs: Any, *, decay_
         return AdafactorState(jnp.zeros((), jnp.int32), v_row, v_col, v)
 
     def update(grads, state, params=None):
-        if multiply_by_parameter_scale and params is None:
-            raise ValueError("Adafactor with multiply_by_parameter_scale needs `params` in update()")
+        if params is None:
+            raise ValueError("t5lite's Adafactor needs `params` in update() (for the parameter scale)")
         step = state.count + 1
         beta2 = 1.0 - step.astype(jnp.float32) ** -decay_rate
         lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
@@ -135,10 +135,9 @@ def adafactor(learning_rate: optax.ScalarOrSchedule, param_specs: Any, *, decay_
             scale = lr
             if multiply_by_parameter_scale:
                 scale = scale * jnp.maximum(_rms(p.astype(jnp.float32), f.averaging_dims), epsilon2)
-            return (-scale * y).astype(p.dtype if p is not None else g.dtype), v_row, v_col, v
+            return (-scale * y).astype(p.dtype), v_row, v_col, v
 
-        params_or_none = params if params is not None else jax.tree.map(lambda _: None, grads)
-        out = jax.tree_util.tree_map_with_path(update_one, grads, state.v_row, state.v_col, state.v, params_or_none)
+        out = jax.tree_util.tree_map_with_path(update_one, grads, state.v_row, state.v_col, state.v, params)
         updates, v_row, v_col, v = _unzip(out, grads, 4)
         return updates, AdafactorState(step, v_row, v_col, v)
 
