@@ -1,5 +1,11 @@
 """T5X's Adafactor: factoring by logical axes against a numpy re-derivation, against optax on
 matrices, and a scanned stack trained like the same layers unscanned (per-layer statistics)."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -161,3 +167,36 @@ def test_factored_statistics_are_sharded_like_the_dimensions_they_keep():
     assert at(trainer.state_shardings.params) == P(None, "fsdp", "model")
     assert at(opt.v_row) == P(None, "fsdp", None) and at(opt.v_col) == P(None, None, "model")
     assert at(opt.v) == P()
+
+
+EIGHT_DEVICES = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax
+sys.path.insert(0, sys.argv[1])
+from test_adafactor import _trainer
+from t5lite.data import get_task
+from t5lite.data.loader import Loader
+from t5lite.models import get_config
+from t5lite.train.partitioning import Partitioner
+config = get_config("t5_1_1_tiny", d_model=32, num_heads=2, head_dim=16, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, vocab_size=2176, scan_layers=True)
+trainer = _trainer(config, Partitioner((2, 2, 2)))
+state = trainer.init_state(seed=0)
+with trainer.mesh_context():
+    batch = next(iter(Loader(get_task("embedded_docs_span_corruption"), "train", {"inputs": 16, "targets": 8}, 4)))
+    state, _ = trainer.jit_train_step()(state, trainer.partitioner.shard_batch(batch))
+wi = lambda t: t["encoder"]["layers"]["mlp"]["wi_0"]["kernel"]
+print(repr((tuple(wi(state.opt_state.v_row).sharding.spec), tuple(wi(state.opt_state.v_col).sharding.spec),
+            len(wi(state.opt_state.v_row).sharding.device_set))))
+"""
+
+
+def test_factored_statistics_are_placed_on_an_8_device_mesh():
+    """A (2, 2, 2) mesh of fake CPU devices: the stats are laid out and a step runs."""
+    tests = Path(__file__).resolve().parent
+    run = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, str(tests)], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": str(tests.parent)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    v_row, v_col, num_devices = ast.literal_eval(run.stdout.strip().splitlines()[-1])
+    assert v_row == (None, "fsdp", None) and v_col == (None, None, "model") and num_devices == 8
