@@ -1,4 +1,5 @@
 """AdamW's weight-decay mask against what Hugging Face's Trainer decays in the same BERT and GPT-2."""
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +7,6 @@ import pytest
 from conftest import random_variables
 from jax.sharding import PartitionSpec as P
 
-import flax.linen as nn
 from t5lite import models
 from t5lite.interop import hf
 from t5lite.train import optimizers
