@@ -17,8 +17,11 @@ from conftest import REPO, shared_data_dir
 
 from t5lite import cli, models
 from t5lite.errors import ConfigError
+from t5lite.data import get_task
+from t5lite.data.loader import Loader
 from t5lite.train import checkpoints, optimizers
-from t5lite.train.trainer import train
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import TrainTask, train
 
 GLUE = str(shared_data_dir() / "glue")
 LENGTHS = {"inputs": 32, "targets": 4}
@@ -114,3 +117,34 @@ def test_cli_pretrain_finetune_eval_infer(tmp_path):
     out = _t5lite("infer", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin", f"--gin.CHECKPOINT_PATH='{ft}'",
                   "sst2 sentence: a fine film .", "sst2 sentence: dull .")
     assert len([json.loads(line) for line in out.splitlines()]) == 2
+
+
+def test_full_restore_continues_the_optimizer_like_an_uninterrupted_run(tmp_path, micro_config):
+    """`initial_checkpoint_restore='full'` (T5X's fine-tuning): pre-train 2 steps, continue to step
+    4 in a new run, and land exactly where 4 uninterrupted steps on the same batches land."""
+    task, lengths = "embedded_docs_span_corruption", {"inputs": 32, "targets": 8}
+    schedule = optimizers.rsqrt_decay(1.0, 100)
+    args = dict(mixture_or_task_name=task, task_feature_lengths=lengths, batch_size=4, model=micro_config,
+                optimizer=(optimizers.adafactor(schedule), schedule), log_every=1, checkpoint_every=100,
+                async_checkpoints=False, progress=False)
+    pre = str(tmp_path / "pre")
+    train(model_dir=pre, train_steps=2, **args)
+    for mode in ("full", "params"):
+        train(model_dir=str(tmp_path / mode), train_steps=4, initial_checkpoint_path=pre,
+              initial_checkpoint_restore=mode, **args)
+
+    # The uninterrupted reference: one TrainTask, 4 steps; the new run's data starts over.
+    loader = Loader(get_task(task), "train", lengths, 4)
+    trainer = TrainTask(micro_config, optimizers.adafactor(schedule), schedule, Partitioner(),
+                        loader.converter.model_feature_lengths(lengths, pack=True))
+    first_two = [batch for batch, _ in zip(loader, range(2))]
+    state, step = trainer.init_state(seed=0), trainer.jit_train_step()
+    with trainer.mesh_context():
+        for batch in first_two + first_two:
+            state, _ = step(state, trainer.partitioner.shard_batch(batch))
+    _assert_same(_params(str(tmp_path / "full"), 4), jax.device_get(state.params))
+    assert [r["step"] for r in _records(str(tmp_path / "full"))] == [3, 4]
+    # A fresh optimizer (the default) does not get there.
+    differs = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(),
+                           _params(str(tmp_path / "params"), 4), jax.device_get(state.params))
+    assert max(jax.tree.leaves(differs)) > 1e-4

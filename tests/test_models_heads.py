@@ -117,3 +117,19 @@ def test_pool_helpers():
     np.testing.assert_array_equal(H.pool(hidden, mask, "first"), hidden[:, 0])
     np.testing.assert_array_equal(H.pool(hidden, mask, "last"), jnp.stack([hidden[0, 2], hidden[1, 1]]))
     np.testing.assert_allclose(H.pool(hidden, mask, "mean")[1], hidden[1, :2].mean(0))
+
+
+@pytest.mark.parametrize("head, pooling", [(H.SequenceClassificationHead(BERT.replace(dropout_rate=0.5), 3), "pooler"),
+                                           (H.SequenceClassificationHead(BERT.replace(dropout_rate=0.5), 3), "first"),
+                                           (H.TokenTaggingHead(BERT.replace(dropout_rate=0.5), 5), None)])
+def test_classifier_dropout_is_on_in_training_only(head, pooling):
+    # Backbone dropout off, head dropout on: any difference between the rngs comes from the head.
+    model = H.WithHead(BERT.replace(dropout_rate=0.0), head, pooling)
+    tokens = ids((2, 8))
+    variables = random_variables(model, encoder_input_tokens=tokens)
+    apply = jax.jit(model.apply, static_argnames="enable_dropout")
+    train = [apply(variables, encoder_input_tokens=tokens, enable_dropout=True, rngs={"dropout": jax.random.key(i)})
+             for i in range(2)]
+    assert np.abs(np.asarray(train[0]) - np.asarray(train[1])).max() > 1e-3
+    evals = [apply(variables, encoder_input_tokens=tokens, rngs={"dropout": jax.random.key(i)}) for i in range(2)]
+    np.testing.assert_array_equal(np.asarray(evals[0]), np.asarray(evals[1]))

@@ -92,9 +92,9 @@ def pool(hidden, mask, how: str):
     raise ValueError(f"pooling={how!r}: expected 'first', 'last' or 'mean'")
 
 
-def _dropout_classifier(head: nn.Module, x, num_classes: int):
+def _dropout_classifier(head: nn.Module, x, num_classes: int, deterministic: bool):
     """Dropout then a dense `classifier` over the last axis, float32 logits (inside a compact head)."""
-    x = nn.Dropout(head.config.dropout_rate)(x, deterministic=head.deterministic)
+    x = nn.Dropout(head.config.dropout_rate)(x, deterministic=deterministic)
     return _dense(head.config, num_classes, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
 
 
@@ -103,22 +103,20 @@ class SequenceClassificationHead(nn.Module):
     regression (STS-B); num_labels=2 on BERT's pooler is NSP, on ALBERT's is SOP."""
     config: ModelConfig
     num_labels: int
-    deterministic: bool = True
 
     @nn.compact
-    def __call__(self, pooled):
-        return _dropout_classifier(self, pooled, self.num_labels)
+    def __call__(self, pooled, deterministic: bool = True):
+        return _dropout_classifier(self, pooled, self.num_labels, deterministic)
 
 
 class TokenTaggingHead(nn.Module):
     """Per-token labels (NER, POS): [batch, length, d] -> [batch, length, num_tags]."""
     config: ModelConfig
     num_tags: int
-    deterministic: bool = True
 
     @nn.compact
-    def __call__(self, hidden):
-        return _dropout_classifier(self, hidden, self.num_tags)
+    def __call__(self, hidden, deterministic: bool = True):
+        return _dropout_classifier(self, hidden, self.num_tags, deterministic)
 
 
 class SpanExtractionHead(nn.Module):
@@ -169,7 +167,8 @@ class WithHead(nn.Module):
 
     `pooling` picks what the head sees: "pooler" (the backbone's BERT pooler), "first", "last"
     (the last non-padding token: GPT-style classification), "mean", or None (all positions:
-    tagging and span heads). Span heads also get the padding mask.
+    tagging and span heads). Span heads also get the padding mask; the classifier heads get
+    `enable_dropout` (their dropout is on in training only).
     """
     config: ModelConfig
     head: nn.Module
@@ -182,11 +181,12 @@ class WithHead(nn.Module):
     def __call__(self, enable_dropout: bool = False, **features):
         tokens = features.get("encoder_input_tokens", features.get("decoder_input_tokens"))
         mask = tokens != self.config.pad_token_id
+        deterministic = not enable_dropout
         if self.pooling == "pooler":
-            return self.head(self.backbone.pool(enable_dropout=enable_dropout, **features))
+            return self.head(self.backbone.pool(enable_dropout=enable_dropout, **features), deterministic)
         hidden = self.backbone.encode(enable_dropout=enable_dropout, **features)
         if self.pooling is not None:
-            return self.head(pool(hidden, mask, self.pooling))
+            return self.head(pool(hidden, mask, self.pooling), deterministic)
         if isinstance(self.head, SpanExtractionHead):
             return self.head(hidden, mask)
-        return self.head(hidden)
+        return self.head(hidden, deterministic)

@@ -83,3 +83,16 @@ def restore_params(path: str, abstract_params: Any) -> Any:
     restored = ocp.PyTreeCheckpointer().restore(state_dir, args=ocp.args.PyTreeRestore(
         item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True))
     return restored["params"]
+
+
+def restore_state(path: str, abstract_state: Any) -> Any:
+    """The whole train state (params, optimizer state, step, rng) of another run's checkpoint
+    (see `step_directory`), laid out as `abstract_state`'s shardings: fine-tuning that continues
+    the pre-training optimizer, as T5X does."""
+    state_dir = os.path.join(step_directory(path), "state")
+    try:
+        return ocp.StandardCheckpointer().restore(state_dir, abstract_state)
+    except (ValueError, KeyError) as e:
+        raise ValueError(f"cannot restore the full train state from {state_dir} ({e}); was it trained with the same "
+                         "model and optimizer? Restore only the parameters with "
+                         "train.initial_checkpoint_restore = 'params'") from e

@@ -1,4 +1,4 @@
-"""Cross entropy with T5X's z-loss and label smoothing, summed over weighted tokens."""
+"""Cross entropy with T5X's z-loss and label smoothing, and T5X's loss normalizing factors."""
 from __future__ import annotations
 
 import jax
@@ -31,3 +31,46 @@ def cross_entropy(logits, targets, weights, z_loss: float = 0.0, label_smoothing
 def token_accuracy_count(logits, targets, weights):
     """Number of weighted positions where the argmax is the target."""
     return jnp.sum((jnp.argmax(logits, -1) == targets) * weights)
+
+
+# T5X's `loss_normalizing_factor`: what the summed token loss is divided by. A number divides by
+# that constant (T5X fine-tunes the original T5 checkpoints with 233472 = 2048 x 114); None
+# keeps the sum; these names are computed from the global batch.
+SPECIAL_NORMALIZING_FACTORS = ("NUM_REAL_TARGET_TOKENS", "NUM_TOTAL_TARGET_TOKENS", "AVERAGE_PER_SEQUENCE")
+
+
+def check_normalizing_factor(factor) -> None:
+    if factor is None or factor in SPECIAL_NORMALIZING_FACTORS:
+        return
+    if isinstance(factor, (str, bool)) or not isinstance(factor, (int, float)) or factor <= 0:
+        raise ValueError(f"loss_normalizing_factor={factor!r}: expected None, a positive number or one of "
+                         f"{SPECIAL_NORMALIZING_FACTORS}")
+
+
+def per_sequence_weights(weights, segment_ids=None):
+    """Each token's weight over the total weight of its sequence (of its packed segment when
+    `segment_ids` are given), so that every sequence weighs 1 whatever its length."""
+    if segment_ids is None:
+        totals = jnp.sum(weights, axis=-1, keepdims=True)
+    else:
+        def row_totals(w, s):
+            return jax.ops.segment_sum(w, s, num_segments=s.shape[0] + 1)[s]
+        totals = jax.vmap(row_totals)(weights, segment_ids)
+    return jnp.where(totals > 0, weights / jnp.where(totals > 0, totals, 1.0), 0.0)
+
+
+def objective_weights(factor, weights, segment_ids=None):
+    """The per-token weights of the training objective (row-local, so microbatches agree)."""
+    return per_sequence_weights(weights, segment_ids) if factor == "AVERAGE_PER_SEQUENCE" else weights
+
+
+def normalizing_factor(factor, weights, segment_ids=None):
+    """The divisor of the summed objective for a whole (global) batch."""
+    if factor is None:
+        return jnp.float32(1.0)
+    if factor == "NUM_TOTAL_TARGET_TOKENS":
+        return jnp.float32(weights.size)
+    if factor in ("NUM_REAL_TARGET_TOKENS", "AVERAGE_PER_SEQUENCE"):
+        total = jnp.sum(objective_weights(factor, weights, segment_ids)).astype(jnp.float32)
+        return jnp.where(total > 0, total, 1.0)
+    return jnp.float32(factor)

@@ -1,9 +1,21 @@
 """Optimizers and learning-rate schedules, built on optax, with T5X's defaults."""
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable, Mapping
+
 import gin
+import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import PartitionSpec as P
+
+from t5lite.train import adafactor as adafactor_lib
+
+# What `adafactor` and `adamw` return: a function of the params' logical axis names (a tree of
+# PartitionSpec, `TrainTask.param_specs`) building the optax transformation, since factoring and
+# the weight-decay mask depend on them. TrainTask also takes a plain optax transformation.
+OptimizerFactory = Callable[[Any], optax.GradientTransformation]
 
 
 @gin.configurable
@@ -29,24 +41,39 @@ def warmup_cosine(peak_learning_rate: float = 3e-4, warmup_steps: int = 1000, de
 
 @gin.configurable
 def adafactor(schedule: optax.Schedule = gin.REQUIRED, decay_rate: float = 0.8, clipping_threshold: float = 1.0,
-              min_dim_size_to_factor: int = 128, multiply_by_parameter_scale: bool = True,
-              epsilon1: float = 1e-30) -> optax.GradientTransformation:
-    """T5X's Adafactor: factored second moments, parameter-scaled updates, no momentum.
+              min_dim_size_to_factor: int = 128, multiply_by_parameter_scale: bool = True, epsilon1: float = 1e-30,
+              epsilon2: float = 1e-3, factor_rules: Mapping[str, str] | None = None) -> OptimizerFactory:
+    """T5X's Adafactor (t5lite.train.adafactor): second moments factored by logical axes and kept
+    per layer of a scanned stack, parameter-scaled updates, RMS update clipping, no momentum."""
+    return functools.partial(adafactor_lib.adafactor, schedule, decay_rate=decay_rate,
+                             clipping_threshold=clipping_threshold, min_dim_size_to_factor=min_dim_size_to_factor,
+                             multiply_by_parameter_scale=multiply_by_parameter_scale, epsilon1=epsilon1,
+                             epsilon2=epsilon2, factor_rules=factor_rules)
 
-    optax's `scale_by_param_block_rms` floors the parameter scale at 1e-3 (T5X's epsilon2).
-    """
-    return optax.adafactor(learning_rate=schedule, min_dim_size_to_factor=min_dim_size_to_factor,
-                           decay_rate=decay_rate, multiply_by_parameter_scale=multiply_by_parameter_scale,
-                           clipping_threshold=clipping_threshold, momentum=None, eps=epsilon1, factored=True)
+
+def weight_decay_mask(param_specs: Any, decay_embeddings: bool = True) -> Any:
+    """True for the parameters AdamW decays: kernels, and embeddings unless `decay_embeddings`
+    is off; never biases or norm scales (BERT's and GPT-2's recipe)."""
+    def decays(path, _):
+        name = path[-1].key
+        if name.endswith("bias") or name == "scale":
+            return False
+        return decay_embeddings or not name.endswith("embedding")
+    return jax.tree_util.tree_map_with_path(decays, param_specs, is_leaf=lambda x: isinstance(x, P))
 
 
 @gin.configurable
 def adamw(schedule: optax.Schedule = gin.REQUIRED, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01, max_grad_norm: float | None = 1.0) -> optax.GradientTransformation:
-    """AdamW with global-norm gradient clipping (the BERT/GPT recipe)."""
-    chain = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
-    chain.append(optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
-    return optax.chain(*chain)
+          weight_decay: float = 0.01, decay_embeddings: bool = True,
+          max_grad_norm: float | None = 1.0) -> OptimizerFactory:
+    """AdamW with global-norm gradient clipping (the BERT/GPT recipe); weight decay skips biases
+    and norm scales, and embeddings too with `decay_embeddings=False`."""
+    def make(param_specs):
+        chain = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm else []
+        chain.append(optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                                 mask=weight_decay_mask(param_specs, decay_embeddings)))
+        return optax.chain(*chain)
+    return make
 
 
 @gin.configurable

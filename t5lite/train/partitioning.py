@@ -101,23 +101,20 @@ class Partitioner:
                             param_specs) -> Any:
         """Shards each optimizer-state leaf like its parameter.
 
-        Leaves shaped like the parameter take its spec; a factored second moment (Adafactor's
-        row/column statistics) keeps the specs of the dimensions it still has; anything else
-        (counts, placeholders) is replicated.
+        Leaves of the parameter's rank keep its spec on every dimension they have at full size and
+        replicate the reduced (size-1) ones: Adam's moments are sharded like the parameter,
+        Adafactor's row/column statistics (t5lite.train.adafactor) like the dimensions they keep.
+        Anything else (counts, scalar placeholders) is replicated.
         """
         pairs = jax.tree.map(lambda p, s: (p.shape, s), abstract_params, param_specs,
                              is_leaf=lambda x: isinstance(x, P))
 
         def spec_for(leaf, shape_and_spec):
             shape, spec = shape_and_spec
+            if len(leaf.shape) != len(shape):
+                return self.sharding(P())
             spec = tuple(spec) + (None,) * (len(shape) - len(spec))
-            if tuple(leaf.shape) == tuple(shape):
-                return self.sharding(P(*spec))
-            for dropped in range(len(shape)):
-                kept = shape[:dropped] + shape[dropped + 1:]
-                if tuple(leaf.shape) == tuple(kept):
-                    return self.sharding(P(*(spec[:dropped] + spec[dropped + 1:])))
-            return self.sharding(P())
+            return self.sharding(P(*(s if n == m else None for s, n, m in zip(spec, leaf.shape, shape))))
 
         return optax.tree_map_params(optimizer, spec_for, abstract_opt_state, pairs,
                                      transform_non_params=lambda _: self.sharding(P()),

@@ -28,6 +28,7 @@ from t5lite.data.loader import Loader, prefetch
 from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig, save_config
 from t5lite.train import checkpoints, losses, mfu, summaries
+from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
 
 log = logging.getLogger("t5lite")
@@ -45,12 +46,21 @@ class TrainState:
 class LossConfig:
     z_loss: float = 1e-4
     label_smoothing: float = 0.0
+    normalizing_factor: float | str | None = "NUM_REAL_TARGET_TOKENS"   # see losses.normalizing_factor
+
+    def __post_init__(self):
+        losses.check_normalizing_factor(self.normalizing_factor)
 
 
 def target_keys(batch: Mapping[str, Any]) -> tuple[str, str]:
     """The (targets, loss weights) features: the encoder's for MLM, the decoder's otherwise."""
     prefix = "encoder" if "encoder_target_tokens" in batch else "decoder"
     return f"{prefix}_target_tokens", f"{prefix}_loss_weights"
+
+
+def target_segment_ids(batch: Mapping[str, Any]):
+    """The packed segment ids of the targets' stack, or None for an unpacked batch."""
+    return batch.get("encoder_segment_ids" if "encoder_target_tokens" in batch else "decoder_segment_ids")
 
 
 def dummy_batch(lengths: Mapping[str, int], batch_size: int = 1) -> dict[str, jax.ShapeDtypeStruct]:
@@ -60,16 +70,21 @@ def dummy_batch(lengths: Mapping[str, int], batch_size: int = 1) -> dict[str, ja
 class TrainTask:
     """The model, optimizer and shardings for one run; builds the state and the jitted step."""
 
-    def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation, schedule,
-                 partitioner: Partitioner, model_feature_lengths: Mapping[str, int], loss: LossConfig = LossConfig(),
-                 num_microbatches: int = 1):
-        self.config, self.optimizer, self.schedule = model_config, optimizer, schedule
+    def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation | OptimizerFactory,
+                 schedule, partitioner: Partitioner, model_feature_lengths: Mapping[str, int],
+                 loss: LossConfig = LossConfig(), num_microbatches: int = 1):
+        """`optimizer` is an optax transformation or a function of the params' logical axis names
+        returning one (t5lite's `adafactor` and `adamw`)."""
+        self.config, self.schedule = model_config, schedule
         self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
         self.model = models.build(model_config)
         self.feature_lengths = dict(model_feature_lengths)
         with self.mesh_context():  # the key is made inside eval_shape: the mesh may be a TPU topology's
             abstract_vars = jax.eval_shape(lambda: self._init_variables(jax.random.key(0)))
         self.param_specs = nn.get_partition_spec(abstract_vars)["params"]
+        if not isinstance(optimizer, optax.GradientTransformation):
+            optimizer = optimizer(self.param_specs)
+        self.optimizer = optimizer
         abstract_params = nn.unbox(abstract_vars)["params"]
         abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
         param_shardings = partitioner.param_shardings(abstract_vars)["params"]
@@ -105,25 +120,32 @@ class TrainTask:
         with self.mesh_context():
             return jax.jit(create, out_shardings=self.state_shardings)(jax.random.key(seed), params)
 
-    def loss_and_metrics(self, params, batch, rng, total_weight):
+    def loss_and_metrics(self, params, batch, rng, normalizer):
+        """The objective (weighted as `loss.normalizing_factor` says, over `normalizer`, which is
+        computed on the whole batch) and sums over real target tokens for the metrics."""
         targets_key, weights_key = target_keys(batch)
+        weights = batch[weights_key]
         logits = self.model.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng})
-        loss, z = losses.cross_entropy(logits, batch[targets_key], batch[weights_key], self.loss.z_loss,
-                                       self.loss.label_smoothing)
-        correct = losses.token_accuracy_count(logits, batch[targets_key], batch[weights_key])
-        return loss.sum() / total_weight, {"loss_sum": loss.sum(), "z_loss_sum": z.sum(), "correct": correct}
+        loss, z = losses.cross_entropy(logits, batch[targets_key], 1.0, self.loss.z_loss, self.loss.label_smoothing)
+        objective = jnp.sum(loss * losses.objective_weights(self.loss.normalizing_factor, weights,
+                                                            target_segment_ids(batch))) / normalizer
+        correct = losses.token_accuracy_count(logits, batch[targets_key], weights)
+        return objective, {"loss_sum": jnp.sum(loss * weights), "z_loss_sum": jnp.sum(z * weights), "correct": correct}
 
     def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         _, weights_key = target_keys(batch)
         total_weight = jnp.maximum(batch[weights_key].sum(), 1.0).astype(jnp.float32)
+        # Over the whole global batch, so that accumulated microbatches still mean one big batch.
+        normalizer = losses.normalizing_factor(self.loss.normalizing_factor, batch[weights_key],
+                                               target_segment_ids(batch))
         grad_fn = jax.grad(self.loss_and_metrics, has_aux=True)
         if self.num_microbatches == 1:
-            grads, sums = grad_fn(state.params, batch, rng, total_weight)
+            grads, sums = grad_fn(state.params, batch, rng, normalizer)
         else:
             def accumulate(carry, i):
                 microbatch = jax.tree.map(lambda x: self._microbatch(x, i), batch)
-                g, s = grad_fn(state.params, microbatch, jax.random.fold_in(rng, i), total_weight)
+                g, s = grad_fn(state.params, microbatch, jax.random.fold_in(rng, i), normalizer)
                 return jax.tree.map(jnp.add, carry, (g, s)), None
 
             zeros = (jax.tree.map(jnp.zeros_like, state.params),
@@ -205,9 +227,12 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           task_feature_lengths: Mapping[str, int] = gin.REQUIRED, batch_size: int = gin.REQUIRED,
           train_steps: int = gin.REQUIRED, model: ModelConfig = gin.REQUIRED, optimizer=gin.REQUIRED,
           feature_converter: str = "enc_dec", pack: bool = True, seed: int = 0, num_microbatches: int = 1,
-          z_loss: float = 1e-4, label_smoothing: float = 0.0, log_every: int = 10, checkpoint_every: int = 100,
+          z_loss: float = 1e-4, label_smoothing: float = 0.0,
+          loss_normalizing_factor: float | str | None = "NUM_REAL_TARGET_TOKENS", log_every: int = 10,
+          checkpoint_every: int = 100,
           keep_checkpoints: int = 3, async_checkpoints: bool = True, data_dir: str | None = None,
-          initial_checkpoint_path: str | None = None, vocabulary_path: str | None = None,
+          initial_checkpoint_path: str | None = None, initial_checkpoint_restore: str = "params",
+          vocabulary_path: str | None = None,
           peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
           eval_every: int = 0, eval_split: str = "validation", eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, progress: bool = True) -> dict:
@@ -215,7 +240,21 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
 
     With `eval_every`, the task's `eval_split` is evaluated every that many steps and at the end
     (t5lite.infer.evaluation): `eval_`-prefixed metrics go to metrics.jsonl, the predictions to
-    `eval/<task>.<split>/predictions.jsonl`."""
+    `eval/<task>.<split>/predictions.jsonl`.
+
+    `loss_normalizing_factor` is T5X's: the summed token loss is divided by the number of real
+    target tokens in the global batch (the default: a per-token mean, so gradient scale and
+    AdamW's clipping do not depend on batch size or packing), by all target positions
+    ("NUM_TOTAL_TARGET_TOKENS"), by a constant (T5X fine-tunes the original T5 checkpoints with
+    233472), not at all (None), or every (packed) sequence weighs the same
+    ("AVERAGE_PER_SEQUENCE"). The logged `loss` is always the per-real-token mean.
+
+    `initial_checkpoint_path` starts a new run from another run's checkpoint: its parameters with
+    a fresh optimizer at step 0 (`initial_checkpoint_restore='params'`), or its whole train state
+    (`'full'`: optimizer state, step and rng, as T5X fine-tunes; `train_steps` then counts the
+    pre-training steps)."""
+    if initial_checkpoint_restore not in ("params", "full"):
+        raise ValueError(f"initial_checkpoint_restore={initial_checkpoint_restore!r}: expected 'params' or 'full'")
     os.makedirs(model_dir, exist_ok=True)
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
@@ -228,13 +267,17 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                     data_dir=data_dir)
     feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
     trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
-                        LossConfig(z_loss, label_smoothing), num_microbatches)
+                        LossConfig(z_loss, label_smoothing, loss_normalizing_factor), num_microbatches)
     ckpt = checkpoints.Checkpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints,
                                     async_checkpoints)
     if ckpt.latest_step() is not None:
         state, data_state, start = ckpt.restore(trainer.abstract_state)
         loader.restore(data_state)
         log.info("resumed from step %d in %s", start, ckpt.directory)
+    elif initial_checkpoint_path and initial_checkpoint_restore == "full":
+        state = checkpoints.restore_state(initial_checkpoint_path, trainer.abstract_state)
+        start = int(state.step)
+        log.info("continuing the train state of %s from its step %d", initial_checkpoint_path, start)
     else:
         init_params = None
         if initial_checkpoint_path:

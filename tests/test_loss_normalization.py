@@ -1,0 +1,89 @@
+"""T5X's loss_normalizing_factor: the train step's gradient equals the gradient of the objective
+written here from its definition on the whole batch, with and without gradient accumulation."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import shared_data_dir
+
+from t5lite.data import get_task
+from t5lite.data.loader import Loader
+from t5lite.train import losses
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import LossConfig, TrainTask
+
+LENGTHS = {"inputs": 64, "targets": 8}   # SST-2: a few examples per packed row
+Z_LOSS = 1e-4
+
+# Keeps the last gradient as its state and never moves the params: the step's gradient, unrounded.
+record_gradient = optax.GradientTransformation(lambda p: jax.tree.map(jnp.zeros_like, p),
+                                               lambda g, s, p=None: (jax.tree.map(jnp.zeros_like, g), g))
+
+
+def reference_objective(logits, batch, factor):
+    """The definitions, token by token and sequence by sequence, from T5X's documentation."""
+    targets, weights = batch["decoder_target_tokens"], batch["decoder_loss_weights"].astype(np.float32)
+    log_z = jax.nn.logsumexp(logits, axis=-1)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], axis=-1)[..., 0]
+    token = nll + Z_LOSS * log_z ** 2
+    total = jnp.sum(token * weights)
+    if factor is None:
+        return total
+    if factor == "NUM_REAL_TARGET_TOKENS":
+        return total / weights.sum()
+    if factor == "NUM_TOTAL_TARGET_TOKENS":
+        return total / weights.size
+    if factor == "AVERAGE_PER_SEQUENCE":
+        segments = batch.get("decoder_segment_ids", (weights > 0).astype(np.int32))   # unpacked: one per row
+        means = [jnp.sum(token[b] * mask) / mask.sum()
+                 for b in range(len(weights)) for s in np.unique(segments[b]) if s > 0
+                 for mask in [weights[b] * (segments[b] == s)] if mask.sum() > 0]
+        return sum(means) / len(means)
+    return total / factor
+
+
+def _step_gradient(config, batch, factor, num_microbatches):
+    trainer = TrainTask(config, record_gradient, optax.constant_schedule(0.0), Partitioner((1, 1, 1)),
+                        {k: v.shape[1] for k, v in batch.items()}, LossConfig(Z_LOSS, 0.0, factor), num_microbatches)
+    state = trainer.init_state(seed=0)
+    with trainer.mesh_context():
+        new_state, _ = trainer.jit_train_step()(jax.tree.map(jnp.copy, state), trainer.partitioner.shard_batch(batch))
+    return trainer, state.params, new_state.opt_state
+
+
+@pytest.mark.parametrize("factor, pack", [(None, True), (7.0, True), ("NUM_REAL_TARGET_TOKENS", True),
+                                          ("NUM_TOTAL_TARGET_TOKENS", True), ("AVERAGE_PER_SEQUENCE", True),
+                                          ("AVERAGE_PER_SEQUENCE", False)])
+def test_gradient_matches_the_definition_with_and_without_accumulation(micro_config, factor, pack):
+    config = micro_config.replace(dropout_rate=0.0)
+    batch = next(iter(Loader(get_task("glue_sst2"), "train", LENGTHS, 4, pack=pack,
+                             data_dir=str(shared_data_dir() / "glue"))))
+    if pack:
+        assert batch["decoder_segment_ids"].max() > 1   # several sequences per row
+    trainer, params, grads = _step_gradient(config, batch, factor, 1)
+
+    def objective(p):
+        logits = trainer.model.apply({"params": p}, **{k: jnp.asarray(v) for k, v in batch.items()})
+        return reference_objective(logits, batch, factor)
+    expected = jax.grad(objective)(params)
+    scale = max(np.abs(np.asarray(x)).max() for x in jax.tree.leaves(expected))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5 * scale),
+                 grads, expected)
+    _, _, accumulated = _step_gradient(config, batch, factor, 2)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6 * scale),
+                 accumulated, grads)
+
+
+def test_per_sequence_weights_split_packed_rows():
+    weights = np.array([[1, 1, 1, 1, 0, 0], [1, 0, 1, 1, 1, 0]], np.float32)
+    segments = np.array([[1, 1, 2, 2, 0, 0], [1, 1, 2, 2, 2, 0]])
+    expected = np.array([[.5, .5, .5, .5, 0, 0], [1, 0, 1 / 3, 1 / 3, 1 / 3, 0]], np.float32)
+    np.testing.assert_allclose(np.asarray(losses.per_sequence_weights(weights, segments)), expected, rtol=1e-6)
+    assert float(losses.normalizing_factor("AVERAGE_PER_SEQUENCE", weights, segments)) == 4.0
+
+
+@pytest.mark.parametrize("bad", ["num_real", -1.0, 0, True])
+def test_bad_normalizing_factor_is_rejected(bad):
+    with pytest.raises(ValueError, match="loss_normalizing_factor"):
+        LossConfig(normalizing_factor=bad)
