@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -70,6 +71,40 @@ def _logged_steps(model_dir):
     return len(_losses(model_dir)) if os.path.exists(path) else 0
 
 
+def _signal_after_logged_step(model_dir, signum, times=1, step=2):
+    """Sends `signum` to this process (`times` times) from a thread once `step` is logged."""
+    def send():
+        while _logged_steps(model_dir) < step:
+            time.sleep(0.05)
+        for _ in range(times):
+            os.kill(os.getpid(), signum)
+            time.sleep(0.01)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, micro_config, caplog, signum):
+    _signal_after_logged_step(str(tmp_path), signum)
+    with caplog.at_level(logging.WARNING, logger="t5lite"):
+        last = _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
+    reached = max(_losses(tmp_path))
+    assert 2 <= reached < 10_000 and last  # returned normally, with the last metrics
+    assert _steps_on_disk(str(tmp_path))[-1] == reached
+    name = signal.Signals(signum).name
+    assert any(f"stopped by {name} at step {reached}" in r.getMessage() for r in caplog.records)
+    assert signal.getsignal(signum) is not None and not (tmp_path / run_dir.LOCK_FILE).exists()
+
+
+def test_a_second_sigint_aborts_at_once(tmp_path, micro_config):
+    _signal_after_logged_step(str(tmp_path), signal.SIGINT, times=2)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
+    assert not (tmp_path / run_dir.LOCK_FILE).exists()
+
+
+@pytest.mark.slow
 def test_sigterm_saves_the_reached_step_and_resuming_equals_an_uninterrupted_run(tmp_path):
     run = str(tmp_path / "interrupted")
     proc = _cli_train(run, 10_000, wait=False)
@@ -190,17 +225,18 @@ def test_a_stale_lock_is_taken_over_and_released_at_the_end(tmp_path):
     assert not lock_path.exists()
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_model_dir_is_refused_while_the_first_finishes(tmp_path):
     run = str(tmp_path / "run")
-    first = _cli_train(run, 40, wait=False)
+    first = _cli_train(run, 150, wait=False)
     _wait_for(lambda: _logged_steps(run) >= 1, first)
     started = time.time()
-    code, _, err = _cli_train(run, 40)
+    code, _, err = _cli_train(run, 150)
     assert code != 0 and f"pid {first.pid}" in err and "in use by another t5lite run" in err
     assert time.time() - started < 60  # refused before building anything (the import of jax dominates)
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-3000:]
-    assert _steps_on_disk(run) == [40] and sorted(_losses(run)) == list(range(1, 41))
+    assert _steps_on_disk(run)[-1] == 150 and sorted(_losses(run)) == list(range(1, 151))
     assert not os.path.exists(os.path.join(run, run_dir.LOCK_FILE))
 
 
