@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import shared_data_dir
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.train import checkpoints, optimizers, run_dir
 from t5lite.train.trainer import train
@@ -279,3 +280,70 @@ def test_train_steps_at_the_saved_step_says_so(tmp_path, micro_config, caplog):
         assert _train(tmp_path, micro_config, 1) == {}
     assert any("already at step 2" in r.getMessage() and "raise TRAIN_STEPS" in r.getMessage()
                for r in caplog.records)
+
+
+# --- 7. every host's own data position -----------------------------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Short sentences: packing fits a different number into each host's rows.
+SST2, SST2_LENGTHS = "glue_sst2", {"inputs": 64, "targets": 8}
+
+
+def _two_hosts(model_dir, steps):
+    port = str(_free_port())
+    worker = os.path.join(REPO, "tests", "train_worker.py")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    args = [port, model_dir, str(steps), SST2, str(shared_data_dir() / "glue")]
+    procs = [subprocess.Popen([sys.executable, worker, str(i), "2", *args], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=900)
+        assert p.returncode == 0, out[-3000:]
+
+
+def _saved_positions(model_dir, step):
+    with open(os.path.join(model_dir, "checkpoints", str(step), "data", "metadata")) as f:
+        return json.load(f)
+
+
+def _examples_consumed_after(process_index, steps):
+    """What host `process_index` of 2 consumes in `steps` batches of 2, read by a fresh loader."""
+    from t5lite.data import get_task
+    from t5lite.data.loader import Loader
+    loader = Loader(get_task(SST2), "train", SST2_LENGTHS, 4, process_index=process_index, process_count=2,
+                    data_dir=str(shared_data_dir() / "glue"))
+    batches = iter(loader)
+    for _ in range(steps):
+        next(batches)
+    return loader.examples_consumed
+
+
+@pytest.mark.slow
+def test_each_of_two_hosts_resumes_at_its_own_data_position(tmp_path):
+    expected_at_2, expected_at_4 = ([_examples_consumed_after(i, s) for i in range(2)] for s in (2, 4))
+    assert expected_at_2[0] != expected_at_2[1]  # the hosts' positions differ
+    run = str(tmp_path / "run")
+    _two_hosts(run, 2)
+    saved = _saved_positions(run, 2)
+    assert [saved[str(i)]["examples_consumed"] for i in range(2)] == expected_at_2
+    _two_hosts(run, 4)  # resumes from step 2: each host must continue from its own position
+    saved = _saved_positions(run, 4)
+    assert [saved[str(i)]["examples_consumed"] for i in range(2)] == expected_at_4
+    assert [saved[str(i)]["process_index"] for i in range(2)] == [0, 1]
+
+
+def test_data_positions_are_kept_per_process_and_a_missing_one_is_refused(tmp_path):
+    directory = str(tmp_path / "checkpoints")
+    _save_steps(directory, [1])
+    assert _saved_positions(str(tmp_path), 1) == {"0": {"examples_consumed": 10}}
+    with open(os.path.join(directory, "1", "data", "metadata"), "w") as f:
+        json.dump({"1": {"examples_consumed": 10}}, f)  # written by a slice where this is not a host
+    ckpt = checkpoints.Checkpointer(directory, save_every=1)
+    with pytest.raises(CheckpointError, match=r"processes \['1'\], not of this process \(0\)"):
+        ckpt.restore({"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
+    ckpt.close()
