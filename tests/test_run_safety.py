@@ -129,10 +129,17 @@ def test_sigterm_saves_the_reached_step_and_resuming_equals_an_uninterrupted_run
 
 # --- 2. damaged checkpoints ----------------------------------------------------------------------
 
+def _array(step):
+    return jnp.arange(4096.0).reshape(64, 64) * step
+
+
+ABSTRACT = {"params": {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)}}
+
+
 def _save_steps(directory, steps):
     ckpt = checkpoints.Checkpointer(directory, save_every=1, async_save=False)
     for step in steps:
-        ckpt.save(step, {"w": jnp.arange(4096.0).reshape(64, 64) * step}, {"examples_consumed": 10 * step})
+        ckpt.save(step, {"params": {"w": _array(step)}}, {"examples_consumed": 10 * step})
     ckpt.close()
 
 
@@ -151,14 +158,14 @@ def test_damaged_latest_step_is_named_set_aside_and_the_previous_one_restored(tm
     _truncate_array_file(os.path.join(directory, "2"))
     ckpt = checkpoints.Checkpointer(directory, save_every=1)
     with caplog.at_level(logging.WARNING, logger="t5lite"):
-        state, data, step = ckpt.restore_newest_readable({"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
+        state, data, step = ckpt.restore_newest_readable(ABSTRACT)
     assert step == 1 and data == {"examples_consumed": 10}
-    np.testing.assert_array_equal(np.asarray(state["w"]), np.arange(4096.0).reshape(64, 64))
+    np.testing.assert_array_equal(np.asarray(state["params"]["w"]), _array(1))
     damaged = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
     assert damaged and "step 2" in damaged[0] and len(damaged[0].splitlines()) == 1
     # Nothing is deleted: step 2 moved aside whole, and a new step 2 can be saved.
     assert [os.path.basename(p).split("-")[0] for p in glob.glob(str(tmp_path / "damaged_checkpoints" / "*"))] == ["2"]
-    assert ckpt.save(2, {"w": jnp.zeros((64, 64))}, {"examples_consumed": 0}, force=True)
+    assert ckpt.save(2, {"params": {"w": jnp.zeros((64, 64))}}, {"examples_consumed": 0}, force=True)
     ckpt.close()
     assert _steps_on_disk(str(tmp_path)) == [1, 2]
 
@@ -169,7 +176,7 @@ def test_when_no_step_reads_the_error_names_each_and_nothing_moves(tmp_path):
     _truncate_array_file(os.path.join(directory, "1"))
     ckpt = checkpoints.Checkpointer(directory, save_every=1)
     with pytest.raises(CheckpointError, match="step 1: .*Nothing was changed"):
-        ckpt.restore_newest_readable({"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
+        ckpt.restore_newest_readable(ABSTRACT)
     ckpt.close()
     assert _steps_on_disk(str(tmp_path)) == [1] and not (tmp_path / "damaged_checkpoints").exists()
 
@@ -345,5 +352,18 @@ def test_data_positions_are_kept_per_process_and_a_missing_one_is_refused(tmp_pa
         json.dump({"1": {"examples_consumed": 10}}, f)  # written by a slice where this is not a host
     ckpt = checkpoints.Checkpointer(directory, save_every=1)
     with pytest.raises(CheckpointError, match=r"processes \['1'\], not of this process \(0\)"):
-        ckpt.restore({"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
+        ckpt.restore(ABSTRACT)
     ckpt.close()
+
+
+def test_a_checkpoint_of_another_model_is_reported_not_treated_as_damage(tmp_path):
+    directory = str(tmp_path / "checkpoints")
+    ckpt = checkpoints.Checkpointer(directory, save_every=1, async_save=False)
+    ckpt.save(1, {"params": {"w": jnp.zeros((64, 64))}}, {"examples_consumed": 1})
+    ckpt.close()
+    ckpt = checkpoints.Checkpointer(directory, save_every=1)
+    abstract = {"params": {"w": jax.ShapeDtypeStruct((32, 64), jnp.float32)}}
+    with pytest.raises(CheckpointError, match=r"another model \(w: \(64, 64\) in the checkpoint, \(32, 64\)"):
+        ckpt.restore_newest_readable(abstract)
+    ckpt.close()
+    assert _steps_on_disk(str(tmp_path)) == [1]

@@ -33,7 +33,8 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(save_interval_steps=save_every, max_to_keep=keep,
                                                enable_async_checkpointing=async_save, create=True)
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "data"))
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers={
+            "state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()})
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -67,6 +68,7 @@ class Checkpointer:
         damaged = []
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
+                self._check_same_params(abstract_state, step)
                 restored = self.restore(abstract_state, step)
             except CheckpointError:
                 raise
@@ -85,6 +87,20 @@ class Checkpointer:
                               "; ".join(f"step {s}: {r}" for s, r in damaged) +
                               ". Nothing was changed; restore the files or start over in a new MODEL_DIR.")
 
+    def _check_same_params(self, abstract_state: Any, step: int) -> None:
+        """Parameters of another model are a mismatch to report, not damage to skip."""
+        stored = self.manager.item_metadata(step).state
+        if stored is None or "params" not in stored:
+            raise ValueError("the `state` item or its parameters are missing")
+        params = abstract_state["params"] if isinstance(abstract_state, dict) else abstract_state.params
+        expected, found = _param_shapes(params), _param_shapes(stored["params"])
+        if expected != found:
+            differences = [f"{k}: {found.get(k, 'missing')} in the checkpoint, {expected.get(k, 'none')} in this "
+                           "model" for k in sorted(set(expected) | set(found)) if expected.get(k) != found.get(k)]
+            raise CheckpointError(f"checkpoint step {step} in {self.directory} holds parameters of another model "
+                                  f"({'; '.join(differences[:3])}{'; ...' if len(differences) > 3 else ''}). Use "
+                                  "a new MODEL_DIR, or start from its parameters with INITIAL_CHECKPOINT_PATH")
+
     def _set_aside(self, step: int) -> None:
         """Moves a damaged step out of orbax's way (a later save of that step would be skipped)."""
         target = os.path.join(os.path.dirname(self.directory), "damaged_checkpoints", f"{step}-{int(time.time())}")
@@ -101,6 +117,11 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _param_shapes(params: Any) -> dict[str, tuple]:
+    return {"/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path): tuple(x.shape)
+            for path, x in jax.tree_util.tree_leaves_with_path(params)}
 
 
 def _one_line(error: Exception) -> str:
