@@ -301,16 +301,26 @@ def _free_port():
 SST2, SST2_LENGTHS = "glue_sst2", {"inputs": 64, "targets": 8}
 
 
-def _two_hosts(model_dir, steps):
+def _start_two_hosts(model_dir, steps):
     port = str(_free_port())
     worker = os.path.join(REPO, "tests", "train_worker.py")
     env = {**os.environ, "PYTHONPATH": REPO}
     args = [port, model_dir, str(steps), SST2, str(shared_data_dir() / "glue")]
-    procs = [subprocess.Popen([sys.executable, worker, str(i), "2", *args], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    return [subprocess.Popen([sys.executable, worker, str(i), "2", *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for i in range(2)]
+
+
+def _finish(procs):
+    outputs = []
     for p in procs:
         out, _ = p.communicate(timeout=900)
         assert p.returncode == 0, out[-3000:]
+        outputs.append(out)
+    return outputs
+
+
+def _two_hosts(model_dir, steps):
+    return _finish(_start_two_hosts(model_dir, steps))
 
 
 def _saved_positions(model_dir, step):
@@ -367,3 +377,17 @@ def test_a_checkpoint_of_another_model_is_reported_not_treated_as_damage(tmp_pat
         ckpt.restore_newest_readable(abstract)
     ckpt.close()
     assert _steps_on_disk(str(tmp_path)) == [1]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_host_stops_both_at_the_same_saved_step(tmp_path):
+    run = str(tmp_path / "run")
+    procs = _start_two_hosts(run, 10_000)
+    _wait_for(lambda: _logged_steps(run) >= 2, procs[0])
+    procs[1].send_signal(signal.SIGTERM)  # only host 1 is preempted; JAX's sync point tells host 0
+    outputs = _finish(procs)
+    reached = _steps_on_disk(run)[-1]
+    assert 2 <= reached < 10_000
+    for out in outputs:
+        assert f"stopped by SIGTERM at step {reached}" in out
+    assert sorted(_saved_positions(run, reached)) == ["0", "1"]

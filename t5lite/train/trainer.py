@@ -261,7 +261,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         step_fn = trainer.jit_train_step()
         batches = prefetch(loader)
         pending, last = [], {}
-        bar = tqdm(total=train_steps, initial=start, desc="train", unit="step", disable=not progress or jax.process_index())
+        bar = tqdm(total=train_steps, initial=start, desc="train", unit="step",
+                   disable=not progress or jax.process_index())
         tick, tick_step = time.perf_counter(), start
         try:
             with trainer.mesh_context():
