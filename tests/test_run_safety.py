@@ -87,6 +87,7 @@ def _signal_after_logged_step(model_dir, signum, times=1, step=2):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, micro_config, caplog, signum):
+    handler_before = signal.getsignal(signum)
     _signal_after_logged_step(str(tmp_path), signum)
     with caplog.at_level(logging.WARNING, logger="t5lite"):
         last = _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
@@ -95,7 +96,7 @@ def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, mi
     assert _steps_on_disk(str(tmp_path))[-1] == reached
     name = signal.Signals(signum).name
     assert any(f"stopped by {name} at step {reached}" in r.getMessage() for r in caplog.records)
-    assert signal.getsignal(signum) is not None and not (tmp_path / run_dir.LOCK_FILE).exists()
+    assert signal.getsignal(signum) is handler_before and not (tmp_path / run_dir.LOCK_FILE).exists()
 
 
 def test_a_second_sigint_aborts_at_once(tmp_path, micro_config):

@@ -41,7 +41,7 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
         self._previous = {}
 
     def _handle(self, signum, frame) -> None:
