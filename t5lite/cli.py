@@ -223,7 +223,8 @@ def cmd_train(args, gin_files, gin_bindings) -> None:
     parse_gin(gin_files, gin_bindings, entry=("train", train))
     check_task_name("train")
     metrics = train()
-    print("final:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    if metrics:  # empty when the run was already at TRAIN_STEPS (train() says so)
+        print("final:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     print("model dir:", gin.query_parameter("%MODEL_DIR"))
 
 

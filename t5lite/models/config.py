@@ -226,3 +226,9 @@ def load_config(path: str) -> ModelConfig:
     with open(path, encoding="utf-8") as f:
         fields = json.load(f)
     return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
+def config_changes(old: ModelConfig, new: ModelConfig) -> dict[str, tuple]:
+    """{field: (old value, new value)} for each field that differs, in declaration order."""
+    return {f.name: (getattr(old, f.name), getattr(new, f.name)) for f in dataclasses.fields(ModelConfig)
+            if getattr(old, f.name) != getattr(new, f.name)}

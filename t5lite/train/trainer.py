@@ -25,9 +25,10 @@ from tqdm.auto import tqdm
 from t5lite import models
 from t5lite.data import registry, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
+from t5lite.errors import ConfigError
 from t5lite.infer import evaluation
-from t5lite.models.config import ModelConfig, save_config
-from t5lite.train import checkpoints, losses, mfu, summaries
+from t5lite.models.config import ModelConfig
+from t5lite.train import checkpoints, losses, mfu, preemption, run_dir, summaries
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
 
@@ -235,7 +236,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           vocabulary_path: str | None = None,
           peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
           eval_every: int = 0, eval_split: str = "validation", eval_batch_size: int | None = None,
-          eval_max_examples: int | None = None, progress: bool = True) -> dict:
+          eval_max_examples: int | None = None, allow_config_change: bool = False, progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
     With `eval_every`, the task's `eval_split` is evaluated every that many steps and at the end
@@ -252,95 +253,115 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path` starts a new run from another run's checkpoint: its parameters with
     a fresh optimizer at step 0 (`initial_checkpoint_restore='params'`), or its whole train state
     (`'full'`: optimizer state, step and rng, as T5X fine-tunes; `train_steps` then counts the
-    pre-training steps)."""
+    pre-training steps).
+
+
+    Run safety (see README "When things go wrong"): MODEL_DIR must be writable and not in use by
+    another run (`run_dir`); SIGTERM / SIGINT stop after the current step with a checkpoint
+    (`preemption`); resuming restores the newest readable checkpoint and refuses a changed model
+    config unless `allow_config_change`."""
     if initial_checkpoint_restore not in ("params", "full"):
-        raise ValueError(f"initial_checkpoint_restore={initial_checkpoint_restore!r}: expected 'params' or 'full'")
-    os.makedirs(model_dir, exist_ok=True)
-    if vocabulary_path is not None:
-        vocab_lib.set_default_vocabulary(vocabulary_path)
-    partitioner = partitioner or Partitioner()
-    partitioner.check_batch_size(batch_size, num_microbatches)
-    task = registry.get_task_or_mixture(mixture_or_task_name)
-    _check_vocabulary(task, model)
-    optimizer, schedule = optimizer
-    loader = Loader(task, "train", task_feature_lengths, batch_size, feature_converter, pack=pack, seed=seed,
-                    data_dir=data_dir)
-    feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
-    trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
-                        LossConfig(z_loss, label_smoothing, loss_normalizing_factor), num_microbatches)
-    ckpt = checkpoints.Checkpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints,
-                                    async_checkpoints)
-    if ckpt.latest_step() is not None:
-        state, data_state, start = ckpt.restore(trainer.abstract_state)
-        loader.restore(data_state)
-        log.info("resumed from step %d in %s", start, ckpt.directory)
-    elif initial_checkpoint_path and initial_checkpoint_restore == "full":
-        state = checkpoints.restore_state(initial_checkpoint_path, trainer.abstract_state)
-        start = int(state.step)
-        log.info("continuing the train state of %s from its step %d", initial_checkpoint_path, start)
-    else:
-        init_params = None
-        if initial_checkpoint_path:
-            abstract_params = trainer.abstract_state.params
-            init_params = checkpoints.restore_params(initial_checkpoint_path, abstract_params)
-            log.info("initialised the parameters from %s", initial_checkpoint_path)
-        state, start = trainer.init_state(seed, init_params), 0
-    if jax.process_index() == 0:
-        with open(os.path.join(model_dir, "config.gin"), "w", encoding="utf-8") as f:
-            f.write(gin.config_str())
-        save_config(model, os.path.join(model_dir, "model_config.json"))
-    peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
-    flops_per_step = trainer.flops_per_step(batch_size)
-    tokens_per_step = batch_size * sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens"))
-    log.info("model %s: %.1fM params; %.3g FLOPs/step; peak %.3g FLOP/s/device (%s); mesh %s",
-             type(trainer.model).__name__, trainer.num_params / 1e6, flops_per_step, peak, peak_source,
-             dict(partitioner.mesh.shape))
-    evaluators = {}
-    if eval_every:
-        evaluators = evaluation.evaluators(task, eval_split, task_feature_lengths,
-                                           batch_size=eval_batch_size or batch_size, data_dir=data_dir,
-                                           max_examples=eval_max_examples)
-    writer = summaries.MetricsWriter(model_dir, resume_step=start)
-    step_fn = trainer.jit_train_step()
-    batches = prefetch(loader)
-    pending, last = [], {}
-    bar = tqdm(total=train_steps, initial=start, desc="train", unit="step", disable=not progress or jax.process_index())
-    tick, tick_step = time.perf_counter(), start
-    try:
-        with trainer.mesh_context():
-            for step in range(start + 1, train_steps + 1):
-                batch, data_state = next(batches)
-                state, metrics = step_fn(state, partitioner.shard_batch(batch))
-                pending.append(metrics)
-                if step % log_every == 0 or step == train_steps or step == start + 1:
-                    last = _summarise(pending)
-                    pending = []
-                    now = time.perf_counter()
-                    elapsed, steps_done = now - tick, step - tick_step
-                    last["steps_per_sec"] = steps_done / elapsed
-                    last["tokens_per_sec"] = tokens_per_step * steps_done / elapsed
-                    last["mfu"] = flops_per_step * steps_done / elapsed / (peak * jax.device_count())
-                    tick, tick_step = now, step
-                    if not math.isfinite(last["loss"]):
-                        raise NonFiniteLossError(
-                            f"loss is {last['loss']} at step {step}; the last good checkpoint is step "
-                            f"{ckpt.latest_step()} in {ckpt.directory}. Lower the learning rate, enable z_loss, "
-                            "or check the data, then rerun the same command to resume from there.")
-                    writer.write(step, last)
-                    bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last['accuracy']:.3f}",
-                                    tok_s=f"{last['tokens_per_sec']:.0f}")
-                if evaluators and (step % eval_every == 0 or step == train_steps):
-                    _evaluate(evaluators, trainer.model, state.params, step, eval_split, model_dir, writer)
-                ckpt.save(step, state, data_state, force=step == train_steps)
-                bar.update(1)
-    finally:
-        batches.close()  # stops the prefetch thread
-        bar.close()
-        ckpt.close()
-        writer.close()
-    if jax.process_index() == 0 and os.path.exists(writer.path):
-        summaries.plot_loss_curve(writer.path, os.path.join(model_dir, "loss.png"))
-    return last
+        raise ConfigError(f"train.initial_checkpoint_restore={initial_checkpoint_restore!r}: expected 'params' or 'full'")
+    checkpoint_dir = os.path.join(model_dir, "checkpoints")
+    for path in (model_dir, checkpoint_dir):  # before anything compiles
+        run_dir.ensure_writable(path)
+    with run_dir.RunLock(model_dir), preemption.StopSignals() as stop:
+        ckpt = checkpoints.Checkpointer(checkpoint_dir, checkpoint_every, keep_checkpoints, async_checkpoints)
+        if (ckpt.latest_step() or 0) >= train_steps:
+            ckpt.close()
+            log.warning("%s is already at step %d (TRAIN_STEPS=%d): nothing to do; raise TRAIN_STEPS to train "
+                        "further", model_dir, ckpt.latest_step(), train_steps)
+            return {}
+        run_dir.check_model_config(model_dir, model, ckpt.latest_step() or 0, allow_config_change)
+        if vocabulary_path is not None:
+            vocab_lib.set_default_vocabulary(vocabulary_path)
+        partitioner = partitioner or Partitioner()
+        partitioner.check_batch_size(batch_size, num_microbatches)
+        task = registry.get_task_or_mixture(mixture_or_task_name)
+        _check_vocabulary(task, model)
+        optimizer, schedule = optimizer
+        loader = Loader(task, "train", task_feature_lengths, batch_size, feature_converter, pack=pack, seed=seed,
+                        data_dir=data_dir)
+        feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
+        trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
+                            LossConfig(z_loss, label_smoothing, loss_normalizing_factor), num_microbatches)
+        if ckpt.latest_step() is not None:
+            state, data_state, start = ckpt.restore_newest_readable(trainer.abstract_state)
+            loader.restore(data_state)
+            log.info("resumed from step %d in %s", start, ckpt.directory)
+        elif initial_checkpoint_path and initial_checkpoint_restore == "full":
+            state = checkpoints.restore_state(initial_checkpoint_path, trainer.abstract_state)
+            start = int(state.step)
+            log.info("continuing the train state of %s from its step %d", initial_checkpoint_path, start)
+        else:
+            init_params = None
+            if initial_checkpoint_path:
+                abstract_params = trainer.abstract_state.params
+                init_params = checkpoints.restore_params(initial_checkpoint_path, abstract_params)
+                log.info("initialised the parameters from %s", initial_checkpoint_path)
+            state, start = trainer.init_state(seed, init_params), 0
+        run_dir.record_config(model_dir, model, gin.config_str(), start)
+        peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
+        flops_per_step = trainer.flops_per_step(batch_size)
+        tokens_per_step = batch_size * sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens"))
+        log.info("model %s: %.1fM params; %.3g FLOPs/step; peak %.3g FLOP/s/device (%s); mesh %s",
+                 type(trainer.model).__name__, trainer.num_params / 1e6, flops_per_step, peak, peak_source,
+                 dict(partitioner.mesh.shape))
+        evaluators = {}
+        if eval_every:
+            evaluators = evaluation.evaluators(task, eval_split, task_feature_lengths,
+                                               batch_size=eval_batch_size or batch_size, data_dir=data_dir,
+                                               max_examples=eval_max_examples)
+        writer = summaries.MetricsWriter(model_dir, resume_step=start)
+        step_fn = trainer.jit_train_step()
+        batches = prefetch(loader)
+        pending, last = [], {}
+        bar = tqdm(total=train_steps, initial=start, desc="train", unit="step",
+                   disable=not progress or jax.process_index())
+        tick, tick_step = time.perf_counter(), start
+        try:
+            with trainer.mesh_context():
+                for step in range(start + 1, train_steps + 1):
+                    batch, data_state = next(batches)
+                    state, metrics = step_fn(state, partitioner.shard_batch(batch))
+                    pending.append(metrics)
+                    if step % log_every == 0 or step == train_steps or step == start + 1:
+                        last = _summarise(pending)
+                        pending = []
+                        now = time.perf_counter()
+                        elapsed, steps_done = now - tick, step - tick_step
+                        last["steps_per_sec"] = steps_done / elapsed
+                        last["tokens_per_sec"] = tokens_per_step * steps_done / elapsed
+                        last["mfu"] = flops_per_step * steps_done / elapsed / (peak * jax.device_count())
+                        tick, tick_step = now, step
+                        if not math.isfinite(last["loss"]):
+                            raise NonFiniteLossError(
+                                f"loss is {last['loss']} at step {step}; the last good checkpoint is step "
+                                f"{ckpt.latest_step()} in {ckpt.directory}. Lower the learning rate, enable z_loss, "
+                                "or check the data, then rerun the same command to resume from there.")
+                        writer.write(step, last)
+                        bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last['accuracy']:.3f}",
+                                        tok_s=f"{last['tokens_per_sec']:.0f}")
+                    if evaluators and (step % eval_every == 0 or step == train_steps):
+                        _evaluate(evaluators, trainer.model, state.params, step, eval_split, model_dir, writer)
+                    stopping = stop.requested(step, ckpt)
+                    ckpt.save(step, state, data_state, force=stopping or step == train_steps)
+                    bar.update(1)
+                    if stopping:
+                        break
+        finally:
+            batches.close()  # stops the prefetch thread
+            bar.close()
+            ckpt.close()  # waits until the last save is committed
+            writer.close()
+        if stop.signal_name:
+            log.warning("stopped by %s at step %d; its checkpoint is saved in %s; rerun the same command to resume",
+                        stop.signal_name, step, ckpt.directory)
+        if jax.process_index() == 0 and os.path.exists(writer.path):
+            summaries.plot_loss_curve(writer.path, os.path.join(model_dir, "loss.png"))
+        return last
+
+
 
 
 def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str, writer) -> None:

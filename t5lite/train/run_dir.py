@@ -1,0 +1,137 @@
+"""Guards of a run directory: writable before anything compiles, one run at a time, same model.
+
+- `ensure_writable` fails at start naming the path (orbax would otherwise fail the first save
+  and then wait minutes for a directory that never appears).
+- `RunLock` is a file `MODEL_DIR/RUN_LOCK` holding the host and pid of the run using the
+  directory; a second run refuses at once, and a lock whose process is gone (same host, pid not
+  alive) is taken over. Multi-host: process 0 takes it for the whole slice.
+- `check_model_config` refuses to resume with a different model config unless the change is
+  deliberate; `record_config` keeps every (re)start's config in `config_history/<step>-*`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from t5lite.errors import CheckpointError, ConfigError
+from t5lite.models.config import ModelConfig, config_changes, load_config, save_config
+
+log = logging.getLogger("t5lite")
+
+LOCK_FILE = "RUN_LOCK"
+
+
+def ensure_writable(path: str) -> None:
+    """Creates `path` if needed and proves a file can be written in it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".t5lite-write-check-"):
+            pass
+    except OSError as e:
+        raise CheckpointError(f"cannot write to {path!r} ({e.strerror or e}); choose a MODEL_DIR that can be "
+                              "written, or fix its permissions") from None
+
+
+class RunLock:
+    """Holds `MODEL_DIR/RUN_LOCK` while a run uses the directory (a context manager)."""
+
+    def __init__(self, model_dir: str):
+        self.path = os.path.join(model_dir, LOCK_FILE)
+        self.owner = {"host": socket.gethostname(), "pid": os.getpid()}
+        self.held = False
+
+    def __enter__(self) -> "RunLock":
+        error = self._acquire() if jax.process_index() == 0 else ""
+        if jax.process_count() > 1:  # every host learns whether process 0 got it
+            refused = multihost_utils.broadcast_one_to_all(np.int32(bool(error)))
+            if refused and not error:
+                error = f"{self.path} is held by another run (process 0 refused to start)"
+        if error:
+            raise CheckpointError(error)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.held and self._read() == self.owner:
+            os.remove(self.path)
+        self.held = False
+
+    def _acquire(self) -> str:
+        """'' once the lock is ours, else why not."""
+        for _ in range(2):  # a second try after clearing a stale lock
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._read()
+                if holder is not None and not self._is_stale(holder):
+                    return (f"{os.path.dirname(self.path)} is in use by another t5lite run (host "
+                            f"{holder.get('host')}, pid {holder.get('pid')}); wait for it, stop it, or use another "
+                            f"MODEL_DIR. If that run is gone (another host was deleted), remove {self.path}")
+                log.warning("taking over the lock %s left by a run that is gone: %s", self.path, holder)
+                try:
+                    os.remove(self.path)
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.owner, f)
+            self.held = True
+            return ""
+        return f"could not take the lock {self.path}: another run took it at the same time"
+
+    def _read(self) -> dict | None:
+        """The holder, or None for a lock file that is empty or unreadable (a crash while writing it)."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def _is_stale(self, holder: dict) -> bool:
+        if holder.get("host") != self.owner["host"]:
+            return False  # another host's process can't be checked from here
+        pid = int(holder.get("pid", -1))
+        if pid == self.owner["pid"]:
+            return True  # this process's own lock, left by an earlier train() that crashed
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, owned by another user
+        return False
+
+
+def check_model_config(model_dir: str, config: ModelConfig, step: int, allow_config_change: bool) -> None:
+    """Resuming (`step` > 0) with a model config that differs from the run's `model_config.json`
+    is refused, naming each changed field, unless `allow_config_change` (then it is logged)."""
+    current = os.path.join(model_dir, "model_config.json")
+    if step == 0 or not os.path.exists(current):
+        return
+    changes = config_changes(load_config(current), config)
+    listed = ", ".join(f"{name}: {old!r} -> {new!r}" for name, (old, new) in changes.items())
+    if changes and not allow_config_change:
+        raise ConfigError(f"{model_dir} was trained to step {step} with another model config ({listed}). "
+                          "Use a new MODEL_DIR, or continue with the change on purpose with "
+                          "--gin.train.allow_config_change=True (recorded in config_history/)")
+    if changes:
+        log.warning("continuing from step %d with a changed model config: %s", step, listed)
+
+
+def record_config(model_dir: str, config: ModelConfig, gin_config: str, step: int) -> None:
+    """Writes the operative `model_config.json` and `config.gin`, and keeps a copy of each as
+    `config_history/<step>-*` (the step this (re)start trains from), so no earlier config is lost."""
+    if jax.process_index() != 0:
+        return
+    history = os.path.join(model_dir, "config_history")
+    os.makedirs(history, exist_ok=True)
+    for directory, prefix in ((model_dir, ""), (history, f"{step}-")):
+        save_config(config, os.path.join(directory, f"{prefix}model_config.json"))
+        with open(os.path.join(directory, f"{prefix}config.gin"), "w", encoding="utf-8") as f:
+            f.write(gin_config)

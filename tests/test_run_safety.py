@@ -1,0 +1,394 @@
+"""Never lose work, never hang, always say why: signals, damaged checkpoints, the run lock,
+config changes on resume, unwritable directories, a run already at its last step."""
+import glob
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import shared_data_dir
+from t5lite.errors import CheckpointError, ConfigError
+from t5lite.train import checkpoints, optimizers, run_dir
+from t5lite.train.trainer import train
+
+TASK = "embedded_docs_span_corruption"
+LENGTHS = {"inputs": 32, "targets": 8}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train(model_dir, config, steps, **kwargs):
+    schedule = optimizers.rsqrt_decay(1.0, 100)
+    args = dict(model_dir=str(model_dir), mixture_or_task_name=TASK, task_feature_lengths=LENGTHS, batch_size=4,
+                train_steps=steps, model=config, optimizer=(optimizers.adafactor(schedule), schedule), log_every=1,
+                checkpoint_every=3, async_checkpoints=True, progress=False)
+    args.update(kwargs)
+    return train(**args)
+
+
+def _losses(model_dir):
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def _cli_train(model_dir, steps, *extra, wait=True):
+    """`t5lite train` on the tiny preset, small batches, a checkpoint only at the end (or on a signal)."""
+    cmd = [sys.executable, "-m", "t5lite.cli", "train", "--gin_file=configs/local/t5_tiny_pretrain.gin",
+           f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={steps}", "--gin.BATCH_SIZE=4",
+           "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}", "--gin.train.log_every=1",
+           "--gin.train.checkpoint_every=1000", *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
+
+
+def _steps_on_disk(model_dir):
+    return sorted(int(d) for d in os.listdir(os.path.join(model_dir, "checkpoints")) if d.isdigit())
+
+
+def _wait_for(condition, proc, timeout=240):
+    start = time.time()
+    while not condition():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() - start < timeout
+        time.sleep(0.2)
+
+
+# --- 1. SIGTERM / SIGINT -------------------------------------------------------------------------
+
+def _logged_steps(model_dir):
+    path = os.path.join(model_dir, "metrics.jsonl")
+    return len(_losses(model_dir)) if os.path.exists(path) else 0
+
+
+def _signal_after_logged_step(model_dir, signum, times=1, step=2):
+    """Sends `signum` to this process (`times` times) from a thread once `step` is logged."""
+    def send():
+        while _logged_steps(model_dir) < step:
+            time.sleep(0.05)
+        for _ in range(times):
+            os.kill(os.getpid(), signum)
+            time.sleep(0.01)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, micro_config, caplog, signum):
+    handler_before = signal.getsignal(signum)
+    _signal_after_logged_step(str(tmp_path), signum)
+    with caplog.at_level(logging.WARNING, logger="t5lite"):
+        last = _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
+    reached = max(_losses(tmp_path))
+    assert 2 <= reached < 10_000 and last  # returned normally, with the last metrics
+    assert _steps_on_disk(str(tmp_path))[-1] == reached
+    name = signal.Signals(signum).name
+    assert any(f"stopped by {name} at step {reached}" in r.getMessage() for r in caplog.records)
+    assert signal.getsignal(signum) is handler_before and not (tmp_path / run_dir.LOCK_FILE).exists()
+
+
+def test_a_second_sigint_aborts_at_once(tmp_path, micro_config):
+    _signal_after_logged_step(str(tmp_path), signal.SIGINT, times=2)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
+    assert not (tmp_path / run_dir.LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_reached_step_and_resuming_equals_an_uninterrupted_run(tmp_path):
+    run = str(tmp_path / "interrupted")
+    proc = _cli_train(run, 10_000, wait=False)
+    _wait_for(lambda: _logged_steps(run) >= 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    reached = _steps_on_disk(run)[-1]
+    assert 2 <= reached < 10_000 and f"stopped by SIGTERM at step {reached}" in err
+    assert os.path.join(run, "checkpoints") in err
+    code, _, err = _cli_train(run, reached + 2)
+    assert code == 0, err[-3000:]
+    assert f"resumed from step {reached}" in err
+    straight = str(tmp_path / "straight")
+    code, _, err = _cli_train(straight, reached + 2)
+    assert code == 0, err[-3000:]
+    resumed, expected = _losses(run), _losses(straight)
+    assert sorted(resumed) == sorted(expected) == list(range(1, reached + 3))
+    np.testing.assert_allclose([resumed[s] for s in expected], list(expected.values()), rtol=1e-6)
+
+
+# --- 2. damaged checkpoints ----------------------------------------------------------------------
+
+def _array(step):
+    return jnp.arange(4096.0).reshape(64, 64) * step
+
+
+ABSTRACT = {"params": {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)}}
+
+
+def _save_steps(directory, steps):
+    ckpt = checkpoints.Checkpointer(directory, save_every=1, async_save=False)
+    for step in steps:
+        ckpt.save(step, {"params": {"w": _array(step)}}, {"examples_consumed": 10 * step})
+    ckpt.close()
+
+
+def _truncate_array_file(step_dir):
+    """Cuts the largest array data file of the `state` item in half (what a full disk leaves)."""
+    files = [f for f in glob.glob(os.path.join(step_dir, "state", "**", "d", "*"), recursive=True)
+             if os.path.isfile(f)]
+    biggest = max(files, key=os.path.getsize)
+    with open(biggest, "r+b") as f:
+        f.truncate(os.path.getsize(biggest) // 2)
+
+
+def test_damaged_latest_step_is_named_set_aside_and_the_previous_one_restored(tmp_path, caplog):
+    directory = str(tmp_path / "checkpoints")
+    _save_steps(directory, [1, 2])
+    _truncate_array_file(os.path.join(directory, "2"))
+    ckpt = checkpoints.Checkpointer(directory, save_every=1)
+    with caplog.at_level(logging.WARNING, logger="t5lite"):
+        state, data, step = ckpt.restore_newest_readable(ABSTRACT)
+    assert step == 1 and data == {"examples_consumed": 10}
+    np.testing.assert_array_equal(np.asarray(state["params"]["w"]), _array(1))
+    damaged = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert damaged and "step 2" in damaged[0] and len(damaged[0].splitlines()) == 1
+    # Nothing is deleted: step 2 moved aside whole, and a new step 2 can be saved.
+    assert [os.path.basename(p).split("-")[0] for p in glob.glob(str(tmp_path / "damaged_checkpoints" / "*"))] == ["2"]
+    assert ckpt.save(2, {"params": {"w": jnp.zeros((64, 64))}}, {"examples_consumed": 0}, force=True)
+    ckpt.close()
+    assert _steps_on_disk(str(tmp_path)) == [1, 2]
+
+
+def test_when_no_step_reads_the_error_names_each_and_nothing_moves(tmp_path):
+    directory = str(tmp_path / "checkpoints")
+    _save_steps(directory, [1])
+    _truncate_array_file(os.path.join(directory, "1"))
+    ckpt = checkpoints.Checkpointer(directory, save_every=1)
+    with pytest.raises(CheckpointError, match="step 1: .*Nothing was changed"):
+        ckpt.restore_newest_readable(ABSTRACT)
+    ckpt.close()
+    assert _steps_on_disk(str(tmp_path)) == [1] and not (tmp_path / "damaged_checkpoints").exists()
+
+
+def test_training_resumes_from_the_step_before_a_damaged_one(tmp_path, micro_config, caplog):
+    _train(tmp_path, micro_config, 6)  # checkpoints at 3 and 6
+    _truncate_array_file(str(tmp_path / "checkpoints" / "6"))
+    with caplog.at_level(logging.WARNING, logger="t5lite"):
+        _train(tmp_path, micro_config, 7)
+    assert any("step 6" in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
+    assert sorted(_losses(tmp_path)) == list(range(1, 8))  # steps 4-6 trained again, then 7
+    assert _steps_on_disk(str(tmp_path)) == [3, 6, 7]
+
+
+def test_loading_a_checkpoint_logs_no_missing_metadata_warning(tmp_path, caplog):
+    ckpt = checkpoints.Checkpointer(str(tmp_path / "checkpoints"), save_every=1, async_save=False)
+    ckpt.save(1, {"params": {"w": jnp.arange(4096.0).reshape(64, 64)}}, {"examples_consumed": 1})
+    ckpt.close()
+    with caplog.at_level(logging.WARNING):
+        params = checkpoints.restore_params(str(tmp_path), {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.arange(4096.0).reshape(64, 64))
+    assert not [r for r in caplog.records if "_CHECKPOINT_METADATA" in r.getMessage()]
+
+
+# --- 3. the run lock -----------------------------------------------------------------------------
+
+def _write_lock(model_dir, host, pid):
+    os.makedirs(model_dir, exist_ok=True)
+    with open(os.path.join(model_dir, run_dir.LOCK_FILE), "w") as f:
+        json.dump({"host": host, "pid": pid}, f)
+
+
+def test_a_lock_held_by_a_live_process_or_another_host_refuses_naming_it(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _write_lock(tmp_path, socket.gethostname(), sleeper.pid)
+        with pytest.raises(CheckpointError, match=f"host {socket.gethostname()}, pid {sleeper.pid}"):
+            run_dir.RunLock(str(tmp_path)).__enter__()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    _write_lock(tmp_path, "some-other-host", 12345)
+    with pytest.raises(CheckpointError, match="host some-other-host, pid 12345"):
+        run_dir.RunLock(str(tmp_path)).__enter__()
+
+
+def test_a_stale_lock_is_taken_over_and_released_at_the_end(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _write_lock(tmp_path, socket.gethostname(), dead.pid)
+    lock_path = tmp_path / run_dir.LOCK_FILE
+    with run_dir.RunLock(str(tmp_path)):
+        assert json.loads(lock_path.read_text()) == {"host": socket.gethostname(), "pid": os.getpid()}
+    assert not lock_path.exists()
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_model_dir_is_refused_while_the_first_finishes(tmp_path):
+    run = str(tmp_path / "run")
+    first = _cli_train(run, 150, wait=False)
+    _wait_for(lambda: _logged_steps(run) >= 1, first)
+    started = time.time()
+    code, _, err = _cli_train(run, 150)
+    assert code != 0 and f"pid {first.pid}" in err and "in use by another t5lite run" in err
+    assert time.time() - started < 60  # refused before building anything (the import of jax dominates)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    assert _steps_on_disk(run)[-1] == 150 and sorted(_losses(run)) == list(range(1, 151))
+    assert not os.path.exists(os.path.join(run, run_dir.LOCK_FILE))
+
+
+# --- 4. a changed model config on resume ---------------------------------------------------------
+
+def test_resuming_with_another_model_config_is_refused_unless_allowed_and_recorded(tmp_path, micro_config):
+    _train(tmp_path, micro_config.replace(dropout_rate=0.0), 2)
+    with pytest.raises(ConfigError, match=r"dropout_rate: 0\.0 -> 0\.3.*allow_config_change=True"):
+        _train(tmp_path, micro_config.replace(dropout_rate=0.3), 4)
+    assert json.loads((tmp_path / "model_config.json").read_text())["dropout_rate"] == 0.0
+    _train(tmp_path, micro_config.replace(dropout_rate=0.3), 4, allow_config_change=True)
+    history = tmp_path / "config_history"
+    assert json.loads((history / "0-model_config.json").read_text())["dropout_rate"] == 0.0
+    assert json.loads((history / "2-model_config.json").read_text())["dropout_rate"] == 0.3
+    assert (history / "0-config.gin").exists() and (history / "2-config.gin").exists()
+    assert json.loads((tmp_path / "model_config.json").read_text())["dropout_rate"] == 0.3
+
+
+# --- 5. unwritable places ------------------------------------------------------------------------
+
+def test_a_file_where_checkpoints_should_be_fails_at_once_naming_it(tmp_path, micro_config):
+    (tmp_path / "checkpoints").write_text("not a directory")
+    started = time.time()
+    with pytest.raises(CheckpointError, match=str(tmp_path / "checkpoints")):
+        _train(tmp_path, micro_config, 2)
+    assert time.time() - started < 5
+
+
+def test_a_model_dir_under_a_file_fails_at_once_naming_it(tmp_path, micro_config):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CheckpointError, match=str(tmp_path / "file" / "run")):
+        _train(tmp_path / "file" / "run", micro_config, 2)
+
+
+# --- 6. nothing to do ----------------------------------------------------------------------------
+
+def test_train_steps_at_the_saved_step_says_so(tmp_path, micro_config, caplog):
+    _train(tmp_path, micro_config, 2)
+    with caplog.at_level(logging.WARNING, logger="t5lite"):
+        assert _train(tmp_path, micro_config, 1) == {}
+    assert any("already at step 2" in r.getMessage() and "raise TRAIN_STEPS" in r.getMessage()
+               for r in caplog.records)
+
+
+# --- 7. every host's own data position -----------------------------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Short sentences: packing fits a different number into each host's rows.
+SST2, SST2_LENGTHS = "glue_sst2", {"inputs": 64, "targets": 8}
+
+
+def _start_two_hosts(model_dir, steps):
+    port = str(_free_port())
+    worker = os.path.join(REPO, "tests", "train_worker.py")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    args = [port, model_dir, str(steps), SST2, str(shared_data_dir() / "glue")]
+    return [subprocess.Popen([sys.executable, worker, str(i), "2", *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for i in range(2)]
+
+
+def _finish(procs):
+    outputs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=900)
+        assert p.returncode == 0, out[-3000:]
+        outputs.append(out)
+    return outputs
+
+
+def _two_hosts(model_dir, steps):
+    return _finish(_start_two_hosts(model_dir, steps))
+
+
+def _saved_positions(model_dir, step):
+    with open(os.path.join(model_dir, "checkpoints", str(step), "data", "metadata")) as f:
+        return json.load(f)
+
+
+def _examples_consumed_after(process_index, steps):
+    """What host `process_index` of 2 consumes in `steps` batches of 2, read by a fresh loader."""
+    from t5lite.data import get_task
+    from t5lite.data.loader import Loader
+    loader = Loader(get_task(SST2), "train", SST2_LENGTHS, 4, process_index=process_index, process_count=2,
+                    data_dir=str(shared_data_dir() / "glue"))
+    batches = iter(loader)
+    for _ in range(steps):
+        next(batches)
+    return loader.examples_consumed
+
+
+@pytest.mark.slow
+def test_each_of_two_hosts_resumes_at_its_own_data_position(tmp_path):
+    expected_at_2, expected_at_4 = ([_examples_consumed_after(i, s) for i in range(2)] for s in (2, 4))
+    assert expected_at_2[0] != expected_at_2[1]  # the hosts' positions differ
+    run = str(tmp_path / "run")
+    _two_hosts(run, 2)
+    saved = _saved_positions(run, 2)
+    assert [saved[str(i)]["examples_consumed"] for i in range(2)] == expected_at_2
+    _two_hosts(run, 4)  # resumes from step 2: each host must continue from its own position
+    saved = _saved_positions(run, 4)
+    assert [saved[str(i)]["examples_consumed"] for i in range(2)] == expected_at_4
+    assert [saved[str(i)]["process_index"] for i in range(2)] == [0, 1]
+
+
+def test_data_positions_are_kept_per_process_and_a_missing_one_is_refused(tmp_path):
+    directory = str(tmp_path / "checkpoints")
+    _save_steps(directory, [1])
+    assert _saved_positions(str(tmp_path), 1) == {"0": {"examples_consumed": 10}}
+    with open(os.path.join(directory, "1", "data", "metadata"), "w") as f:
+        json.dump({"1": {"examples_consumed": 10}}, f)  # written by a slice where this is not a host
+    ckpt = checkpoints.Checkpointer(directory, save_every=1)
+    with pytest.raises(CheckpointError, match=r"processes \['1'\], not of this process \(0\)"):
+        ckpt.restore(ABSTRACT)
+    ckpt.close()
+
+
+def test_a_checkpoint_of_another_model_is_reported_not_treated_as_damage(tmp_path):
+    directory = str(tmp_path / "checkpoints")
+    ckpt = checkpoints.Checkpointer(directory, save_every=1, async_save=False)
+    ckpt.save(1, {"params": {"w": jnp.zeros((64, 64))}}, {"examples_consumed": 1})
+    ckpt.close()
+    ckpt = checkpoints.Checkpointer(directory, save_every=1)
+    abstract = {"params": {"w": jax.ShapeDtypeStruct((32, 64), jnp.float32)}}
+    with pytest.raises(CheckpointError, match=r"another model \(w: \(64, 64\) in the checkpoint, \(32, 64\)"):
+        ckpt.restore_newest_readable(abstract)
+    ckpt.close()
+    assert _steps_on_disk(str(tmp_path)) == [1]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_host_stops_both_at_the_same_saved_step(tmp_path):
+    run = str(tmp_path / "run")
+    procs = _start_two_hosts(run, 10_000)
+    _wait_for(lambda: _logged_steps(run) >= 2, procs[0])
+    procs[1].send_signal(signal.SIGTERM)  # only host 1 is preempted; JAX's sync point tells host 0
+    outputs = _finish(procs)
+    reached = _steps_on_disk(run)[-1]
+    assert 2 <= reached < 10_000
+    for out in outputs:
+        assert f"stopped by SIGTERM at step {reached}" in out
+    assert sorted(_saved_positions(run, reached)) == ["0", "1"]
