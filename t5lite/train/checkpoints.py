@@ -200,7 +200,8 @@ def restore_state(path: str, abstract_state: Any) -> Any:
     the pre-training optimizer, as T5X does."""
     path = step_directory(path)
     try:
-        restored = _step_reader().restore(path, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+        restored = _step_reader().restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+            item=abstract_state, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_state))))
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"cannot restore the full train state from {path} ({e}); was it trained with the same "
                               "model and optimizer? Restore only the parameters with "
