@@ -24,6 +24,7 @@ def test_truncated_inputs_are_warned_about_by_index_and_lengths(caplog):
         "first 10 tokens"]
     np.testing.assert_array_equal(rows[2], [b + 3 for b in texts[2].encode()[:9]] + [1])
     np.testing.assert_array_equal(rows[1], [b + 3 for b in texts[1].encode()] + [1])  # 9 + EOS fits exactly
+    np.testing.assert_array_equal(rows[0], [b + 3 for b in texts[0].encode()] + [1] + [0] * 4)  # one EOS, then pad
 
 
 def test_an_unknown_decoding_method_is_a_config_error_before_loading_anything():

@@ -60,10 +60,10 @@ def encode_texts(vocabulary, texts: Sequence[str], max_length: int, multiple: in
     (counted from `first_index`) and both lengths: the model never sees the rest."""
     rows = []
     for index, text in enumerate(texts, first_index):
-        ids = vocabulary.encode(text) + [vocab_lib.EOS_ID]
-        if len(ids) > max_length:
+        ids = vocabulary.encode(text)
+        if len(ids) + 1 > max_length:
             log.warning("input %d is %d tokens (with EOS), longer than infer.max_input_length=%d: truncated to "
-                        "its first %d tokens", index, len(ids), max_length, max_length)
+                        "its first %d tokens", index, len(ids) + 1, max_length, max_length)
         rows.append(ids[:max_length - 1] + [vocab_lib.EOS_ID])
     width = min(max_length, -(-max(map(len, rows)) // multiple) * multiple)
     out = np.zeros((len(rows), width), np.int32)
