@@ -78,6 +78,24 @@ def test_nsp_and_sop_heads(name):
     assert logits.shape == (3, 2)
 
 
+def test_nsp_head_dropout_is_on_in_training_only():
+    """With the same dropout key the encoder's masks are the same, so any difference between the
+    head's output and the same pooled vector through a deterministic head is the head's dropout."""
+    module = models.build(models.get_config("bert_tiny", dropout_rate=0.5))
+    tokens = ids((3, 8))
+    variables = random_variables(module)
+    rngs = {"dropout": jax.random.PRNGKey(0)}
+
+    def without_head_dropout(m, encoder_input_tokens, enable_dropout):
+        return m.sentence_head(m.pool(encoder_input_tokens, enable_dropout=enable_dropout), deterministic=True)
+    for training in (True, False):
+        ours = module.apply(variables, encoder_input_tokens=tokens, method="sentence_logits",
+                            enable_dropout=training, rngs=rngs)
+        reference = module.apply(variables, encoder_input_tokens=tokens, method=without_head_dropout,
+                                 enable_dropout=training, rngs=rngs)
+        assert np.allclose(ours, reference) != training
+
+
 def test_electra_discriminator_head_scores_every_token():
     module = models.build("electra_tiny")
     tokens = ids((2, 8))

@@ -210,9 +210,11 @@ class Encoder(nn.Module):
         """BERT's pooled [CLS] vector [batch, d_model] (configs with `pooler=True`)."""
         return self.pooler(self.encode(encoder_input_tokens, **features))
 
-    def sentence_logits(self, encoder_input_tokens, **features):
-        """NSP (BERT) or SOP (ALBERT) logits [batch, 2] (configs with `sentence_head=True`)."""
-        return self.sentence_head(self.pool(encoder_input_tokens, **features))
+    def sentence_logits(self, encoder_input_tokens, enable_dropout=False, **features):
+        """NSP (BERT) or SOP (ALBERT) logits [batch, 2] (configs with `sentence_head=True`); the
+        head's dropout is on in training, as BERT's classifier dropout is."""
+        pooled = self.pool(encoder_input_tokens, enable_dropout=enable_dropout, **features)
+        return self.sentence_head(pooled, deterministic=not enable_dropout)
 
     def __call__(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
                  enable_dropout=False, **unused_features):
