@@ -133,3 +133,29 @@ def test_issue_task_names_are_registered():
              "xsum", "c4_span_corruption"] + [f"super_glue_{n}" for n in
                                               ("boolq", "cb", "copa", "multirc", "record", "rte", "wic", "wsc")]
     assert all(get_task(n).name == n for n in names)
+
+
+def test_a_member_with_no_examples_is_an_error_not_an_endless_loop(sized_tasks):
+    import threading
+
+    from t5lite.errors import DataError
+    TaskRegistry.remove("mix_empty")
+    TaskRegistry.add("mix_empty", FunctionSource(lambda split: []), [], {})
+    outcome = {}
+
+    def draw():
+        try:
+            list(itertools.islice(mixture.get_dataset("train", seed=0), 200))
+        except DataError as e:
+            outcome["error"] = str(e)
+
+    try:
+        MixtureRegistry.remove("mix_with_empty")
+        mixture = MixtureRegistry.add("mix_with_empty", [("mix_small", 1.0), ("mix_empty", 1.0)])
+        worker = threading.Thread(target=draw, daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "drawing from a mixture with an empty member never returned"
+        assert "mix_empty" in outcome["error"] and "'train'" in outcome["error"]
+    finally:
+        TaskRegistry.remove("mix_empty")

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequenc
 
 import numpy as np
 
+from t5lite.errors import DataError
+
 Example = dict[str, Any]
 Preprocessor = Callable[..., Iterable[Example]]
 MetricFn = Callable[[Sequence[Any], Sequence[Any]], Mapping[str, float]]
@@ -166,9 +168,16 @@ class Mixture:
 
 
 def _repeat(task, split, sequence_length, shuffle, seed, data_dir, shard_index, shard_count):
+    """A task's examples epoch after epoch; an epoch with none is an error, not an endless loop."""
     for epoch in itertools.count():
-        yield from task.get_dataset(split, sequence_length, shuffle, seed * 7919 + epoch, data_dir,
-                                    shard_index, shard_count)
+        empty = True
+        for example in task.get_dataset(split, sequence_length, shuffle, seed * 7919 + epoch, data_dir,
+                                        shard_index, shard_count):
+            empty = False
+            yield example
+        if empty:
+            raise DataError(f"task {task.name!r} of a mixture yields no {split!r} examples (shard {shard_index} of "
+                            f"{shard_count}, data_dir={data_dir!r}); check its files or drop it from the mixture")
 
 
 def rate_num_examples(num_examples: int, maximum: int | None = None, temperature: float = 1.0) -> float:
