@@ -16,7 +16,7 @@ $(VENV)/.installed-core: setup.py | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: setup.py | $(BIN)/python
-	$(BIN)/pip install -q -e ".[test,hf,reference]"
+	$(BIN)/pip install -q -e ".[test,hf,reference,tpu]"
 	$(BIN)/pip install -q --no-deps "t5==0.9.4"
 	touch $@ $(VENV)/.installed-core
 
