@@ -11,8 +11,8 @@ from t5lite import models
 from t5lite.interop import hf
 from t5lite.train import optimizers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="the reference is PyTorch transformers (the hf extra)")
+transformers = pytest.importorskip("transformers", reason="the reference is PyTorch transformers (the hf extra)")
 
 
 def hugging_face_decayed(model, decay_embeddings):
