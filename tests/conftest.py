@@ -45,3 +45,26 @@ def random_variables(module, seed=0, scale=0.3):
 
 def random_tokens(rng: np.random.Generator, length: int, low: int = 3, high: int = 2000) -> np.ndarray:
     return rng.integers(low, high, size=length).astype(np.int32)
+
+
+TINY_TASK = "embedded_docs_span_corruption"
+TINY_LENGTHS = {"inputs": 32, "targets": 8}
+
+
+def train_tiny(model_dir, config, steps, **kwargs):
+    """`train()` on the embedded corpus with small lengths, logging every step, checkpoints every 3."""
+    from t5lite.train import optimizers
+    from t5lite.train.trainer import train
+    schedule = optimizers.rsqrt_decay(1.0, 100)
+    args = dict(model_dir=str(model_dir), mixture_or_task_name=TINY_TASK, task_feature_lengths=TINY_LENGTHS,
+                batch_size=4, train_steps=steps, model=config, optimizer=(optimizers.adafactor(schedule), schedule),
+                log_every=1, checkpoint_every=3, async_checkpoints=True, progress=False)
+    args.update(kwargs)
+    return train(**args)
+
+
+def logged_losses(model_dir):
+    """{step: loss} from a run's metrics.jsonl."""
+    import json
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}

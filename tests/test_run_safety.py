@@ -16,28 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import shared_data_dir
+from conftest import TINY_LENGTHS, TINY_TASK, logged_losses, shared_data_dir, train_tiny
 from t5lite.errors import CheckpointError, ConfigError
-from t5lite.train import checkpoints, optimizers, run_dir
-from t5lite.train.trainer import train
+from t5lite.train import checkpoints, run_dir
 
-TASK = "embedded_docs_span_corruption"
-LENGTHS = {"inputs": 32, "targets": 8}
+TASK, LENGTHS = TINY_TASK, TINY_LENGTHS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _train(model_dir, config, steps, **kwargs):
-    schedule = optimizers.rsqrt_decay(1.0, 100)
-    args = dict(model_dir=str(model_dir), mixture_or_task_name=TASK, task_feature_lengths=LENGTHS, batch_size=4,
-                train_steps=steps, model=config, optimizer=(optimizers.adafactor(schedule), schedule), log_every=1,
-                checkpoint_every=3, async_checkpoints=True, progress=False)
-    args.update(kwargs)
-    return train(**args)
-
-
-def _losses(model_dir):
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f)}
 
 
 def _cli_train(model_dir, steps, *extra, wait=True):
@@ -69,7 +53,7 @@ def _wait_for(condition, proc, timeout=240):
 
 def _logged_steps(model_dir):
     path = os.path.join(model_dir, "metrics.jsonl")
-    return len(_losses(model_dir)) if os.path.exists(path) else 0
+    return len(logged_losses(model_dir)) if os.path.exists(path) else 0
 
 
 def _signal_after_logged_step(model_dir, signum, times=1, step=2):
@@ -90,8 +74,8 @@ def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, mi
     handler_before = signal.getsignal(signum)
     _signal_after_logged_step(str(tmp_path), signum)
     with caplog.at_level(logging.WARNING, logger="t5lite"):
-        last = _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
-    reached = max(_losses(tmp_path))
+        last = train_tiny(tmp_path, micro_config, 10_000, checkpoint_every=1000)
+    reached = max(logged_losses(tmp_path))
     assert 2 <= reached < 10_000 and last  # returned normally, with the last metrics
     assert _steps_on_disk(str(tmp_path))[-1] == reached
     name = signal.Signals(signum).name
@@ -102,7 +86,7 @@ def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, mi
 def test_a_second_sigint_aborts_at_once(tmp_path, micro_config):
     _signal_after_logged_step(str(tmp_path), signal.SIGINT, times=2)
     with pytest.raises(KeyboardInterrupt):
-        _train(tmp_path, micro_config, 10_000, checkpoint_every=1000)
+        train_tiny(tmp_path, micro_config, 10_000, checkpoint_every=1000)
     assert not (tmp_path / run_dir.LOCK_FILE).exists()
 
 
@@ -123,7 +107,7 @@ def test_sigterm_saves_the_reached_step_and_resuming_equals_an_uninterrupted_run
     straight = str(tmp_path / "straight")
     code, _, err = _cli_train(straight, reached + 2)
     assert code == 0, err[-3000:]
-    resumed, expected = _losses(run), _losses(straight)
+    resumed, expected = logged_losses(run), logged_losses(straight)
     assert sorted(resumed) == sorted(expected) == list(range(1, reached + 3))
     np.testing.assert_allclose([resumed[s] for s in expected], list(expected.values()), rtol=1e-6)
 
@@ -183,12 +167,12 @@ def test_when_no_step_reads_the_error_names_each_and_nothing_moves(tmp_path):
 
 
 def test_training_resumes_from_the_step_before_a_damaged_one(tmp_path, micro_config, caplog):
-    _train(tmp_path, micro_config, 6)  # checkpoints at 3 and 6
+    train_tiny(tmp_path, micro_config, 6)  # checkpoints at 3 and 6
     _truncate_array_file(str(tmp_path / "checkpoints" / "6"))
     with caplog.at_level(logging.WARNING, logger="t5lite"):
-        _train(tmp_path, micro_config, 7)
+        train_tiny(tmp_path, micro_config, 7)
     assert any("step 6" in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
-    assert sorted(_losses(tmp_path)) == list(range(1, 8))  # steps 4-6 trained again, then 7
+    assert sorted(logged_losses(tmp_path)) == list(range(1, 8))  # steps 4-6 trained again, then 7
     assert _steps_on_disk(str(tmp_path)) == [3, 6, 7]
 
 
@@ -245,18 +229,18 @@ def test_a_second_run_on_the_same_model_dir_is_refused_while_the_first_finishes(
     assert time.time() - started < 60  # refused before building anything (the import of jax dominates)
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-3000:]
-    assert _steps_on_disk(run)[-1] == 150 and sorted(_losses(run)) == list(range(1, 151))
+    assert _steps_on_disk(run)[-1] == 150 and sorted(logged_losses(run)) == list(range(1, 151))
     assert not os.path.exists(os.path.join(run, run_dir.LOCK_FILE))
 
 
 # --- 4. a changed model config on resume ---------------------------------------------------------
 
 def test_resuming_with_another_model_config_is_refused_unless_allowed_and_recorded(tmp_path, micro_config):
-    _train(tmp_path, micro_config.replace(dropout_rate=0.0), 2)
+    train_tiny(tmp_path, micro_config.replace(dropout_rate=0.0), 2)
     with pytest.raises(ConfigError, match=r"dropout_rate: 0\.0 -> 0\.3.*allow_config_change=True"):
-        _train(tmp_path, micro_config.replace(dropout_rate=0.3), 4)
+        train_tiny(tmp_path, micro_config.replace(dropout_rate=0.3), 4)
     assert json.loads((tmp_path / "model_config.json").read_text())["dropout_rate"] == 0.0
-    _train(tmp_path, micro_config.replace(dropout_rate=0.3), 4, allow_config_change=True)
+    train_tiny(tmp_path, micro_config.replace(dropout_rate=0.3), 4, allow_config_change=True)
     history = tmp_path / "config_history"
     assert json.loads((history / "0-model_config.json").read_text())["dropout_rate"] == 0.0
     assert json.loads((history / "2-model_config.json").read_text())["dropout_rate"] == 0.3
@@ -270,22 +254,22 @@ def test_a_file_where_checkpoints_should_be_fails_at_once_naming_it(tmp_path, mi
     (tmp_path / "checkpoints").write_text("not a directory")
     started = time.time()
     with pytest.raises(CheckpointError, match=str(tmp_path / "checkpoints")):
-        _train(tmp_path, micro_config, 2)
+        train_tiny(tmp_path, micro_config, 2)
     assert time.time() - started < 5
 
 
 def test_a_model_dir_under_a_file_fails_at_once_naming_it(tmp_path, micro_config):
     (tmp_path / "file").write_text("")
     with pytest.raises(CheckpointError, match=str(tmp_path / "file" / "run")):
-        _train(tmp_path / "file" / "run", micro_config, 2)
+        train_tiny(tmp_path / "file" / "run", micro_config, 2)
 
 
 # --- 6. nothing to do ----------------------------------------------------------------------------
 
 def test_train_steps_at_the_saved_step_says_so(tmp_path, micro_config, caplog):
-    _train(tmp_path, micro_config, 2)
+    train_tiny(tmp_path, micro_config, 2)
     with caplog.at_level(logging.WARNING, logger="t5lite"):
-        assert _train(tmp_path, micro_config, 1) == {}
+        assert train_tiny(tmp_path, micro_config, 1) == {}
     assert any("already at step 2" in r.getMessage() and "raise TRAIN_STEPS" in r.getMessage()
                for r in caplog.records)
 

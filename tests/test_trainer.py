@@ -6,27 +6,13 @@ import jax
 import numpy as np
 import optax
 import pytest
+from conftest import TINY_LENGTHS, TINY_TASK, logged_losses, train_tiny
 
 from t5lite.train import checkpoints, losses, optimizers
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import NonFiniteLossError, TrainTask, train
+from t5lite.train.trainer import NonFiniteLossError, TrainTask
 
-TASK = "embedded_docs_span_corruption"
-LENGTHS = {"inputs": 32, "targets": 8}
-
-
-def _train(model_dir, config, steps, **kwargs):
-    schedule = optimizers.rsqrt_decay(1.0, 100)
-    args = dict(model_dir=str(model_dir), mixture_or_task_name=TASK, task_feature_lengths=LENGTHS, batch_size=4,
-                train_steps=steps, model=config, optimizer=(optimizers.adafactor(schedule), schedule), log_every=1,
-                checkpoint_every=3, async_checkpoints=True, progress=False)
-    args.update(kwargs)
-    return train(**args)
-
-
-def _losses(model_dir):
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+TASK, LENGTHS = TINY_TASK, TINY_LENGTHS
 
 
 def _final_params(model_dir, step):
@@ -39,11 +25,11 @@ def _final_params(model_dir, step):
 
 def test_resume_sees_the_same_batches_and_reaches_the_same_params(tmp_path, micro_config):
     config = micro_config.replace(dropout_rate=0.1)  # dropout: the RNG must be restored too
-    _train(tmp_path / "straight", config, 6)
-    _train(tmp_path / "resumed", config, 3)
-    assert max(_losses(tmp_path / "resumed")) == 3
-    _train(tmp_path / "resumed", config, 6)
-    straight, resumed = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
+    train_tiny(tmp_path / "straight", config, 6)
+    train_tiny(tmp_path / "resumed", config, 3)
+    assert max(logged_losses(tmp_path / "resumed")) == 3
+    train_tiny(tmp_path / "resumed", config, 6)
+    straight, resumed = logged_losses(tmp_path / "straight"), logged_losses(tmp_path / "resumed")
     assert sorted(straight) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
     np.testing.assert_allclose([resumed[s] for s in range(1, 7)], [straight[s] for s in range(1, 7)], rtol=1e-6)
     a, b = _final_params(tmp_path / "straight", 6), _final_params(tmp_path / "resumed", 6)
@@ -54,7 +40,7 @@ def test_resume_sees_the_same_batches_and_reaches_the_same_params(tmp_path, micr
 
 
 def test_metrics_record_what_the_design_promises(tmp_path, micro_config):
-    last = _train(tmp_path, micro_config, 2)
+    last = train_tiny(tmp_path, micro_config, 2)
     with open(tmp_path / "metrics.jsonl") as f:
         records = [json.loads(line) for line in f]
     for key in ("step", "loss", "learning_rate", "tokens_per_sec", "accuracy", "mfu"):
@@ -65,8 +51,8 @@ def test_metrics_record_what_the_design_promises(tmp_path, micro_config):
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path, micro_config):
     config = micro_config.replace(dropout_rate=0.0)
-    one = _train(tmp_path / "one", config, 2)
-    two = _train(tmp_path / "two", config, 2, num_microbatches=2)
+    one = train_tiny(tmp_path / "one", config, 2)
+    two = train_tiny(tmp_path / "two", config, 2, num_microbatches=2)
     assert one["loss"] == pytest.approx(two["loss"], rel=1e-5)
     assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-4)
 
@@ -88,12 +74,12 @@ def test_nan_loss_stops_with_a_clear_error(tmp_path, micro_config):
     schedule = optax.constant_schedule(1e30)
     sgd = optax.sgd(schedule)
     with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
-        _train(tmp_path, micro_config, 6, optimizer=(sgd, schedule))
+        train_tiny(tmp_path, micro_config, 6, optimizer=(sgd, schedule))
 
 
 def test_vocabulary_larger_than_embedding_is_rejected(tmp_path, micro_config):
     with pytest.raises(ValueError, match="vocabulary has 2100 ids"):
-        _train(tmp_path, micro_config.replace(vocab_size=1024), 1)
+        train_tiny(tmp_path, micro_config.replace(vocab_size=1024), 1)
 
 
 def _numpy_cross_entropy(logits, target, z_loss, smoothing):
@@ -127,7 +113,7 @@ def test_rsqrt_schedule_is_t5s():
 
 def test_bfloat16_scanned_rematerialised_model_trains_like_float32(tmp_path, micro_config):
     config = micro_config.replace(dropout_rate=0.0, scan_layers=True)  # scanned init differs from looped
-    f32 = _train(tmp_path / "f32", config, 3)
-    fast = _train(tmp_path / "bf16", config.replace(dtype="bfloat16", remat_policy="full"), 3)
+    f32 = train_tiny(tmp_path / "f32", config, 3)
+    fast = train_tiny(tmp_path / "bf16", config.replace(dtype="bfloat16", remat_policy="full"), 3)
     assert np.isfinite(fast["loss"])
     assert fast["loss"] == pytest.approx(f32["loss"], rel=0.02)
