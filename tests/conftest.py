@@ -68,3 +68,19 @@ def logged_losses(model_dir):
     import json
     with open(os.path.join(model_dir, "metrics.jsonl")) as f:
         return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def t5_and_our_features(seqio):
+    """The same SentencePiece file as seqio's and as t5lite's output features (inputs and targets)."""
+    from t5lite.data import vocab
+    from t5lite.data.registry import Feature
+    ours = vocab.DEFAULT_VOCABULARY._resolve()
+    theirs = seqio.SentencePieceVocabulary(ours.model_path, extra_ids=100)
+    return ({k: seqio.Feature(theirs) for k in ("inputs", "targets")},
+            {k: Feature(ours) for k in ("inputs", "targets")})
+
+
+def tf_targets_dataset(tf, docs):
+    """A tf.data dataset of {"targets": token ids}, one per document, for t5's preprocessors."""
+    spec = {"targets": tf.TensorSpec([None], tf.int32)}
+    return tf.data.Dataset.from_generator(lambda: ({"targets": d} for d in docs), output_signature=spec)

@@ -199,20 +199,16 @@ def test_span_corruption_stream_as_t5(t5_preprocessors):
     """TF's RNG differs from numpy's, so compare what does not depend on it: how many examples, their
     lengths (the short last piece of every 128 documents included) and sentinel structure."""
     import collections
+    from conftest import t5_and_our_features, tf_targets_dataset
     from t5lite.data import preprocessors as P
-    from t5lite.data.registry import Feature
     tf, t5p = t5_preprocessors
-    ours_vocab = vocab.DEFAULT_VOCABULARY._resolve()
-    theirs_vocab = seqio.SentencePieceVocabulary(ours_vocab.model_path, extra_ids=100)
+    t5_features, features = t5_and_our_features(seqio)
+    ours_vocab = features["targets"].vocabulary
     rng = np.random.default_rng(0)
     docs = [rng.integers(3, 2000, size=int(n)).astype(np.int32) for n in rng.integers(0, 1500, size=300)]
     sequence_length = {"inputs": 512, "targets": 114}
-    spec = {"targets": tf.TensorSpec([None], tf.int32)}
-    dataset = tf.data.Dataset.from_generator(lambda: ({"targets": d} for d in docs), output_signature=spec)
     with seqio.utils.map_seed_manager(42):
-        t5_features = {"inputs": seqio.Feature(theirs_vocab), "targets": seqio.Feature(theirs_vocab)}
-        theirs = list(t5p.span_corruption(dataset, sequence_length, t5_features).as_numpy_iterator())
-    features = {"inputs": Feature(ours_vocab), "targets": Feature(ours_vocab)}
+        theirs = list(t5p.span_corruption(tf_targets_dataset(tf, docs), sequence_length, t5_features).as_numpy_iterator())
     ours = list(P.span_corruption(iter({"targets": d} for d in docs), sequence_length, features, seed=42))
     # t5 appends EOS afterwards (append_eos_after_trim); t5lite's examples already end in it.
     lengths = lambda examples, eos: collections.Counter((len(e["inputs"]) + eos, len(e["targets"]) + eos)
@@ -224,6 +220,6 @@ def test_span_corruption_stream_as_t5(t5_preprocessors):
         assert is_sentinel(a["inputs"][:-1]).sum() == is_sentinel(b["inputs"]).sum()
         assert a["targets"][0] == b["targets"][0] == ours_vocab.sentinel_id(0)
     with pytest.raises(ValueError, match="114"):
-        t5p.span_corruption(dataset, {"inputs": 512, "targets": 100}, {"inputs": None, "targets": None})
+        t5p.span_corruption(tf_targets_dataset(tf, docs), {"inputs": 512, "targets": 100}, {"inputs": None, "targets": None})
     with pytest.raises(ValueError, match="114"):
         next(P.span_corruption(iter([]), {"inputs": 512, "targets": 100}, features, seed=0))

@@ -88,20 +88,14 @@ def test_prefix_lm_structure_as_t5s():
     """t5's prefix_lm and t5lite's prefix_lm task steps on the same documents: the same number of
     examples, inputs + targets = one piece of the document in both, split points with the same support."""
     import seqio
+    from conftest import t5_and_our_features, tf_targets_dataset
     from t5lite.data import preprocessors as P
-    from t5lite.data.registry import Feature
-    from t5lite.data import vocab
-    ours_vocab = vocab.DEFAULT_VOCABULARY._resolve()
-    theirs_vocab = seqio.SentencePieceVocabulary(ours_vocab.model_path, extra_ids=100)
+    t5_features, features = t5_and_our_features(seqio)
     rng = np.random.default_rng(0)
     docs = [rng.integers(3, 2000, size=int(n)).astype(np.int32) for n in rng.integers(2, 300, size=60)]
     sequence_length = {"inputs": 64, "targets": 64}
-    spec = {"targets": tf.TensorSpec([None], tf.int32)}
-    dataset = tf.data.Dataset.from_generator(lambda: ({"targets": d} for d in docs), output_signature=spec)
     with seqio.utils.map_seed_manager(7):
-        t5_features = {"inputs": seqio.Feature(theirs_vocab), "targets": seqio.Feature(theirs_vocab)}
-        theirs = list(T.prefix_lm(dataset, sequence_length, t5_features).as_numpy_iterator())
-    features = {"inputs": Feature(ours_vocab), "targets": Feature(ours_vocab)}
+        theirs = list(T.prefix_lm(tf_targets_dataset(tf, docs), sequence_length, t5_features).as_numpy_iterator())
     stream = P.select_random_chunk(iter({"targets": d} for d in docs), seed=7)
     stream = D.split_tokens_to_length(stream, sequence_length, features)
     ours = list(D.t5_objective("prefix_lm")(stream, features, seed=7))
