@@ -6,7 +6,7 @@ and every `log_every` steps fetch the averaged metrics — the only host sync in
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
 import math
 import os
@@ -28,7 +28,8 @@ from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError
 from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig
-from t5lite.train import checkpoints, losses, mfu, preemption, run_dir, summaries
+from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
+from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
 
@@ -43,42 +44,19 @@ class TrainState:
     rng: jax.Array  # raw PRNG key data; the step's dropout key is fold_in(rng, step)
 
 
-@dataclasses.dataclass(frozen=True)
-class LossConfig:
-    z_loss: float = 1e-4
-    label_smoothing: float = 0.0
-    normalizing_factor: float | str | None = "NUM_REAL_TARGET_TOKENS"   # see losses.normalizing_factor
-
-    def __post_init__(self):
-        losses.check_normalizing_factor(self.normalizing_factor)
-
-
-def target_keys(batch: Mapping[str, Any]) -> tuple[str, str]:
-    """The (targets, loss weights) features: the encoder's for MLM, the decoder's otherwise."""
-    prefix = "encoder" if "encoder_target_tokens" in batch else "decoder"
-    return f"{prefix}_target_tokens", f"{prefix}_loss_weights"
-
-
-def target_segment_ids(batch: Mapping[str, Any]):
-    """The packed segment ids of the targets' stack, or None for an unpacked batch."""
-    return batch.get("encoder_segment_ids" if "encoder_target_tokens" in batch else "decoder_segment_ids")
-
-
-def dummy_batch(lengths: Mapping[str, int], batch_size: int = 1) -> dict[str, jax.ShapeDtypeStruct]:
-    return {k: jnp.ones((batch_size, n), jnp.int32) for k, n in lengths.items()}
-
-
 class TrainTask:
     """The model, optimizer and shardings for one run; builds the state and the jitted step."""
 
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation | OptimizerFactory,
                  schedule, partitioner: Partitioner, model_feature_lengths: Mapping[str, int],
-                 loss: LossConfig = LossConfig(), num_microbatches: int = 1):
+                 loss: LossConfig = LossConfig(), num_microbatches: int = 1, objective: Objective | None = None):
         """`optimizer` is an optax transformation or a function of the params' logical axis names
-        returning one (t5lite's `adafactor` and `adamw`)."""
+        returning one (t5lite's `adafactor` and `adamw`); `objective` says which module is trained
+        and on what loss (t5lite.train.objective; token cross entropy by default)."""
         self.config, self.schedule = model_config, schedule
         self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
-        self.model = models.build(model_config)
+        self.objective = objective or Objective()
+        self.model = self.objective.build_model(model_config)
         self.feature_lengths = dict(model_feature_lengths)
         with self.mesh_context():  # the key is made inside eval_shape: the mesh may be a TPU topology's
             abstract_vars = jax.eval_shape(lambda: self._init_variables(jax.random.key(0)))
@@ -106,7 +84,7 @@ class TrainTask:
         return _MeshContext(self.partitioner)
 
     def _init_variables(self, rng):
-        return self.model.init(rng, **dummy_batch(self.feature_lengths))
+        return self.model.init(rng, **self.objective.init_features(self.feature_lengths))
 
     def init_state(self, seed: int, params=None) -> TrainState:
         """A fresh state, created directly in its shardings (no host copy of the full model).
@@ -121,42 +99,26 @@ class TrainTask:
         with self.mesh_context():
             return jax.jit(create, out_shardings=self.state_shardings)(jax.random.key(seed), params)
 
-    def loss_and_metrics(self, params, batch, rng, normalizer):
-        """The objective (weighted as `loss.normalizing_factor` says, over `normalizer`, which is
-        computed on the whole batch) and sums over real target tokens for the metrics."""
-        targets_key, weights_key = target_keys(batch)
-        weights = batch[weights_key]
-        logits = self.model.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng})
-        loss, z = losses.cross_entropy(logits, batch[targets_key], 1.0, self.loss.z_loss, self.loss.label_smoothing)
-        objective = jnp.sum(loss * losses.objective_weights(self.loss.normalizing_factor, weights,
-                                                            target_segment_ids(batch))) / normalizer
-        correct = losses.token_accuracy_count(logits, batch[targets_key], weights)
-        return objective, {"loss_sum": jnp.sum(loss * weights), "z_loss_sum": jnp.sum(z * weights), "correct": correct}
-
     def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-        _, weights_key = target_keys(batch)
-        total_weight = jnp.maximum(batch[weights_key].sum(), 1.0).astype(jnp.float32)
-        # Over the whole global batch, so that accumulated microbatches still mean one big batch.
-        normalizer = losses.normalizing_factor(self.loss.normalizing_factor, batch[weights_key],
-                                               target_segment_ids(batch))
-        grad_fn = jax.grad(self.loss_and_metrics, has_aux=True)
+        normalizers = self.objective.normalizers(batch, self.loss)
+        grad_fn = jax.grad(functools.partial(self.objective.loss_and_metrics, self.model), argnums=0, has_aux=True)
         if self.num_microbatches == 1:
-            grads, sums = grad_fn(state.params, batch, rng, normalizer)
+            grads, sums = grad_fn(state.params, batch, rng, normalizers, self.loss)
         else:
             def accumulate(carry, i):
                 microbatch = jax.tree.map(lambda x: self._microbatch(x, i), batch)
-                g, s = grad_fn(state.params, microbatch, jax.random.fold_in(rng, i), normalizer)
+                g, s = grad_fn(state.params, microbatch, jax.random.fold_in(rng, i), normalizers, self.loss)
                 return jax.tree.map(jnp.add, carry, (g, s)), None
 
-            zeros = (jax.tree.map(jnp.zeros_like, state.params),
-                     {"loss_sum": 0.0, "z_loss_sum": 0.0, "correct": 0.0})
+            abstract_sums = jax.eval_shape(lambda p, b: grad_fn(p, b, rng, normalizers, self.loss)[1],
+                                           state.params, jax.tree.map(lambda x: self._microbatch(x, 0), batch))
+            zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (state.params, abstract_sums))
             (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": sums["loss_sum"] / total_weight, "z_loss": sums["z_loss_sum"] / total_weight,
-                   "accuracy": sums["correct"] / total_weight, "learning_rate": self.schedule(state.step),
-                   "grad_norm": optax.global_norm(grads), "target_tokens": total_weight}
+        metrics = {**ratio_metrics(sums), "learning_rate": self.schedule(state.step),
+                   "grad_norm": optax.global_norm(grads)}
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     def _microbatch(self, x, i):
@@ -236,7 +198,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           vocabulary_path: str | None = None,
           peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
           eval_every: int = 0, eval_split: str = "validation", eval_batch_size: int | None = None,
-          eval_max_examples: int | None = None, allow_config_change: bool = False, progress: bool = True) -> dict:
+          eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
+          progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
     With `eval_every`, the task's `eval_split` is evaluated every that many steps and at the end
@@ -249,6 +212,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     ("NUM_TOTAL_TARGET_TOKENS"), by a constant (T5X fine-tunes the original T5 checkpoints with
     233472), not at all (None), or every (packed) sequence weighs the same
     ("AVERAGE_PER_SEQUENCE"). The logged `loss` is always the per-real-token mean.
+
+    `objective` (t5lite.train.objective) is the module trained and its loss; the default is token
+    cross entropy over the model's logits (span corruption, LM, MLM).
 
     `initial_checkpoint_path` starts a new run from another run's checkpoint: its parameters with
     a fresh optimizer at step 0 (`initial_checkpoint_restore='params'`), or its whole train state
@@ -284,7 +250,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         data_dir=data_dir)
         feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
         trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
-                            LossConfig(z_loss, label_smoothing, loss_normalizing_factor), num_microbatches)
+                            LossConfig(z_loss, label_smoothing, loss_normalizing_factor), num_microbatches, objective)
         if ckpt.latest_step() is not None:
             state, data_state, start = ckpt.restore_newest_readable(trainer.abstract_state)
             loader.restore(data_state)
@@ -340,7 +306,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                 f"{ckpt.latest_step()} in {ckpt.directory}. Lower the learning rate, enable z_loss, "
                                 "or check the data, then rerun the same command to resume from there.")
                         writer.write(step, last)
-                        bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last['accuracy']:.3f}",
+                        bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last.get('accuracy', math.nan):.3f}",
                                         tok_s=f"{last['tokens_per_sec']:.0f}")
                     if evaluators and (step % eval_every == 0 or step == train_steps):
                         _evaluate(evaluators, trainer.model, state.params, step, eval_split, model_dir, writer)

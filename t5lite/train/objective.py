@@ -1,0 +1,92 @@
+"""What a train step minimises: an `Objective` turns a model and a batch into a loss and metrics.
+
+The trainer is the same for every family; what differs is the module trained (a backbone, a
+backbone with a task head, two networks trained jointly) and the loss over its outputs. An
+objective owns both, so pre-training BERT with NSP, ELECTRA or a GLUE classifier is a gin line
+(`train.objective = @SomeObjective()`), not a trainer fork.
+
+Metrics come back as sums so microbatches add up: a `(numerator, denominator)` pair is logged as
+their ratio over the whole batch, a plain number as its sum.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from t5lite import models
+from t5lite.models.config import ModelConfig
+from t5lite.train import losses
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    z_loss: float = 1e-4
+    label_smoothing: float = 0.0
+    normalizing_factor: float | str | None = "NUM_REAL_TARGET_TOKENS"   # see losses.normalizing_factor
+
+    def __post_init__(self):
+        losses.check_normalizing_factor(self.normalizing_factor)
+
+
+def target_keys(batch: Mapping[str, Any]) -> tuple[str, str]:
+    """The (targets, loss weights) features: the encoder's for MLM, the decoder's otherwise."""
+    prefix = "encoder" if "encoder_target_tokens" in batch else "decoder"
+    return f"{prefix}_target_tokens", f"{prefix}_loss_weights"
+
+
+def target_segment_ids(batch: Mapping[str, Any]):
+    """The packed segment ids of the targets' stack, or None for an unpacked batch."""
+    return batch.get("encoder_segment_ids" if "encoder_target_tokens" in batch else "decoder_segment_ids")
+
+
+def ratio_metrics(sums: Mapping[str, Any]) -> dict[str, Any]:
+    """Logged values of summed metrics: `(num, den)` -> num / den (0 when den is 0); others as is."""
+    def value(v):
+        if isinstance(v, tuple):
+            num, den = v
+            return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
+        return v
+    return {k: value(v) for k, v in sums.items()}
+
+
+class Objective:
+    """The interface, and the default: token cross entropy over the model's logits (LM, MLM,
+    sequence-to-sequence), weighted by the targets' loss weights (T5X's loss)."""
+
+    def build_model(self, config: ModelConfig) -> nn.Module:
+        """The module trained; its params are the train state's params (and the checkpoint's)."""
+        return models.build(config)
+
+    def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
+        """Dummy features to initialise the module with: ones of [1, length] per feature."""
+        return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items()}
+
+    def normalizers(self, batch: Mapping[str, Any], loss: LossConfig) -> dict[str, Any]:
+        """Divisors computed once on the whole (global) batch, before microbatches are split, so
+        that accumulated microbatches still mean one big batch."""
+        _, weights_key = target_keys(batch)
+        return {"tokens": losses.normalizing_factor(loss.normalizing_factor, batch[weights_key],
+                                                    target_segment_ids(batch))}
+
+    def loss_and_metrics(self, module: nn.Module, params, batch: Mapping[str, Any], rng, normalizers,
+                         loss: LossConfig) -> tuple[Any, dict[str, Any]]:
+        """(the scalar to minimise for this (micro)batch, summed metrics)."""
+        targets_key, weights_key = target_keys(batch)
+        weights = batch[weights_key]
+        logits = module.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng})
+        token_loss, z = losses.cross_entropy(logits, batch[targets_key], 1.0, loss.z_loss, loss.label_smoothing)
+        objective = jnp.sum(token_loss * losses.objective_weights(loss.normalizing_factor, weights,
+                                                                  target_segment_ids(batch))) / normalizers["tokens"]
+        total = jnp.sum(weights).astype(jnp.float32)
+        return objective, token_metrics(token_loss, z, logits, batch[targets_key], weights, total)
+
+
+def token_metrics(token_loss, z, logits, targets, weights, total, prefix: str = "") -> dict[str, Any]:
+    """Per-real-token mean loss, z-loss and accuracy, and the number of target tokens."""
+    return {f"{prefix}loss": (jnp.sum(token_loss * weights), total),
+            f"{prefix}z_loss": (jnp.sum(z * weights), total),
+            f"{prefix}accuracy": (losses.token_accuracy_count(logits, targets, weights), total),
+            f"{prefix}target_tokens": total}
