@@ -316,10 +316,16 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
 
 
 def cmd_compile(args, gin_files, gin_bindings) -> None:
-    from t5lite.train.tpu_compile import compile_from_gin
-    parse_gin(gin_files, gin_bindings + ["MODEL_DIR = None"], required_macros=("BATCH_SIZE", "TASK_FEATURE_LENGTHS"))
+    from t5lite.train.tpu_compile import compile_decode_from_gin, compile_from_gin
+    if args.mode == "infer":
+        parse_gin(gin_files, gin_bindings + ["CHECKPOINT_PATH = None"], required_macros=(),
+                  base_file="gin/infer.gin")
+    else:
+        parse_gin(gin_files, gin_bindings + ["MODEL_DIR = None"],
+                  required_macros=("BATCH_SIZE", "TASK_FEATURE_LENGTHS"))
     try:
-        report = compile_from_gin(args.topology, args.num_slices)
+        report = (compile_decode_from_gin if args.mode == "infer" else compile_from_gin)(args.topology,
+                                                                                        args.num_slices)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     print(report.format())
@@ -362,8 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--sequence_length", default="inputs=512,targets=114",
                        help="feature lengths for preprocessing, e.g. inputs=512,targets=114")
     tasks.set_defaults(fn=cmd_tasks)
-    compile_ = sub.add_parser("compile", help="compile the train step for a TPU slice on this machine: memory, "
-                                              "FLOPs, collectives (needs the `tpu` extra)")
+    compile_ = sub.add_parser("compile", help="compile the train step (or infer's decoding) for a TPU slice on "
+                                              "this machine: memory, FLOPs, collectives (needs the `tpu` extra)")
+    compile_.add_argument("--mode", choices=["train", "infer"], default="train",
+                          help="train: `t5lite train`'s step (gin as for train); infer: `t5lite infer`'s decoding "
+                               "of one batch (gin: infer.model, infer.batch_size, infer.max_input_length, "
+                               "infer.max_decode_length, infer.method)")
     compile_.add_argument("--topology", required=True, help="TPU slice, e.g. v5e:2x2, v5e:4x4, v4:2x2x1")
     compile_.add_argument("--num_slices", type=int, default=1, help="slices joined over DCN (data axis)")
     compile_.set_defaults(fn=cmd_compile)

@@ -153,3 +153,50 @@ def test_unknown_topology_is_a_clear_error():
         tpu_compile.hbm_bytes("v9x:2x2")
     assert tpu_compile.hbm_bytes("v5e:4x4") == 16 * 2**30 and math.isclose(tpu_compile.hbm_bytes("v5p:2x2x1"),
                                                                           95 * 2**30)
+
+
+@needs_libtpu
+def test_train_step_compiles_for_two_slices_with_data_over_dcn():
+    """The whole step for 2 x v5e:2x2: data parallel across the slices (DCN), FSDP within each;
+    the gradients are then reduced across slices, which shows as a reduction collective."""
+    out = run_cli("compile", CONFIG, "--topology=v5e:2x2", "--num_slices=2", *TINY_FLAGS,
+                  "--gin.Partitioner.mesh_shape=(1, -1, 1)")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "mesh {'data': 2, 'fsdp': 4, 'model': 1} (8 devices)" in out.stdout
+    assert "fits: yes" in out.stdout
+    moved = out.stdout.split("collectives per step: ")[1].splitlines()[0]
+    assert "all-gather" in moved and ("all-reduce" in moved or "reduce-scatter" in moved)
+
+
+TINY_GPT2 = ["--gin_file=gin/models/t5_1_1_tiny.gin", "--gin.model_config.preset='gpt2_tiny'"]
+
+
+@needs_libtpu
+@pytest.mark.parametrize("preset,arch_flags", [("t5_1_1_tiny", []), ("gpt2_tiny", ["--gin.infer.method='beam'"])])
+def test_decode_compiles_for_a_tpu_topology(preset, arch_flags):
+    """`--mode=infer` compiles infer's decoding (prefill + loop) for encoder-decoders and
+    decoder-only models; with the default data-parallel mesh every device holds all the float32
+    parameters (4 bytes each, counted by the model itself)."""
+    from t5lite import models
+    from t5lite.infer.predict import abstract_params
+    num_params = sum(math.prod(x.shape) for x in __import__("jax").tree.leaves(
+        abstract_params(models.get_config(preset))))
+    out = run_cli("compile", "--mode=infer", "--gin_file=gin/models/t5_1_1_tiny.gin", "--topology=v5e:2x2",
+                  f"--gin.model_config.preset='{preset}'", "--gin.infer.batch_size=8",
+                  "--gin.infer.max_input_length=32", "--gin.infer.max_decode_length=8", *arch_flags)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "mesh {'data': 4, 'fsdp': 1, 'model': 1} (4 devices)" in out.stdout and "fits: yes" in out.stdout
+    params_gib = float(out.stdout.split("per device: params ")[1].split(" GiB")[0])
+    assert params_gib == pytest.approx(4 * num_params / 2**30, abs=0.006)
+    assert "decode loop" in out.stdout
+
+
+@needs_libtpu
+def test_decode_that_does_not_fit_exits_2():
+    """16384 rows of 1024 inputs and 1024 decoded tokens (KV cache, encoder states) cannot fit a
+    v5e chip's 16 GiB, even split 4 ways."""
+    out = run_cli("compile", "--mode=infer", "--gin_file=gin/models/t5_1_1_tiny.gin", "--topology=v5e:2x2",
+                  "--gin.infer.batch_size=16384",
+                  "--gin.infer.max_input_length=1024", "--gin.infer.max_decode_length=1024")
+    assert out.returncode == 2, out.stdout + out.stderr[-3000:]
+    assert "fits: NO" in out.stdout and "infer.batch_size" in out.stdout

@@ -7,6 +7,7 @@ and lets the TPU compiler (libtpu) report per-device memory, FLOPs and the colle
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -14,13 +15,17 @@ import re
 import time
 from typing import Mapping
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t5lite import models
 from t5lite.data.converters import get_feature_converter
+from t5lite.infer import decoding
 from t5lite.models.config import ModelConfig
+from t5lite.train import mfu
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
 
@@ -103,6 +108,7 @@ class CompileReport:
     compile_seconds: float
     scanned: bool                # XLA's cost analysis counts a loop body once: compiled FLOPs undercount
     knobs: str
+    decode_loop: bool = False    # infer: XLA counts the decode loop's body once too
 
     def format(self) -> str:
         g = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
@@ -119,6 +125,9 @@ class CompileReport:
             lines.append(f"FLOPs/step: compiled {self.compiled_flops:.4g}, model {self.model_flops:.4g} "
                          f"(ratio {self.compiled_flops / self.model_flops:.2f}; the excess is rematerialisation "
                          "and non-matmul work)")
+            if self.decode_loop:
+                lines.append("  (decoding: XLA counts the decode loop's body once, so the compiled FLOPs cover the "
+                             "prefill and one step; the model FLOPs cover every position)")
             if self.scanned:
                 lines.append("  (scanned layers: XLA counts the loop body once, so the compiled FLOPs are a lower "
                              "bound; compile with --gin.model_config.scan_layers=False to compare)")
@@ -153,10 +162,15 @@ def compile_train_step(model_config: ModelConfig, optimizer: optax.GradientTrans
                  batch_bytes=per_device_bytes(batch))
     common = dict(mesh=dict(partitioner.mesh.shape), num_devices=partitioner.mesh.size, hbm_bytes=hbm,
                   model_flops=task.flops_per_step(batch_size), scanned=model_config.scan_layers,
-                  knobs=_knobs(model_config, partitioner, batch_size, num_microbatches), **sizes)
-    start = time.perf_counter()
+                  knobs=_knobs(model_config, partitioner, batch_size, num_microbatches))
     with task.mesh_context():
-        lowered = task.jit_train_step().lower(state, batch)
+        return _compile(lambda: task.jit_train_step().lower(state, batch), partitioner, sizes, common)
+
+
+def _compile(lower, partitioner: Partitioner, sizes: Mapping[str, int], common: Mapping) -> CompileReport:
+    """Lowers and compiles, and reads memory, FLOPs and collectives from the TPU compiler (or its refusal)."""
+    start = time.perf_counter()
+    lowered = lower()
     try:
         compiled = lowered.compile()
     except Exception as e:  # the TPU compiler's CompileTimeHbmOom is a RESOURCE_EXHAUSTED runtime error
@@ -169,7 +183,7 @@ def compile_train_step(model_config: ModelConfig, optimizer: optax.GradientTrans
         total = (needed if temporaries is None else needed + sum(sizes.values())) if oom else sum(sizes.values())
         return CompileReport(temp_bytes=temporaries, total_bytes=total or 0, compiler_limit_bytes=limit,
                              compiler_message=message.splitlines()[0], fits=False, compiled_flops=None,
-                             collectives={}, compile_seconds=time.perf_counter() - start, **common)
+                             collectives={}, compile_seconds=time.perf_counter() - start, **sizes, **common)
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     total = (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
@@ -177,9 +191,69 @@ def compile_train_step(model_config: ModelConfig, optimizer: optax.GradientTrans
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return CompileReport(temp_bytes=memory.temp_size_in_bytes, total_bytes=total, compiler_limit_bytes=None,
-                         compiler_message=None,
-                         fits=total <= hbm, compiled_flops=cost["flops"] * partitioner.mesh.size,
-                         collectives=collectives(compiled.as_text()), compile_seconds=seconds, **common)
+                         compiler_message=None, fits=total <= common["hbm_bytes"],
+                         compiled_flops=cost["flops"] * partitioner.mesh.size,
+                         collectives=collectives(compiled.as_text()), compile_seconds=seconds, **sizes, **common)
+
+
+def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_size: int, input_length: int,
+                   max_decode_length: int, hbm: int, method: str = "greedy", num_beams: int = 4) -> CompileReport:
+    """Lowers and compiles what `t5lite infer` runs for one batch (prefill + the decode loop, KV cache
+    included) with the parameters sharded by their logical axes and the batch over `data`.
+
+    The report's "optimizer state" is 0; temporaries hold the cache. `model_flops` is the forward
+    pass over every input and decoded position (t5lite.train.mfu), times `num_beams` for beam search."""
+    if method not in ("greedy", "beam"):
+        raise ValueError(f"infer.method={method!r}: compile supports 'greedy' and 'beam'")
+    module = models.build(model_config)
+    decoder_only = model_config.arch == "decoder"
+    if model_config.arch == "encoder":
+        raise ValueError("this model is encoder-only (arch 'encoder'): it has no decode step to compile")
+    tokens = jnp.ones((1, 8), jnp.int32)
+    features = {"decoder_input_tokens": tokens} if decoder_only else {"encoder_input_tokens": tokens,
+                                                                      "decoder_input_tokens": tokens}
+    with _mesh(partitioner):
+        abstract_vars = jax.eval_shape(lambda: module.init(jax.random.key(0), **features))
+    shardings = partitioner.param_shardings(abstract_vars)["params"]
+    params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                          nn.unbox(abstract_vars)["params"], shardings)
+    batch_sharding = partitioner.batch_sharding()
+    if decoder_only:
+        inputs = {"decoder_prompt_tokens": jax.ShapeDtypeStruct((batch_size, input_length), jnp.int32,
+                                                                 sharding=batch_sharding),
+                  "decoder_prompt_lengths": jax.ShapeDtypeStruct((batch_size,), jnp.int32,
+                                                                  sharding=partitioner.batch_sharding(1))}
+    else:
+        inputs = {"encoder_input_tokens": jax.ShapeDtypeStruct((batch_size, input_length), jnp.int32,
+                                                               sharding=batch_sharding)}
+
+    def run(params, inputs):
+        if method == "beam":
+            return decoding.beam_search(module, params, inputs, max_decode_length=max_decode_length,
+                                        num_beams=num_beams).tokens
+        return decoding.greedy(module, params, inputs, max_decode_length=max_decode_length).tokens
+
+    sizes = dict(params_bytes=per_device_bytes(params), opt_state_bytes=0, batch_bytes=per_device_bytes(inputs))
+    copies = num_beams if method == "beam" else 1
+    encoder_length, decoder_length = ((0, input_length + max_decode_length) if decoder_only
+                                      else (input_length, max_decode_length))
+    model_flops = batch_size * copies * mfu.forward_flops_per_example(model_config, encoder_length, decoder_length)
+    common = dict(mesh=dict(partitioner.mesh.shape), num_devices=partitioner.mesh.size, hbm_bytes=hbm,
+                  model_flops=model_flops, scanned=model_config.scan_layers, decode_loop=True,
+                  knobs=(f"tensor parallelism via Partitioner.mesh_shape (now {dict(partitioner.mesh.shape)}; "
+                         f"(1, 1, -1) shards heads and mlp), a smaller infer.batch_size (now {batch_size}) or "
+                         f"infer.max_decode_length (now {max_decode_length}), model_config.dtype='bfloat16', "
+                         "or a larger slice"))
+    with _mesh(partitioner):
+        jitted = jax.jit(run, in_shardings=(shardings, jax.tree.map(lambda x: x.sharding, inputs)))
+        return _compile(lambda: jitted.lower(params, inputs), partitioner, sizes, common)
+
+
+@contextlib.contextmanager
+def _mesh(partitioner: Partitioner):
+    """The mesh and logical axis rules the model's sharding constraints resolve against."""
+    with jax.set_mesh(partitioner.mesh), nn.logical_axis_rules(partitioner.rules):
+        yield
 
 
 def _bytes(value: str, unit: str) -> int:
@@ -198,3 +272,14 @@ def compile_from_gin(topology: str, num_slices: int = 1) -> CompileReport:
                               bound["batch_size"], hbm_bytes(topology),
                               feature_converter=bound.get("feature_converter", "enc_dec"),
                               pack=bound.get("pack", True), num_microbatches=bound.get("num_microbatches", 1))
+
+
+def compile_decode_from_gin(topology: str, num_slices: int = 1) -> CompileReport:
+    """`compile_decode` with the arguments the parsed gin config gives `infer` (gin/infer.gin)."""
+    import gin
+    bound = gin.get_bindings("infer")
+    defaults = dict(batch_size=16, max_input_length=512, max_decode_length=64, method="greedy", num_beams=4)
+    options = {k: bound.get(k, v) for k, v in defaults.items()}
+    partitioner = Partitioner(devices=topology_devices(topology, num_slices), num_slices=num_slices)
+    return compile_decode(bound["model"], partitioner, options["batch_size"], options["max_input_length"],
+                          options["max_decode_length"], hbm_bytes(topology), options["method"], options["num_beams"])
