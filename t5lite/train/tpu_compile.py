@@ -196,6 +196,17 @@ def _compile(lower, partitioner: Partitioner, sizes: Mapping[str, int], common: 
                          collectives=collectives(compiled.as_text()), compile_seconds=seconds, **sizes, **common)
 
 
+def _decode_knobs(config: ModelConfig, partitioner: Partitioner, batch_size: int, max_decode_length: int) -> str:
+    knobs = []
+    if partitioner.mesh.shape["model"] < partitioner.mesh.size:
+        knobs.append(f"tensor parallelism via Partitioner.mesh_shape (now {dict(partitioner.mesh.shape)}; "
+                     "(1, 1, -1) shards heads and mlp over every device)")
+    knobs.append(f"a smaller infer.batch_size (now {batch_size}) or infer.max_decode_length (now {max_decode_length})")
+    if config.dtype != "bfloat16":
+        knobs.append("model_config.dtype='bfloat16'")
+    return ", ".join(knobs + ["or a larger slice"])
+
+
 def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_size: int, input_length: int,
                    max_decode_length: int, hbm: int, method: str = "greedy", num_beams: int = 4) -> CompileReport:
     """Lowers and compiles what `t5lite infer` runs for one batch (prefill + the decode loop, KV cache
@@ -240,10 +251,7 @@ def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_si
     model_flops = batch_size * copies * mfu.forward_flops_per_example(model_config, encoder_length, decoder_length)
     common = dict(mesh=dict(partitioner.mesh.shape), num_devices=partitioner.mesh.size, hbm_bytes=hbm,
                   model_flops=model_flops, scanned=model_config.scan_layers, decode_loop=True,
-                  knobs=(f"tensor parallelism via Partitioner.mesh_shape (now {dict(partitioner.mesh.shape)}; "
-                         f"(1, 1, -1) shards heads and mlp), a smaller infer.batch_size (now {batch_size}) or "
-                         f"infer.max_decode_length (now {max_decode_length}), model_config.dtype='bfloat16', "
-                         "or a larger slice"))
+                  knobs=_decode_knobs(model_config, partitioner, batch_size, max_decode_length))
     with _mesh(partitioner):
         jitted = jax.jit(run, in_shardings=(shardings, jax.tree.map(lambda x: x.sharding, inputs)))
         return _compile(lambda: jitted.lower(params, inputs), partitioner, sizes, common)
