@@ -311,10 +311,12 @@ def filter_file(job: Job) -> dict:
 # ----------------------------------------------------------------------------- the run
 
 def _save(manifest: dict, output: str) -> None:
-    path = os.path.join(output, MANIFEST)
-    with open(path + ".incomplete", "w", encoding="utf-8") as f:
+    """Replaces the manifest atomically (its draft lives in the work folder, which goes at the end)."""
+    os.makedirs(os.path.join(output, WORK_DIR), exist_ok=True)
+    draft = os.path.join(output, WORK_DIR, MANIFEST)
+    with open(draft, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
-    os.replace(path + ".incomplete", path)
+    os.replace(draft, os.path.join(output, MANIFEST))
 
 
 def _start(files: list[str], output: str, split: str, options: Options, workers: int, command: str) -> dict:
@@ -324,7 +326,6 @@ def _start(files: list[str], output: str, split: str, options: Options, workers:
     path = os.path.join(output, MANIFEST)
     if not os.path.exists(path):
         writable.ensure_new_dir(output, "--output")
-        os.makedirs(output, exist_ok=True)
         _save(fresh, output)
         return fresh
     with open(path, encoding="utf-8") as f:
