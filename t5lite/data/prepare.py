@@ -338,9 +338,13 @@ def _start(files: list[str], output: str, split: str, options: Options, workers:
     return manifest
 
 
+def _call(fn_and_job: tuple) -> tuple[Job, dict]:
+    fn, job = fn_and_job
+    return job, fn(job)
+
+
 def _run(fn, jobs: list[Job], pool, desc: str, total: int | None, progress: bool) -> Iterator[tuple[Job, dict]]:
-    """(job, fn(job)) as each job finishes (`fn` returns the job's index too), with a progress bar in
-    documents/s fed by the workers' shared counter."""
+    """(job, fn(job)) as each job finishes, with a progress bar in documents/s fed by the workers' counter."""
     from tqdm import tqdm
     _progress.value = 0
     bar = tqdm(desc=desc, total=total, unit="doc", disable=not progress, smoothing=0.1)
@@ -352,23 +356,13 @@ def _run(fn, jobs: list[Job], pool, desc: str, total: int | None, progress: bool
 
     ticker = threading.Thread(target=refresh, daemon=True)
     ticker.start()
-    by_index = {job.index: job for job in jobs}
     try:
-        for result in pool.imap_unordered(fn, jobs) if pool else map(fn, jobs):
-            yield by_index[result.pop("index")], result
+        yield from (pool.imap_unordered if pool else map)(_call, [(fn, job) for job in jobs])
     finally:
         stop.set()
         ticker.join()
         bar.update(_progress.value - bar.n)
         bar.close()
-
-
-def _clean_indexed(job: Job) -> dict:
-    return {**clean_file(job), "index": job.index}
-
-
-def _filter_indexed(job: Job) -> dict:
-    return {**filter_file(job), "index": job.index}
 
 
 def prepare(inputs: Sequence[str], output: str, workers: int = 1, options: Options = Options(), split: str = "train",
@@ -385,20 +379,20 @@ def prepare(inputs: Sequence[str], output: str, workers: int = 1, options: Optio
     if manifest["status"] != "complete":
         jobs = [Job(i, path, output, shard_name(split, i, len(files)), manifest["line_owner_buckets"], options)
                 for i, path in enumerate(files)]
-        jobs[0].owners.create() if jobs else None
+        jobs[0].owners.create()  # there is a job per input file, and at least one file
         context = multiprocessing.get_context("spawn")  # never fork a process that may hold JAX's threads
         counter = context.Value("q", 0)
         _init_worker(counter)
         pool = context.Pool(workers, _init_worker, (counter,)) if workers > 1 else None
         try:
-            _pass(manifest, "cleaned", _clean_indexed, [j for j in jobs if str(j.index) not in manifest["cleaned"]],
+            _pass(manifest, "cleaned", clean_file, [j for j in jobs if str(j.index) not in manifest["cleaned"]],
                   pool, "clean", None, progress, output)
             documents = sum(c.get("documents_in", 0) for c in manifest["cleaned"].values())
             if not documents:
                 raise DataError(f"--input {' '.join(inputs)}: the {len(files)} file(s) hold no document; check the "
                                 "files (JSON lines need a `text` field)")
             pending = [j for j in jobs if str(j.index) not in manifest["filtered"]]
-            _pass(manifest, "filtered", _filter_indexed, pending, pool, "filter",
+            _pass(manifest, "filtered", filter_file, pending, pool, "filter",
                   sum(manifest["cleaned"][str(j.index)].get("cleaned", 0) for j in pending), progress, output)
         finally:
             if pool:
