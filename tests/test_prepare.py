@@ -269,6 +269,13 @@ def test_tasks_read_prepared_shards(tmp_path):
     assert examples and all(e["inputs"][-1] == 1 for e in examples)
     with pytest.raises(DataNotFoundError, match="prepared split 'train', not 'validation'"):
         list(c4.get_dataset("validation", data_dir=out))
+    both = tmp_path / "both"  # one folder per split: data_dir/<split>/manifest.json
+    prepare([str(folder / "c.txt")], str(both / "validation"), options=OPTIONS, split="validation", progress=False)
+    os.rename(out, both / "train")
+    assert c4.source.num_examples("train", data_dir=str(both)) == len(texts)
+    validation = [d["text"] for d in c4.source.load("validation", data_dir=str(both))]
+    assert validation == [texts[10] + "\n" + FOOTER]  # alone, the page keeps the footer
+    out = str(both / "train")
     TaskRegistry.add("my_prepared_docs", source=PreparedSource(), preprocessors=[], output_features={})
     try:
         task = get_task("my_prepared_docs")
