@@ -37,7 +37,6 @@ import shutil
 import sqlite3
 import struct
 import threading
-import time
 import zlib
 from collections import Counter
 from typing import Iterable, Iterator, Sequence
