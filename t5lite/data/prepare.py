@@ -19,6 +19,10 @@ corpus and pages without a URL keep the first copy. TFDS's step that keeps only 
 normalised URL is not applied. The output depends on the inputs and options only, never on the
 number of workers.
 
+The manifest's counts: every input document is kept or counted under the one `page_*` filter that
+dropped it; `line_*` count the lines each line filter removed from pages kept by cleaning, and
+`line_duplicate` the copies de-duplication removed.
+
 Restart: the manifest lists each finished unit of work; every file is written under a temporary
 name and renamed when complete, and adding a line owner twice changes nothing, so a run killed at
 any point continues where it stopped and ends with the output of an uninterrupted run.
