@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, shared_data_dir
 from t5lite import cli
 from t5lite.data import get_task
-from t5lite.data.prepare import Options, prepare
+from t5lite.data.prepare import Options, prepare, read_documents
 from t5lite.data.prepared import PreparedShards, PreparedSource
 from t5lite.data.registry import TaskRegistry
 from t5lite.errors import ConfigError, DataError, DataNotFoundError
@@ -241,6 +241,11 @@ def test_cli_errors_name_the_input_and_the_fix(tmp_path, capsys):
     (tmp_path / "cut.jsonl.gz").write_bytes(data[:len(data) // 2])
     message = error("--input", str(tmp_path / "cut.jsonl.gz"))
     assert "cut.jsonl.gz" in message and "truncated gzip" in message
+    (tmp_path / "plain.txt.gz").write_text("A page that was never compressed, whatever its name says.")
+    assert "plain.txt.gz: damaged or truncated gzip" in error("--input", str(tmp_path / "plain.txt.gz"))
+    (tmp_path / "folder.txt").mkdir()  # unreadable as a file (root reads files whatever their mode)
+    with pytest.raises(DataError, match="folder.txt: cannot read it"):
+        list(read_documents(str(tmp_path / "folder.txt")))
     (tmp_path / "bad.jsonl").write_text('{"text": "fine line here."}\n{"url": "no text"}\n')
     assert "bad.jsonl:2" in error("--input", str(tmp_path / "bad.jsonl"))
 

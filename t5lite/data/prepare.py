@@ -119,6 +119,9 @@ def read_documents(path: str) -> Iterator[tuple[int, str, str]]:
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise DataError(f"{path}: damaged or truncated gzip file ({type(e).__name__}: {e}); compress it again "
                         "or remove it from --input") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read it ({e.strerror or e}); fix its permissions or remove it from "
+                        "--input") from None
 
 
 def expand_inputs(patterns: Sequence[str]) -> list[str]:
