@@ -21,6 +21,7 @@ setup(
         "matplotlib>=3.8",
         "tensorboardX>=2.6",
         "etils[epath]>=1.7",
+        "array-record>=0.8,<0.9",  # `t5lite prepare`'s shards
     ],
     extras_require={
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],

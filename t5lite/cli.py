@@ -1,4 +1,4 @@
-"""`t5lite` command line: train | eval | infer | convert | tasks.
+"""`t5lite` command line: train | eval | infer | convert | tasks | prepare | compile.
 
 Gin flags follow T5X: `--gin_file=F` (repeatable) and `--gin.NAME=VALUE` (a gin binding, so
 strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`). `eval` and `infer` read
@@ -315,6 +315,37 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
         print(f"wrote Hugging Face folder {args.out}")
 
 
+def cmd_prepare(args, gin_files, gin_bindings) -> None:
+    import shlex
+    from t5lite.data import prepare
+    given = {"min_words_per_line": args.min_words, "min_num_sentences": args.min_sentences,
+             "max_page_length": args.max_page_length}
+    options = prepare.Options(**{k: v for k, v in given.items() if v is not None},
+                              language_filter=not args.no_language_filter and _have_langdetect(),
+                              bad_words=prepare.read_bad_words(args.bad_words) if args.bad_words else ())
+    flags = ["--input", *args.input, "--output", args.output]
+    for name in ("split", "bad_words", "min_words", "min_sentences", "max_page_length"):
+        if getattr(args, name) not in (None, "train"):
+            flags += [f"--{name}", str(getattr(args, name))]
+    flags += ["--no_language_filter"] if args.no_language_filter else []
+    manifest = prepare.prepare(args.input, args.output, workers=args.workers, options=options, split=args.split,
+                               command=shlex.join(["t5lite", "prepare", *flags]))
+    counts = manifest["counts"]
+    print(" ".join(f"{k}={v}" for k, v in counts.items() if v))
+    print(f"kept {counts['documents_kept']} of {counts['documents_in']} documents in {len(manifest['shards'])} "
+          f"shard(s) in {args.output}; train on them with data_dir={args.output}")
+
+
+def _have_langdetect() -> bool:
+    """Language id runs when `langdetect` (the `c4` extra) is installed; without it, a warning says so."""
+    import importlib.util
+    if importlib.util.find_spec("langdetect"):
+        return True
+    logging.getLogger("t5lite.prepare").warning(
+        "langdetect is not installed (pip install 't5lite[c4]'): the English filter is off for this run")
+    return False
+
+
 def cmd_compile(args, gin_files, gin_bindings) -> None:
     from t5lite.train.tpu_compile import compile_decode_from_gin, compile_from_gin
     if args.mode == "infer":
@@ -368,6 +399,21 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--sequence_length", default="inputs=512,targets=114",
                        help="feature lengths for preprocessing, e.g. inputs=512,targets=114")
     tasks.set_defaults(fn=cmd_tasks)
+    prep = sub.add_parser("prepare", parents=[common],
+                          help="clean and de-duplicate raw text (C4's rules) into ArrayRecord shards + manifest.json")
+    prep.add_argument("--input", nargs="+", required=True,
+                      help="files or globs: JSON lines with `text` (and `url`), or plain text (one document per "
+                           "file); .gz is decompressed, e.g. 'crawl/*.jsonl.gz'")
+    prep.add_argument("--output", required=True, help="a new or empty folder (or an unfinished one, to resume)")
+    prep.add_argument("--workers", type=int, default=1, help="worker processes (one input file at a time each)")
+    prep.add_argument("--split", default="train", help="the split name the shards and manifest carry")
+    prep.add_argument("--bad_words", default=None, help="a file of words or phrases, one per line: pages with one go")
+    prep.add_argument("--min_words", type=int, help="words a line needs to be kept (default C4's 5)")
+    prep.add_argument("--min_sentences", type=int, help="sentences a page needs to be kept (default C4's 3)")
+    prep.add_argument("--max_page_length", type=int,
+                      help="pages with more characters go (default C4's 190000)")
+    prep.add_argument("--no_language_filter", action="store_true", help="keep pages in any language")
+    prep.set_defaults(fn=cmd_prepare)
     compile_ = sub.add_parser("compile", help="compile the train step (or infer's decoding) for a TPU slice on "
                                               "this machine: memory, FLOPs, collectives (needs the `tpu` extra)")
     compile_.add_argument("--mode", choices=["train", "infer"], default="train",

@@ -107,7 +107,7 @@ def test_langdetect_english():
 def test_c4_span_corruption_with_mock_data():
     tfds = pytest.importorskip("tensorflow_datasets", reason="the TFDS path needs tensorflow-datasets")
     task = get_task("c4_span_corruption")
-    assert task.source.name == "c4/en"
+    assert task.source.fallback.name == "c4/en"
     with tfds.testing.mock_data(num_examples=60, policy=tfds.testing.MockPolicy.USE_CODE):
         examples = list(task.get_dataset("train", sequence_length={"inputs": 32, "targets": 8}, shuffle=True, seed=1))
         again = list(task.get_dataset("train", sequence_length={"inputs": 32, "targets": 8}, shuffle=True, seed=1))

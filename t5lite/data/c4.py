@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from typing import Callable, Iterable, Iterator, Mapping
 
 Page = Mapping[str, str]
@@ -39,7 +40,7 @@ def count_sentences(text: str) -> int:
 
 def clean_page(text: str, count_sentences: Callable[[str], int] = count_sentences,
                min_words_per_line: int = MIN_WORDS_PER_LINE, min_num_sentences: int = MIN_NUM_SENTENCES,
-               max_word_length: int = MAX_WORD_LENGTH) -> str | None:
+               max_word_length: int = MAX_WORD_LENGTH, counts: Counter | None = None) -> str | None:
     """The page's text with C4's line filters applied, or None when the whole page goes.
 
     Per stripped line, in TFDS's order: drop it if a word is over `max_word_length` characters;
@@ -47,29 +48,49 @@ def clean_page(text: str, count_sentences: Callable[[str], int] = count_sentence
     (but not "..."), or if it has under `min_words_per_line` words; drop the page on "lorem ipsum";
     drop lines mentioning javascript; drop the page on "{"; drop lines with a policy phrase. The page
     goes if the kept lines hold under `min_num_sentences` sentences.
+
+    `counts`, if given, is incremented by the filter that decided: one `page_*` reason for a dropped
+    page, or, for a kept page, the non-blank lines each `line_*` filter removed from it.
     """
-    kept, sentences = [], 0
+    kept, sentences, removed = [], 0, Counter()
     for line in text.splitlines():
         line = line.strip()
+        if not line:
+            continue
         if any(len(word) > max_word_length for word in line.split()):
+            removed["line_long_word"] += 1
             continue
         line = CITATION.sub("", line)
-        if not line.endswith(END_MARKS) or line.endswith("...") or len(line.split()) < min_words_per_line:
+        if not line.endswith(END_MARKS) or line.endswith("..."):
+            removed["line_no_end_mark"] += 1
+            continue
+        if len(line.split()) < min_words_per_line:
+            removed["line_too_few_words"] += 1
             continue
         lower = line.lower()
         if "lorem ipsum" in lower:
-            return None
+            return _dropped(counts, "page_lorem_ipsum")
         if "javascript" in lower:  # checked before "{", so a javascript line with a brace drops only itself
+            removed["line_javascript"] += 1
             continue
         if "{" in line:
-            return None
+            return _dropped(counts, "page_curly_brace")
         if any(p in lower for p in POLICY_SUBSTRINGS):
+            removed["line_policy"] += 1
             continue
         sentences += count_sentences(line)
         kept.append(line)
     if sentences < min_num_sentences:
-        return None
+        return _dropped(counts, "page_too_few_sentences")
+    if counts is not None:
+        counts.update(removed)
     return "\n".join(kept).strip()
+
+
+def _dropped(counts: Counter | None, reason: str) -> None:
+    if counts is not None:
+        counts[reason] += 1
+    return None
 
 
 def normalize_url(url: str) -> str:
@@ -79,8 +100,24 @@ def normalize_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _md5(text: str) -> str:
-    return hashlib.md5(text.encode("utf-8")).hexdigest()
+def md5(text: str) -> bytes:
+    return hashlib.md5(text.encode("utf-8")).digest()
+
+
+def line_key(line: str) -> bytes:
+    """What de-duplication compares: the md5 of the stripped, lower-cased line (as TFDS hashes it)."""
+    return md5(line.strip().lower())
+
+
+def keep_owned_lines(text: str, page_key, owner: Mapping[bytes, object]) -> str:
+    """The page's lines that it owns (`owner[line_key] == page_key`), each only at its first copy."""
+    seen, kept = set(), []
+    for line in text.split("\n"):
+        key = line_key(line)
+        if owner[key] == page_key and key not in seen:
+            seen.add(key)
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def dedupe_lines(pages: Iterable[Page], count_sentences: Callable[[str], int] = count_sentences,
@@ -91,23 +128,23 @@ def dedupe_lines(pages: Iterable[Page], count_sentences: Callable[[str], int] = 
     of a line it repeats, and a page left empty or under `min_num_sentences` sentences goes.
     """
     pages = list(pages)
-    owner: dict[str, str] = {}
+    owner: dict[bytes, bytes] = {}
     for page in pages:
-        url_key = _md5(page["url"])
+        url_key = md5(page["url"])
         for line in page["text"].split("\n"):
-            key = _md5(line.strip().lower())
+            key = line_key(line)
             if key not in owner or url_key < owner[key]:
                 owner[key] = url_key
     for page in pages:
-        url_key, seen, kept = _md5(page["url"]), set(), []
-        for line in page["text"].split("\n"):
-            key = _md5(line.strip().lower())
-            if owner[key] == url_key and key not in seen:
-                seen.add(key)
-                kept.append(line)
-        text = "\n".join(kept)
-        if text and (not min_num_sentences or count_sentences(text) >= min_num_sentences):
+        text = keep_owned_lines(page["text"], md5(page["url"]), owner)
+        if enough_sentences(text, count_sentences, min_num_sentences):
             yield {**page, "text": text}
+
+
+def enough_sentences(text: str, count_sentences: Callable[[str], int] = count_sentences,
+                     min_num_sentences: int = MIN_NUM_SENTENCES) -> bool:
+    """Whether a de-duplicated page stays: not empty, and at least `min_num_sentences` sentences."""
+    return bool(text) and (not min_num_sentences or count_sentences(text) >= min_num_sentences)
 
 
 def badword_filter(badwords: Iterable[str]) -> Callable[[str], bool]:

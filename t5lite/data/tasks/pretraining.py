@@ -5,6 +5,7 @@ import functools
 
 from t5lite.data import preprocessors as P
 from t5lite.data.corpus import embedded_documents
+from t5lite.data.prepared import PreparedSource
 from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
 from t5lite.data.sources import TfdsSource
 from t5lite.data.vocab import DEFAULT_VOCABULARY
@@ -28,10 +29,12 @@ TaskRegistry.add(
     output_features=FEATURES,
 )
 
-# T5's pre-training task on TFDS c4/en (cleaned by TFDS with the rules t5lite.data.c4 implements).
+# T5's pre-training task: your own corpus when data_dir holds `t5lite prepare` output, else TFDS c4/en
+# (cleaned by TFDS with the rules t5lite.data.c4 implements).
 TaskRegistry.add(
     "c4_span_corruption",
-    source=TfdsSource("c4/en", ("train", "validation"), module="tensorflow_datasets.text.c4"),
+    source=PreparedSource(fallback=TfdsSource("c4/en", ("train", "validation"),
+                                              module="tensorflow_datasets.text.c4")),
     preprocessors=[functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"}), P.tokenize,
                    P.span_corruption],
     output_features=FEATURES,
