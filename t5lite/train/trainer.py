@@ -29,6 +29,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
+from t5lite.train import encoder_objectives  # noqa: F401  (registers the encoder objectives with gin)
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
