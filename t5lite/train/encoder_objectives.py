@@ -32,15 +32,15 @@ def _count(weights) -> jnp.ndarray:
 @gin.configurable
 class MlmObjective(Objective):
     """Masked LM alone (RoBERTa; BERT without NSP): cross entropy on the masked tokens."""
-    needs_config: Mapping[str, Any] = {}
+    heads: Mapping[str, Any] = {}   # config fields of the pre-training heads this objective trains
 
     def build_model(self, config: ModelConfig) -> nn.Module:
-        wrong = {k: getattr(config, k) for k, v in {"arch": "encoder", "encoder_head": "mlm", **self.needs_config}.items()
-                 if getattr(config, k) != v}
-        if wrong:
-            raise ValueError(f"{type(self).__name__} trains an MLM encoder with {dict(self.needs_config)}, but the "
-                             f"model config has {wrong}; use a preset that has them (bert_*, albert_*) or set them")
-        return models.build(config)
+        """The encoder with this objective's heads added (NSP/SOP: pooler and sentence head; SBO)."""
+        if config.arch != "encoder" or config.encoder_head != "mlm":
+            raise ValueError(f"{type(self).__name__} pre-trains an MLM encoder, but the model config has arch="
+                             f"{config.arch!r}, encoder_head={config.encoder_head!r}; use a bert_*, roberta_*, albert_* "
+                             "or *_generator preset")
+        return models.build(config.replace(**self.heads))
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss: LossConfig):
         logits = module.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng},
@@ -65,7 +65,7 @@ class _SentencePairObjective(MlmObjective):
     """MLM plus a 2-way classification of the pair from the pooled [CLS] (BERT's `sentence_head`)."""
     label: str = ""
     prefix: str = ""
-    needs_config = {"sentence_head": True}
+    heads = {"pooler": True, "sentence_head": True}
 
     def normalizers(self, batch, loss):
         return {**super().normalizers(batch, loss), "pairs": jnp.float32(batch[self.label].shape[0])}
@@ -95,7 +95,7 @@ class MlmSopObjective(_SentencePairObjective):
 class MlmSboObjective(MlmObjective):
     """SpanBERT: MLM + the span boundary objective on every masked token within the SBO head's
     `max_span_length` first tokens of its span, each predicted from the span's boundary states."""
-    needs_config = {"span_boundary_head": True}
+    heads = {"span_boundary_head": True}
 
     @staticmethod
     def _weights(batch):
