@@ -187,3 +187,13 @@ def test_microbatches_give_the_same_update(objective, preset, label):
         np.testing.assert_allclose(a, b, atol=2e-6)
     for key in m1:
         np.testing.assert_allclose(m1[key], m2[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_objectives_add_their_heads_and_refuse_other_models():
+    assert MlmSboObjective().build_model(models.get_config("bert_tiny")).config.span_boundary_head
+    nsp_model = MlmNspObjective().build_model(models.get_config("roberta_tiny"))
+    assert nsp_model.config.pooler and nsp_model.config.sentence_head
+    with pytest.raises(ValueError, match="encoder_head='discriminator'"):
+        MlmObjective().build_model(models.get_config("electra_tiny"))
+    with pytest.raises(ValueError, match="span_boundary_head"):
+        models.get_config("t5_tiny", span_boundary_head=True)

@@ -1,7 +1,8 @@
 """Transformer stacks and the three model families.
 
 - `Encoder` (BERT, RoBERTa, ALBERT, ELECTRA): `__call__` -> MLM logits [b, l, vocab] (ELECTRA's
-  discriminator: replaced-token logits [b, l]; `encoder_head="none"`: hidden states).
+  discriminator: replaced-token logits [b, l]; `encoder_head="none"`: hidden states);
+  `pretraining_logits` -> every pre-training head (MLM, NSP/SOP, SpanBERT's SBO) from one pass.
 - `Decoder` (GPT-2; prefix LM with `decoder_causal_attention`): `__call__` -> LM logits.
 - `EncoderDecoder` (T5 v1.0 / v1.1 / mT5, BART): `__call__` -> LM logits.
 Every model's `encode` returns the final hidden states (of the decoder for decoder-only models).
