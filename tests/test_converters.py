@@ -224,12 +224,52 @@ def test_encoder_rejects_misaligned_features():
         list(EncoderFeatureConverter().convert([ex(inputs=[8, 9, 1], targets=[8, 1])], {"inputs": 4}))
 
 
+def test_encoder_keeps_the_sentence_label_per_row():
+    examples = [ex(inputs=[8, 9, 3, 1], targets=[8, 7, 3, 1], next_sentence_label=1),
+                ex(inputs=[8, 3, 1], targets=[8, 3, 1], next_sentence_label=0)]
+    converter = get_feature_converter("encoder_nsp")
+    assert converter.model_feature_lengths({"inputs": 5})["next_sentence_label"] == 1
+    (batched,) = batch(converter.convert(examples, {"inputs": 5}), batch_size=2)
+    np.testing.assert_array_equal(batched["next_sentence_label"], [[1], [0]])
+    np.testing.assert_array_equal(batched["encoder_input_tokens"], [[8, 9, 3, 1, 0], [8, 3, 1, 0, 0]])
+    with pytest.raises(KeyError, match="sentence_order_label"):   # the SOP converter on NSP examples
+        list(get_feature_converter("encoder_sop").convert(examples, {"inputs": 5}))
+
+
+def test_encoder_refuses_to_pack_per_example_labels():
+    converter = get_feature_converter("encoder_sop")
+    with pytest.raises(ValueError, match="train.pack = False"):
+        converter.model_feature_lengths({"inputs": 8}, pack=True)
+    with pytest.raises(ValueError, match="train.pack = False"):
+        list(converter.convert([ex(inputs=[8, 1], targets=[8, 1], sentence_order_label=1)], {"inputs": 8}, pack=True))
+
+
+def test_encoder_span_boundaries_move_with_their_example_when_packed():
+    # Row 1: span 1..2 (boundaries 0 and 3); row 2: span 2..2 (boundaries 1, 3), packed at offset 4.
+    first = ex(inputs=[8, 9, 9, 1], targets=[8, 5, 6, 1], targets_loss_weights=[0, 1, 1, 0],
+               span_left_boundary=[0, 0, 0, 0], span_right_boundary=[0, 3, 3, 0], span_relative_position=[0, 1, 2, 0])
+    second = ex(inputs=[8, 3, 9, 4, 1], targets=[8, 3, 7, 4, 1], targets_loss_weights=[0, 0, 1, 0, 0],
+                span_left_boundary=[0, 0, 1, 0, 0], span_right_boundary=[0, 0, 3, 0, 0],
+                span_relative_position=[0, 0, 1, 0, 0])
+    converter = get_feature_converter("encoder_sbo")
+    (row,) = converter.convert([first, second], {"inputs": 10}, pack=True)
+    np.testing.assert_array_equal(row["span_left_boundary"], [0, 0, 0, 0, 0, 0, 5, 0, 0, 0])
+    np.testing.assert_array_equal(row["span_right_boundary"], [0, 3, 3, 0, 0, 0, 7, 0, 0, 0])
+    np.testing.assert_array_equal(row["span_relative_position"], [0, 1, 2, 0, 0, 0, 1, 0, 0, 0])
+    unpacked = list(converter.convert([first, second], {"inputs": 6}))
+    np.testing.assert_array_equal(unpacked[1]["span_left_boundary"], [0, 0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(unpacked[1]["span_right_boundary"], [0, 0, 3, 0, 0, 0])
+
+
 @pytest.mark.parametrize("name,lengths", [("enc_dec", {"inputs": 7, "targets": 5}), ("decoder", {"targets": 6}),
-                                          ("prefix_lm", {"inputs": 4, "targets": 3}), ("encoder", {"inputs": 6})])
+                                          ("prefix_lm", {"inputs": 4, "targets": 3}), ("encoder", {"inputs": 6}),
+                                          ("encoder_sbo", {"inputs": 6})])
 @pytest.mark.parametrize("packed", [False, True])
 def test_model_feature_lengths_describe_convert_output(name, lengths, packed):
     converter = get_feature_converter(name)
-    examples = [ex(inputs=[3, 4, 1], targets=[5, 6, 1]), ex(inputs=[7, 1], targets=[8, 1])]
+    spans = dict(span_left_boundary=[0, 0, 0], span_right_boundary=[0, 2, 0], span_relative_position=[0, 1, 0])
+    examples = [ex(inputs=[3, 4, 1], targets=[5, 6, 1], **spans),
+                ex(inputs=[7, 1], targets=[8, 1], **{k: v[1:] for k, v in spans.items()})]
     expected = converter.model_feature_lengths(lengths, pack=packed)
     for row in converter.convert(examples, lengths, pack=packed):
         assert {key: value.shape for key, value in row.items() if key != "_examples"} == \

@@ -108,25 +108,28 @@ class SpanBoundaryProbe(nn.Module):
     config: models.ModelConfig
 
     @nn.compact
-    def __call__(self, hidden, starts, ends):
+    def __call__(self, hidden, left, right, relative):
         embedder = L.Embed(self.config.vocab_size, self.config.d_model, name="embedder")
         embedder(jnp.zeros((1,), jnp.int32))
-        return H.SpanBoundaryHead(self.config, max_span_length=4, name="sbo")(hidden, starts, ends, embedder)
+        return H.SpanBoundaryHead(self.config, max_span_length=4, name="sbo")(hidden, left, right, relative, embedder)
 
 
-def test_span_boundary_head_reads_only_the_boundaries():
+def test_span_boundary_head_reads_only_the_boundaries_and_the_position():
     cfg = BERT
     rng = np.random.RandomState(0)
     hidden = jnp.asarray(rng.normal(size=(2, 12, cfg.d_model)), jnp.float32)
-    starts, ends = jnp.asarray([[2, 7], [1, 4]]), jnp.asarray([[4, 9], [2, 8]])
+    # Row 0: the three tokens of span 2..4 (boundaries 1 and 5); row 1: span 7..8 and a token of span 1..2.
+    left, right = jnp.asarray([[1, 1, 1], [6, 6, 0]]), jnp.asarray([[5, 5, 5], [9, 9, 3]])
+    relative = jnp.asarray([[1, 2, 3], [1, 2, 2]])
     probe = SpanBoundaryProbe(cfg)
-    variables = probe.init(jax.random.PRNGKey(0), hidden, starts, ends)
-    out = probe.apply(variables, hidden, starts, ends)
-    assert out.shape == (2, 2, 4, cfg.vocab_size)
-    inside = hidden.at[0, 3].add(5.0)     # a token inside span (2, 4) of row 0
-    np.testing.assert_allclose(probe.apply(variables, inside, starts, ends)[0, 0], out[0, 0], atol=1e-5)
+    variables = probe.init(jax.random.PRNGKey(0), hidden, left, right, relative)
+    out = probe.apply(variables, hidden, left, right, relative)
+    assert out.shape == (2, 3, cfg.vocab_size)
+    inside = hidden.at[0, 3].add(5.0)     # a token inside span 2..4 of row 0
+    np.testing.assert_allclose(probe.apply(variables, inside, left, right, relative)[0], out[0], atol=1e-5)
     boundary = hidden.at[0, 5].add(5.0)   # x_{e+1} of that span
-    assert np.abs(probe.apply(variables, boundary, starts, ends)[0, 0] - out[0, 0]).max() > 1e-3
+    assert np.abs(probe.apply(variables, boundary, left, right, relative)[0] - out[0]).max() > 1e-3
+    assert np.abs(out[0, 0] - out[0, 1]).max() > 1e-3   # same boundaries, different positions
 
 
 def test_pool_helpers():

@@ -17,7 +17,8 @@ then resume exactly; strip `_examples` before feeding a batch to the model.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+import functools
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -265,6 +266,10 @@ class PrefixLMFeatureConverter(FeatureConverter):
         return features
 
 
+SENTENCE_LABELS = ("next_sentence_label", "sentence_order_label")
+SPAN_BOUNDARY_FEATURES = ("span_left_boundary", "span_right_boundary", "span_relative_position")
+
+
 class EncoderFeatureConverter(FeatureConverter):
     """Encoder-only masked LM (BERT): aligned `inputs` and `targets`, loss on chosen positions.
 
@@ -273,22 +278,51 @@ class EncoderFeatureConverter(FeatureConverter):
     mask token, seqio's rule) when given; otherwise 1 on every non-pad target. `token_type_ids`
     (BERT's sentence A/B) are taken from the example, or zeros. All features use the `inputs`
     length.
+
+    Pre-training objectives beyond MLM keep more: `sentence_label` (BERT's `next_sentence_label`,
+    ALBERT's `sentence_order_label`) becomes a [1] feature per row, so it needs one example per
+    row (`pack=False`); `span_boundaries` keeps SpanBERT's per-token `span_left_boundary`,
+    `span_right_boundary` (row positions: shifted by the example's offset when packed) and
+    `span_relative_position` (1-based within the span; 0 off the spans).
     """
     name = "encoder"
-    FEATURES = {"encoder_input_tokens": "inputs", "encoder_target_tokens": "inputs",
-                "encoder_loss_weights": "inputs", "token_type_ids": "inputs"}
-    PACKED = {"encoder": "inputs"}
     _ALIGNED = ("inputs", "targets", "loss_weights", "token_type_ids")
 
-    def __init__(self, mask_id: int | None = None):
-        self.mask_id = mask_id
+    def __init__(self, mask_id: int | None = None, sentence_label: str | None = None,
+                 span_boundaries: bool = False):
+        if sentence_label not in (None, *SENTENCE_LABELS):
+            raise ValueError(f"EncoderFeatureConverter: sentence_label={sentence_label!r}; expected None or one of "
+                             f"{SENTENCE_LABELS}")
+        self.mask_id, self.sentence_label, self.span_boundaries = mask_id, sentence_label, span_boundaries
+        # Features passed through under their own names: per token (aligned) and per example.
+        self.kept = (SPAN_BOUNDARY_FEATURES if span_boundaries else ()) + ((sentence_label,) if sentence_label else ())
+        self.aligned = self._ALIGNED + (SPAN_BOUNDARY_FEATURES if span_boundaries else ())
+        self.FEATURES = {"encoder_input_tokens": "inputs", "encoder_target_tokens": "inputs",
+                         "encoder_loss_weights": "inputs", "token_type_ids": "inputs", **{k: k for k in self.kept}}
+        self.PACKED = {"encoder": "inputs"}
 
     def __repr__(self):
-        return f"{type(self).__name__}(mask_id={self.mask_id})"
+        return (f"{type(self).__name__}(mask_id={self.mask_id}, sentence_label={self.sentence_label!r}, "
+                f"span_boundaries={self.span_boundaries})")
+
+    def _check_pack(self, pack: bool) -> None:
+        if pack and self.sentence_label:
+            raise ValueError(f"{self.sentence_label} is one label per example, so NSP/SOP pre-training needs one "
+                             "example per row: set train.pack = False")
+
+    def model_feature_lengths(self, task_feature_lengths, pack=False):
+        self._check_pack(pack)
+        return super().model_feature_lengths(task_feature_lengths, pack)
+
+    def convert(self, examples, task_feature_lengths, pack=False):
+        self._check_pack(pack)
+        return super().convert(examples, task_feature_lengths, pack)
 
     def _row_lengths(self, task_feature_lengths):
-        length = _length(task_feature_lengths, "inputs", self.name)
-        return dict.fromkeys(self._ALIGNED, length)
+        lengths = dict.fromkeys(self.aligned, _length(task_feature_lengths, "inputs", self.name))
+        if self.sentence_label:
+            lengths[self.sentence_label] = 1
+        return lengths
 
     def _loss_weights(self, example: Example, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         for key in ("targets_loss_weights", "loss_weights"):
@@ -303,24 +337,43 @@ class EncoderFeatureConverter(FeatureConverter):
         prepared = {"inputs": inputs, "targets": targets,
                     "loss_weights": self._loss_weights(example, inputs, targets),
                     "token_type_ids": _as_tokens(example.get("token_type_ids", np.zeros_like(inputs)))}
-        sizes = {key: len(value) for key, value in prepared.items()}
+        for key in self.kept:
+            if key not in example:
+                raise KeyError(f"{self!r} needs the example feature {key!r}, which the task's preprocessors did not "
+                               f"produce (it has {sorted(example)}); use the matching task or converter")
+            prepared[key] = _as_tokens(np.reshape(example[key], (1,)) if key == self.sentence_label else example[key])
+        sizes = {key: len(prepared[key]) for key in self.aligned}
         if len(set(sizes.values())) != 1:
             raise ValueError(f"encoder features must be aligned (same length), got {sizes}")
         return prepared
 
     def _features(self, row, packed):
-        return {"encoder_input_tokens": row["inputs"], "encoder_target_tokens": row["targets"],
-                "encoder_loss_weights": row["loss_weights"], "token_type_ids": row["token_type_ids"]}
+        features = {"encoder_input_tokens": row["inputs"], "encoder_target_tokens": row["targets"],
+                    "encoder_loss_weights": row["loss_weights"], "token_type_ids": row["token_type_ids"]}
+        if self.sentence_label:
+            features[self.sentence_label] = row[self.sentence_label]
+        if self.span_boundaries:
+            in_span = row["span_relative_position"] > 0
+            offset = np.arange(len(in_span)) - row["inputs_positions"] if packed else 0
+            for key in ("span_left_boundary", "span_right_boundary"):
+                features[key] = np.where(in_span, row[key] + offset, 0).astype(np.int32)
+            features["span_relative_position"] = row["span_relative_position"]
+        return features
 
 
-FEATURE_CONVERTERS: dict[str, type[FeatureConverter]] = {
-    cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter,
-                              PrefixLMFeatureConverter, EncoderFeatureConverter)
+FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
+    **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter,
+                                 PrefixLMFeatureConverter, EncoderFeatureConverter)},
+    # The encoder pre-training objectives' inputs (`train.feature_converter` takes a name).
+    "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
+    "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
+    "encoder_sbo": functools.partial(EncoderFeatureConverter, span_boundaries=True),
 }
 
 
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
-    """A converter by its short name: "enc_dec", "decoder", "prefix_lm" or "encoder"."""
+    """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM), or
+    "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra features)."""
     if name not in FEATURE_CONVERTERS:
         raise KeyError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

@@ -80,6 +80,7 @@ class ModelConfig:
     encoder_head: str = "mlm"         # what an encoder's __call__ returns: "mlm", "discriminator", "none"
     pooler: bool = False              # dense + tanh on the first token (BERT, ALBERT)
     sentence_head: bool = False       # 2-way classifier on the pooler: BERT's NSP, ALBERT's SOP
+    span_boundary_head: bool = False  # SpanBERT's span boundary objective (a pre-training head of encoders)
 
     # Activation dtype; params stay float32. "bfloat16" on TPU.
     dtype: str = "float32"
@@ -99,6 +100,9 @@ class ModelConfig:
                 raise ValueError(f"{field}={getattr(self, field)!r}: expected one of {allowed}")
         if self.sentence_head and not self.pooler:
             raise ValueError("sentence_head=True needs pooler=True (NSP / SOP read the pooled first token)")
+        if self.span_boundary_head and (self.arch != "encoder" or self.encoder_head != "mlm"):
+            raise ValueError("span_boundary_head=True is SpanBERT's pre-training head: it needs arch='encoder' with "
+                             "encoder_head='mlm'")
 
     @property
     def embed_dim(self) -> int:

@@ -131,28 +131,24 @@ class SpanExtractionHead(nn.Module):
 
 
 class SpanBoundaryHead(nn.Module):
-    """SpanBERT's span boundary objective: predict every token of a masked span from the states
-    just outside it (x_{s-1}, x_{e+1}) and its relative position, with a 2-layer GELU +
-    LayerNorm MLP and the tied output embedding.
+    """SpanBERT's span boundary objective: predict each token x_i of a masked span (s..e) from the
+    states just outside the span and its position in it, y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}), with
+    a 2-layer GELU + LayerNorm MLP and the tied output embedding.
 
-    `starts`/`ends` [batch, spans] are inclusive token indices of each span (0 < s <= e < len-1);
-    returns logits [batch, spans, max_span_length, vocab] (positions past the span's end are
-    predictions to ignore).
+    `left`, `right` [batch, n] are the boundary token indices s - 1 and e + 1 of each target's span,
+    `relative` [batch, n] its 1-based position i - s + 1; returns logits [batch, n, vocab]. Positions
+    past `max_span_length` (and 0, off the spans) are clipped into the table: give them no loss.
     """
     config: ModelConfig
     max_span_length: int = 10
 
     @nn.compact
-    def __call__(self, hidden, starts, ends, embedder: L.Embed):
+    def __call__(self, hidden, left, right, relative, embedder: L.Embed):
         cfg = self.config
-        gather = lambda idx: jnp.take_along_axis(hidden, idx[..., None], axis=1)   # [b, s, d]
-        left, right = gather(starts - 1), gather(ends + 1)
+        gather = lambda idx: jnp.take_along_axis(hidden, idx[..., None], axis=1)   # [b, n, d]
         rel = L.Embed(self.max_span_length, cfg.d_model, L.dtype_of(cfg), L.init_std(cfg, 1.0),
-                      ("abspos_buckets", "embed"), name="position")(jnp.arange(self.max_span_length))
-        b, s, d = left.shape
-        x = jnp.concatenate([jnp.broadcast_to(left[:, :, None], (b, s, self.max_span_length, d)),
-                             jnp.broadcast_to(right[:, :, None], (b, s, self.max_span_length, d)),
-                             jnp.broadcast_to(rel, (b, s, self.max_span_length, d))], axis=-1)
+                      ("abspos_buckets", "embed"), name="position")(jnp.clip(relative - 1, 0, self.max_span_length - 1))
+        x = jnp.concatenate([gather(left), gather(right), rel.astype(hidden.dtype)], axis=-1)
         layer_norm = cfg.replace(norm="layer")
         for i in range(2):
             x = _dense(cfg, cfg.d_model, ("mlp", "embed"), f"dense_{i}", (x.shape[-1]) ** -0.5)(x)

@@ -1,7 +1,8 @@
 """Transformer stacks and the three model families.
 
 - `Encoder` (BERT, RoBERTa, ALBERT, ELECTRA): `__call__` -> MLM logits [b, l, vocab] (ELECTRA's
-  discriminator: replaced-token logits [b, l]; `encoder_head="none"`: hidden states).
+  discriminator: replaced-token logits [b, l]; `encoder_head="none"`: hidden states);
+  `pretraining_logits` -> every pre-training head (MLM, NSP/SOP, SpanBERT's SBO) from one pass.
 - `Decoder` (GPT-2; prefix LM with `decoder_causal_attention`): `__call__` -> LM logits.
 - `EncoderDecoder` (T5 v1.0 / v1.1 / mT5, BART): `__call__` -> LM logits.
 Every model's `encode` returns the final hidden states (of the decoder for decoder-only models).
@@ -198,6 +199,8 @@ class Encoder(nn.Module):
             self.sentence_head = H.SequenceClassificationHead(cfg, num_labels=2)
         if cfg.encoder_head == "mlm":
             self.mlm_head = H.MlmHead(cfg, self.token_embedder)
+            if cfg.span_boundary_head:
+                self.span_boundary_head = H.SpanBoundaryHead(cfg)
         elif cfg.encoder_head == "discriminator":
             self.discriminator_head = H.DiscriminatorHead(cfg)
 
@@ -216,6 +219,24 @@ class Encoder(nn.Module):
         pooled = self.pool(encoder_input_tokens, enable_dropout=enable_dropout, **features)
         return self.sentence_head(pooled, deterministic=not enable_dropout)
 
+    def pretraining_logits(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None,
+                           encoder_positions=None, span_left_boundary=None, span_right_boundary=None,
+                           span_relative_position=None, enable_dropout=False, **unused_features):
+        """Every pre-training head from one forward pass (an MLM encoder): "mlm" logits [b, l, vocab];
+        with `sentence_head`, "sentence" NSP/SOP logits [b, 2]; with `span_boundary_head` and the span
+        features, "span_boundary" logits [b, l, vocab] (each token predicted from its span's boundaries)."""
+        if self.config.encoder_head != "mlm":
+            raise ValueError(f"pretraining_logits needs an MLM encoder; this one has encoder_head="
+                             f"{self.config.encoder_head!r}")
+        x = self.encode(encoder_input_tokens, token_type_ids, encoder_segment_ids, encoder_positions, enable_dropout)
+        logits = {"mlm": self.mlm_head(x)}
+        if self.config.sentence_head:
+            logits["sentence"] = self.sentence_head(self.pooler(x), deterministic=not enable_dropout)
+        if self.config.span_boundary_head and span_relative_position is not None:
+            logits["span_boundary"] = self.span_boundary_head(x, span_left_boundary, span_right_boundary,
+                                                              span_relative_position, self.token_embedder)
+        return logits
+
     def __call__(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
                  enable_dropout=False, **unused_features):
         x = self.encode(encoder_input_tokens, token_type_ids, encoder_segment_ids, encoder_positions, enable_dropout)
@@ -223,6 +244,9 @@ class Encoder(nn.Module):
             pooled = self.pooler(x)
             if self.config.sentence_head:
                 self.sentence_head(pooled)
+        if self.config.span_boundary_head and self.is_initializing():
+            positions = jnp.ones_like(encoder_input_tokens)
+            self.span_boundary_head(x, positions, positions, positions, self.token_embedder)
         if self.config.encoder_head == "mlm":
             return self.mlm_head(x)
         if self.config.encoder_head == "discriminator":

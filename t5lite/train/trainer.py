@@ -29,6 +29,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
+from t5lite.train import encoder_objectives  # noqa: F401  (registers the encoder objectives with gin)
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -167,11 +168,13 @@ class NonFiniteLossError(FloatingPointError):
 @gin.configurable(denylist=["overrides"])
 def model_config(preset: str = gin.REQUIRED, overrides: Mapping[str, Any] | None = None,
                  dtype: str | None = None, scan_layers: bool | None = None, remat_policy: str | None = None,
-                 dropout_rate: float | None = None, vocab_size: int | None = None) -> ModelConfig:
-    """A preset with the fields users change most often overridden from gin."""
+                 dropout_rate: float | None = None, vocab_size: int | None = None,
+                 pad_token_id: int | None = None) -> ModelConfig:
+    """A preset with the fields users change most often overridden from gin (`pad_token_id`: a
+    RoBERTa preset, pad 1, trained on a T5-style vocabulary, pad 0)."""
     changes = dict(overrides or {})
     for key, value in dict(dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy,
-                           dropout_rate=dropout_rate, vocab_size=vocab_size).items():
+                           dropout_rate=dropout_rate, vocab_size=vocab_size, pad_token_id=pad_token_id).items():
         if value is not None:
             changes[key] = value
     return models.get_config(preset, **changes)

@@ -166,8 +166,9 @@ def span_mask(words: np.ndarray, num_to_predict: int, rng: np.random.Generator, 
 
 def span_boundary_features(span_of: np.ndarray) -> dict[str, np.ndarray]:
     """What SpanBERT's span boundary objective needs: per span its first and last token (`span_starts`,
-    `span_ends`, inclusive, as `SpanBoundaryHead` takes them), and per token (0 off the spans) the
-    left and right boundary positions (start - 1, end + 1) and the 1-based position in its span."""
+    `span_ends`, inclusive), and per token (0 off the spans) the left and right boundary positions
+    (start - 1, end + 1) and the 1-based position in its span, which `SpanBoundaryHead` takes and
+    the `encoder_sbo` feature converter keeps."""
     num_spans = int(span_of.max()) + 1 if span_of.size else 0
     index = np.arange(len(span_of))
     starts = np.array([index[span_of == s].min() for s in range(num_spans)], dtype=np.int32)

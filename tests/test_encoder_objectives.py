@@ -1,0 +1,199 @@
+"""Encoder pre-training losses against independent references: HF PyTorch `BertForPreTraining` /
+`AlbertForPreTraining` losses on the same weights, SpanBERT's SBO re-derived in numpy from the
+paper's formula, and gradient accumulation over microbatches."""
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import scipy.special
+
+from t5lite import models
+from t5lite.train.encoder_objectives import MlmNspObjective, MlmObjective, MlmSboObjective, MlmSopObjective
+from t5lite.train.objective import LossConfig
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import TrainTask
+
+V = 97
+NO_Z = LossConfig(z_loss=0.0)
+
+
+def _mlm_batch(seed, shape=(4, 12), pad_from=(12, 9, 7, 12), label_key=None):
+    """Random tokens, ~30% of the real ones masked for the loss, token types, and a 0/1 pair label."""
+    rng = np.random.RandomState(seed)
+    targets = rng.randint(5, V, shape).astype(np.int32)
+    for row, n in enumerate(pad_from):
+        targets[row, n:] = 0
+    weights = ((rng.rand(*shape) < 0.3) & (targets > 0)).astype(np.int32)
+    weights[:, 1] = targets[:, 1] > 0   # at least one per row
+    inputs = np.where(weights == 1, 4, targets).astype(np.int32)
+    types = (np.arange(shape[1])[None] >= np.array(pad_from)[:, None] // 2).astype(np.int32)
+    batch = dict(encoder_input_tokens=inputs, encoder_target_tokens=targets, encoder_loss_weights=weights,
+                 token_type_ids=types * (targets > 0))
+    if label_key:
+        batch[label_key] = rng.randint(0, 2, (shape[0], 1)).astype(np.int32)
+    return batch
+
+
+def _our_loss(objective, module, variables, batch, loss=NO_Z):
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    normalizers = objective.normalizers(batch, loss)
+    value, metrics = objective.loss_and_metrics(module, variables["params"], batch, jax.random.key(0), normalizers,
+                                                loss)
+    return float(value), metrics
+
+
+def _hf_loss(model, batch, label_key, hf_label_arg):
+    torch = pytest.importorskip("torch")
+    t = lambda a: torch.tensor(np.asarray(a, np.int64))
+    labels = np.where(batch["encoder_loss_weights"] == 1, batch["encoder_target_tokens"], -100)
+    with torch.no_grad():
+        out = model(input_ids=t(batch["encoder_input_tokens"]), attention_mask=t(batch["encoder_input_tokens"] != 0),
+                    token_type_ids=t(batch["token_type_ids"]), labels=t(labels),
+                    **{hf_label_arg: t(batch[label_key][:, 0])})
+    return float(out.loss)
+
+
+ENCODER_SMALL = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     max_position_embeddings=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@pytest.mark.parametrize("family, objective", [("bert", MlmNspObjective()), ("albert", MlmSopObjective())])
+def test_mlm_plus_sentence_loss_equals_hugging_face(tmp_path, family, objective):
+    """BERT's total pre-training loss (MLM mean over masked tokens + NSP mean over pairs) and ALBERT's
+    (MLM + SOP) are Hugging Face's `*ForPreTraining(labels=..., <pair label>=...).loss`."""
+    torch = pytest.importorskip("torch", reason="the reference is HF PyTorch (extras 'hf')")
+    transformers = pytest.importorskip("transformers", reason="the reference is HF PyTorch (extras 'hf')")
+    from t5lite.interop import hf
+    torch.manual_seed(0)
+    if family == "bert":
+        model = transformers.BertForPreTraining(transformers.BertConfig(**ENCODER_SMALL)).eval()
+        hf_arg = "next_sentence_label"
+    else:
+        model = transformers.AlbertForPreTraining(transformers.AlbertConfig(
+            embedding_size=16, classifier_dropout_prob=0.0, **ENCODER_SMALL)).eval()
+        hf_arg = "sentence_order_label"
+    model.save_pretrained(str(tmp_path / "hf"))
+    module, variables = hf.load(str(tmp_path / "hf"))
+    assert module.config.dropout_rate == 0.0
+    batch = _mlm_batch(0, label_key=objective.label)
+    ours, metrics = _our_loss(objective, module, variables, batch)
+    reference = _hf_loss(model, batch, objective.label, hf_arg)
+    assert abs(ours - reference) < 1e-4, (ours, reference)
+    parts = {k: float(v[0] / v[1]) if isinstance(v, tuple) else float(v) for k, v in metrics.items()}
+    assert abs(parts["mlm_loss"] + parts[f"{objective.prefix}_loss"] - reference) < 1e-4
+    assert 0 <= parts[f"{objective.prefix}_accuracy"] <= 1 and 0 <= parts["mlm_accuracy"] <= 1
+
+
+def test_mlm_objective_is_the_mean_over_masked_tokens():
+    """RoBERTa's loss in numpy: -log softmax(logits)[target] averaged over the masked tokens of the batch."""
+    module = models.build(models.get_config("roberta_tiny", vocab_size=V, pad_token_id=0, dropout_rate=0.0))
+    variables = _random_variables(module)
+    batch = {**_mlm_batch(1), "token_type_ids": np.zeros((4, 12), np.int32)}   # RoBERTa has one token type
+    ours, metrics = _our_loss(MlmObjective(), module, variables, batch)
+    logits = np.asarray(module.apply(variables, **{k: jnp.asarray(v) for k, v in batch.items()}), np.float64)
+    log_probs = logits - scipy.special.logsumexp(logits, axis=-1, keepdims=True)
+    picked = np.take_along_axis(log_probs, batch["encoder_target_tokens"][..., None], -1)[..., 0]
+    w = batch["encoder_loss_weights"]
+    expected = -(picked * w).sum() / w.sum()
+    assert abs(ours - expected) < 1e-5
+    hits = ((logits.argmax(-1) == batch["encoder_target_tokens"]) * w).sum() / w.sum()
+    assert abs(float(metrics["mlm_accuracy"][0] / metrics["mlm_accuracy"][1]) - hits) < 1e-6
+
+
+def _random_variables(module, seed=0, **features):
+    tokens = jnp.ones((1, 6), jnp.int32)
+    shapes = jax.eval_shape(lambda: module.init(jax.random.key(0), encoder_input_tokens=tokens, **features))
+    rng = np.random.RandomState(seed)
+    return jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, 0.2, s.shape), s.dtype), shapes)
+
+
+def _span_batch(seed):
+    """Two rows with spans (s..e) masked; per-token boundaries s-1, e+1 and 1-based positions."""
+    batch = _mlm_batch(seed, shape=(2, 14), pad_from=(14, 11))
+    spans = [[(2, 4), (7, 7)], [(1, 3), (5, 8)]]
+    weights, left, right, rel = (np.zeros((2, 14), np.int32) for _ in range(4))
+    for row, row_spans in enumerate(spans):
+        for s, e in row_spans:
+            for i in range(s, e + 1):
+                weights[row, i], left[row, i], right[row, i], rel[row, i] = 1, s - 1, e + 1, i - s + 1
+    batch.update(encoder_loss_weights=weights, span_left_boundary=left, span_right_boundary=right,
+                 span_relative_position=rel,
+                 encoder_input_tokens=np.where(weights == 1, 4, batch["encoder_target_tokens"]).astype(np.int32))
+    return batch
+
+
+def _layer_norm(x, scale, bias, eps):
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def test_span_boundary_loss_matches_the_papers_formula():
+    """SpanBERT (Joshi et al. 2020, eq. 1-2): h0 = [x_{s-1}; x_{e+1}; p_{i-s+1}],
+    h1 = LayerNorm(GeLU(W1 h0)), y_i = LayerNorm(GeLU(W2 h1)), loss = -log softmax(E y_i)[x_i]
+    averaged over the span tokens; the total adds the MLM mean."""
+    cfg = models.get_config("bert_tiny", vocab_size=V, dropout_rate=0.0, span_boundary_head=True)
+    module = models.build(cfg)
+    batch = _span_batch(2)
+    variables = _random_variables(module)
+    ours, metrics = _our_loss(MlmSboObjective(), module, variables, batch)
+    jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
+    hidden = np.asarray(module.apply(variables, **jbatch, method="encode"), np.float64)
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), flax.core.meta.unbox(variables["params"]))
+    head, embedding = p["span_boundary_head"], p["token_embedder"]["embedding"]
+    gelu = lambda x: 0.5 * x * (1 + scipy.special.erf(x / np.sqrt(2)))
+    losses, hits = [], []
+    for b, i in zip(*np.nonzero(batch["encoder_loss_weights"])):
+        h = np.concatenate([hidden[b, batch["span_left_boundary"][b, i]], hidden[b, batch["span_right_boundary"][b, i]],
+                            head["position"]["embedding"][batch["span_relative_position"][b, i] - 1]])
+        for k in range(2):
+            dense, norm = head[f"dense_{k}"], head[f"norm_{k}"]
+            h = _layer_norm(gelu(h @ dense["kernel"] + dense["bias"]), norm["scale"], norm["bias"], cfg.layer_norm_epsilon)
+        logits = embedding @ h
+        losses.append(scipy.special.logsumexp(logits) - logits[batch["encoder_target_tokens"][b, i]])
+        hits.append(logits.argmax() == batch["encoder_target_tokens"][b, i])
+    sbo = float(metrics["sbo_loss"][0] / metrics["sbo_loss"][1])
+    assert abs(sbo - np.mean(losses)) < 1e-4, (sbo, np.mean(losses))
+    assert abs(float(metrics["sbo_accuracy"][0] / metrics["sbo_accuracy"][1]) - np.mean(hits)) < 1e-6
+    mlm = float(metrics["mlm_loss"][0] / metrics["mlm_loss"][1])
+    assert abs(ours - (mlm + np.mean(losses))) < 1e-4
+
+
+@pytest.mark.parametrize("objective, preset, label", [(MlmNspObjective(), "bert_tiny", "next_sentence_label"),
+                                                      (MlmSboObjective(), "bert_tiny", None)])
+def test_microbatches_give_the_same_update(objective, preset, label):
+    """Accumulating 2 microbatches is one step on the whole batch: same metrics, same SGD update."""
+    cfg = models.get_config(preset, vocab_size=V, dropout_rate=0.0, d_model=32, num_heads=2, head_dim=16, d_ff=64,
+                            num_encoder_layers=1, span_boundary_head=label is None)
+    if label is None:   # four rows with different tokens
+        batch = {k: np.concatenate([v, _span_batch(5)[k]]) for k, v in _span_batch(3).items()}
+    else:
+        batch = _mlm_batch(3, label_key=label)
+    lengths = {k: v.shape[1] for k, v in batch.items()}
+    results = []
+    for m in (1, 2):
+        schedule = optax.constant_schedule(1.0)
+        task = TrainTask(cfg, optax.sgd(schedule), schedule, Partitioner(), lengths, NO_Z, num_microbatches=m,
+                         objective=objective)
+        state = task.init_state(0)
+        before = jax.device_get(state.params)
+        with task.mesh_context():
+            new_state, metrics = jax.jit(task.train_step)(state, {k: jnp.asarray(v) for k, v in batch.items()})
+        update = jax.tree.map(lambda a, b: np.asarray(b) - np.asarray(a), before, jax.device_get(new_state.params))
+        results.append((update, jax.device_get(metrics)))
+    (u1, m1), (u2, m2) = results
+    for a, b in zip(jax.tree.leaves(u1), jax.tree.leaves(u2)):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+    for key in m1:
+        np.testing.assert_allclose(m1[key], m2[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_objectives_add_their_heads_and_refuse_other_models():
+    assert MlmSboObjective().build_model(models.get_config("bert_tiny")).config.span_boundary_head
+    nsp_model = MlmNspObjective().build_model(models.get_config("roberta_tiny"))
+    assert nsp_model.config.pooler and nsp_model.config.sentence_head
+    with pytest.raises(ValueError, match="encoder_head='discriminator'"):
+        MlmObjective().build_model(models.get_config("electra_tiny"))
+    with pytest.raises(ValueError, match="span_boundary_head"):
+        models.get_config("t5_tiny", span_boundary_head=True)
