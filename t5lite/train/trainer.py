@@ -309,7 +309,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                 f"{ckpt.latest_step()} in {ckpt.directory}. Lower the learning rate, enable z_loss, "
                                 "or check the data, then rerun the same command to resume from there.")
                         writer.write(step, last)
-                        bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{last.get('accuracy', math.nan):.3f}",
+                        bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{_headline_accuracy(last):.3f}",
                                         tok_s=f"{last['tokens_per_sec']:.0f}")
                     if evaluators and (step % eval_every == 0 or step == train_steps):
                         _evaluate(evaluators, trainer.model, state.params, step, eval_split, model_dir, writer)
@@ -343,6 +343,11 @@ def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str,
             path = os.path.join(model_dir, "eval", f"{name}.{split}", "predictions.jsonl")
             evaluation.write_predictions(path, result.predictions)
     log.info("eval at step %d (%s): %s", step, split, " ".join(f"{k}={v:.4g}" for k, v in scores.items()))
+
+
+def _headline_accuracy(metrics: dict) -> float:
+    """The progress bar's accuracy: token accuracy, or the objective's main one (e.g. `mlm_accuracy`)."""
+    return metrics.get("accuracy", next((v for k, v in metrics.items() if k.endswith("accuracy")), math.nan))
 
 
 def _summarise(pending: list[dict]) -> dict:
