@@ -66,7 +66,7 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
     for path in (os.getcwd(), str(REPO_ROOT)):
         gin.add_config_file_search_path(path)
     logging.getLogger().addFilter(_quiet_gin_search)
-    if not files:
+    if not files and base_file is None:
         raise ConfigError("no --gin_file given; try --gin_file=configs/local/t5_tiny_pretrain.gin")
     try:
         gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, None,
@@ -226,6 +226,7 @@ def cmd_train(args, gin_files, gin_bindings) -> None:
 def cmd_eval(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.evaluation import evaluate
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
+    _model_from_run_unless_given("eval")
     check_task_name("eval")
     metrics = evaluate()
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
@@ -274,8 +275,14 @@ def read_inputs(path: str, field: str | None = None) -> list[str]:
     return texts
 
 
-def cmd_infer(args, gin_files, gin_bindings) -> None:
+def _model_from_run_unless_given(entry: str) -> None:
+    """Without a model gin (no `model_config.preset`), `entry` reads the run's model_config.json."""
     import gin
+    if not _bound("model_config.preset"):
+        gin.bind_parameter(f"{entry}.model", None)
+
+
+def cmd_infer(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.predict import infer
     texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
     if not texts:
@@ -284,8 +291,7 @@ def cmd_infer(args, gin_files, gin_bindings) -> None:
     if args.output:
         writable.ensure_writable_file(args.output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("infer", infer), base_file="gin/infer.gin")
-    if not _bound("model_config.preset"):   # no model gin: the run's own model_config.json
-        gin.bind_parameter("infer.model", None)
+    _model_from_run_unless_given("infer")
     records = infer(texts)
     if not args.output:
         for record in records:

@@ -17,7 +17,7 @@ import itertools
 import json
 import logging
 import os
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import gin
 import jax
@@ -27,6 +27,9 @@ from t5lite import metrics as metrics_lib, models, writable
 from t5lite.data import registry, vocab as vocab_lib
 from t5lite.errors import DataError
 from t5lite.infer import decoding, predict, scoring
+
+if TYPE_CHECKING:   # fewshot builds on this module; t5lite.infer registers it with gin
+    from t5lite.infer.fewshot import FewShot
 
 log = logging.getLogger("t5lite")
 
@@ -55,7 +58,7 @@ def text_of(example: Mapping[str, Any], feature: str, vocabulary) -> str:
     return text if text is not None else predict.detokenize(vocabulary, example[feature])
 
 
-def _padded_rows(arrays: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
+def padded_rows(arrays: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
     """([n, width] tokens, 0 after each row's end; [n] lengths): the model's pad id goes in later."""
     tokens = np.zeros((len(arrays), width), np.int32)
     for row, ids in zip(tokens, arrays):
@@ -104,9 +107,9 @@ class Evaluator:
         self.batches = []
         for start in range(0, len(self.examples), batch_size):
             chunk = self.examples[start:start + batch_size]
-            inputs, input_lengths = _padded_rows([ex.get("inputs", ()) for ex in chunk],
+            inputs, input_lengths = padded_rows([ex.get("inputs", ()) for ex in chunk],
                                                  int(task_feature_lengths.get("inputs", 1)))
-            targets, target_lengths = _padded_rows([ex["targets"] for ex in chunk], self.max_decode_length)
+            targets, target_lengths = padded_rows([ex["targets"] for ex in chunk], self.max_decode_length)
             self.batches.append(predict.fill_batch({"inputs": inputs, "input_lengths": input_lengths,
                                                     "targets": targets, "target_lengths": target_lengths},
                                                    batch_size))
@@ -117,7 +120,7 @@ class Evaluator:
         self.label_tokens = None
         if self.labels:   # tokenized as the task tokenizes a target: ending in EOS
             eos = getattr(self.vocabulary, "eos_id", vocab_lib.EOS_ID)
-            self.label_tokens, self.label_lengths = _padded_rows(
+            self.label_tokens, self.label_lengths = padded_rows(
                 [(self.vocabulary.encode(label) + [eos])[:self.max_decode_length] for label in self.labels],
                 self.max_decode_length)
 
@@ -251,22 +254,31 @@ def append_metrics(path: str, record: Mapping[str, Any]) -> None:
 
 @gin.configurable("eval")
 def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
-             task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=gin.REQUIRED, split: str = "validation",
+             task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=None, split: str = "validation",
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
-             vocabulary_path: str | None = None) -> dict[str, float]:
+             vocabulary_path: str | None = None, fewshot: FewShot | None = None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
-    and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder."""
+    and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
+
+    `model` defaults to the run's saved config. With `fewshot` (gin: `eval.fewshot = @FewShot()`,
+    t5lite.infer.fewshot) a decoder-only model is evaluated in context, with demonstrations."""
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
+    model = predict.model_config_of(checkpoint_path, model)
     module = models.build(model)
     params, step, step_dir = predict.load_params(model, checkpoint_path)
     output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = registry.get_task_or_mixture(mixture_or_task_name)
-    results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size, data_dir=data_dir,
-                                      max_examples=max_examples, rank_classification=rank_classification),
-                           module, params)
+    if fewshot is not None:
+        tasks = task.tasks if isinstance(task, registry.Mixture) else [task]
+        results = {t.name: fewshot.evaluate(t, split, module, params, data_dir=data_dir, max_examples=max_examples,
+                                            batch_size=batch_size) for t in tasks if split in t.splits}
+    else:
+        results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size,
+                                          data_dir=data_dir, max_examples=max_examples,
+                                          rank_classification=rank_classification), module, params)
     for name, result in results.items():
         folder = os.path.join(output_dir, f"{name}.{split}")
         write_predictions(os.path.join(folder, "predictions.jsonl"), result.predictions)

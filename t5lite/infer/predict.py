@@ -29,7 +29,6 @@ from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.infer import decoding, scoring
 from t5lite.models.config import ModelConfig, load_config
-from t5lite.train.partitioning import Partitioner  # noqa: F401  (registers @Partitioner() for gin/partitioning/*.gin)
 from t5lite.train import checkpoints
 
 log = logging.getLogger(__name__)
