@@ -79,8 +79,8 @@ def model_inputs(config, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, n
     if config.arch == "decoder":
         return {"decoder_prompt_tokens": with_pad(tokens, lengths, config.pad_token_id),
                 "decoder_prompt_lengths": lengths}
-    raise DataError(f"a {config.arch} model has no decoder to generate or score text; evaluate encoders with a "
-                    "classification head (t5lite.infer.classify) instead")
+    raise DataError(f"a {config.arch} model has no decoder to generate or score text; evaluate an encoder "
+                    "through a classification head instead")
 
 
 @dataclasses.dataclass
