@@ -17,7 +17,7 @@ import itertools
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import gin
 import jax
@@ -27,9 +27,6 @@ from t5lite import metrics as metrics_lib, models, writable
 from t5lite.data import registry, vocab as vocab_lib
 from t5lite.errors import DataError
 from t5lite.infer import decoding, predict, scoring
-
-if TYPE_CHECKING:   # fewshot builds on this module; t5lite.infer registers it with gin
-    from t5lite.infer.fewshot import FewShot
 
 log = logging.getLogger("t5lite")
 
@@ -257,12 +254,13 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
              task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=None, split: str = "validation",
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
-             vocabulary_path: str | None = None, fewshot: FewShot | None = None) -> dict[str, float]:
+             vocabulary_path: str | None = None, fewshot=None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
     and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
 
-    `model` defaults to the run's saved config. With `fewshot` (gin: `eval.fewshot = @FewShot()`,
-    t5lite.infer.fewshot) a decoder-only model is evaluated in context, with demonstrations."""
+    `model` defaults to the run's saved config. With `fewshot` (a `t5lite.infer.fewshot.FewShot`,
+    which builds on this module; gin: `eval.fewshot = @FewShot()`) a decoder-only model is
+    evaluated in context, with demonstrations."""
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
     model = predict.model_config_of(checkpoint_path, model)

@@ -31,6 +31,7 @@ from t5lite.infer import decoding, evaluation, predict
 log = logging.getLogger("t5lite")
 
 ANSWER_MARK = " ->"
+WIDTH_MULTIPLE = 64   # prompts are padded to the longest one, rounded up to this
 
 
 def format_prompt(demonstrations: Sequence[tuple[str, str]], query: str, separator: str) -> str:
@@ -109,7 +110,9 @@ class FewShot:
         truncated = sum(len(ids) > budget for ids in prompt_ids)
         if truncated:
             log.info("%d of %d prompts longer than %d tokens lose their start", truncated, len(prompts), budget)
-        tokens, lengths = evaluation.padded_rows([ids[max(0, len(ids) - budget):] for ids in prompt_ids], budget)
+        kept = [ids[max(0, len(ids) - budget):] for ids in prompt_ids]
+        width = min(budget, -(-max(map(len, kept)) // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)   # one compiled shape
+        tokens, lengths = evaluation.padded_rows(kept, width)
         scores, generated = [], []
         for start in range(0, len(examples), batch_size):
             batch = predict.fill_batch({"tokens": tokens[start:start + batch_size],
