@@ -66,7 +66,7 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
     for path in (os.getcwd(), str(REPO_ROOT)):
         gin.add_config_file_search_path(path)
     logging.getLogger().addFilter(_quiet_gin_search)
-    if not files:
+    if not files and base_file is None:
         raise ConfigError("no --gin_file given; try --gin_file=configs/local/t5_tiny_pretrain.gin")
     try:
         gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, None,
@@ -192,12 +192,7 @@ def _referenced_macros(name: str, fn) -> list[str]:
 
 
 def _macro_defined(name: str) -> bool:
-    import gin
-    try:
-        gin.query_parameter(f"%{name}")
-        return True
-    except ValueError:
-        return False
+    return _bound(f"%{name}")
 
 
 def check_task_name(entry: str) -> None:
@@ -231,18 +226,20 @@ def cmd_train(args, gin_files, gin_bindings) -> None:
 def cmd_eval(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.evaluation import evaluate
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
+    _model_from_run_unless_given("eval")
     check_task_name("eval")
     metrics = evaluate()
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
 
 
-def read_inputs(path: str) -> list[str]:
-    """The non-blank lines of a UTF-8 prompts file; a bad byte is reported by line and file offset."""
+def _numbered_lines(path: str) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of a UTF-8 file; a bad byte is reported by line
+    and file offset."""
     try:
         data = Path(path).read_bytes()
     except OSError as e:
         raise DataError(f"--input_file {path}: cannot read it ({e.strerror or e})") from e
-    texts, offset = [], 0
+    lines, offset = [], 0
     for number, raw in enumerate(data.split(b"\n"), 1):
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
@@ -252,26 +249,68 @@ def read_inputs(path: str) -> list[str]:
                             f"`iconv -f latin1 -t utf-8 {path} > inputs.utf8.txt`") from None
         offset += len(raw) + 1
         if line.strip():
-            texts.append(line.rstrip("\r"))
+            lines.append((number, line.rstrip("\r")))
+    return lines
+
+
+def read_inputs(path: str, field: str | None = None) -> list[str]:
+    """The inputs of a prompts file: one per non-blank line, or, for JSON lines (a `.jsonl` file or
+    a `field` given), each line's `field` ("input" by default)."""
+    lines = _numbered_lines(path)
+    if field is None and not path.endswith(".jsonl"):
+        return [text for _, text in lines]
+    field = field or "input"
+    texts = []
+    for number, text in lines:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"--input_file {path}: line {number} is not valid JSON ({e.msg}, column {e.colno}); "
+                            f"write one object per line, e.g. {{\"{field}\": \"a prompt\"}}") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            found = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise DataError(f"--input_file {path}: line {number} has no string field {field!r} (found {found}); "
+                            "name the input field with --field")
+        texts.append(record[field])
     return texts
+
+
+def _model_from_run_unless_given(entry: str) -> None:
+    """Without a model gin (no `model_config.preset`), `entry` reads the run's model_config.json."""
+    import gin
+    if not _bound("model_config.preset"):
+        gin.bind_parameter(f"{entry}.model", None)
 
 
 def cmd_infer(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.predict import infer
-    texts = list(args.text) + (read_inputs(args.input_file) if args.input_file else [])
+    texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
     if not texts:
-        raise ConfigError("nothing to decode: give texts as arguments or --input_file=FILE (one input per line)")
+        raise ConfigError("nothing to decode: give texts as arguments or --input_file=FILE (one input per line, "
+                          "or JSON lines)")
     if args.output:
         writable.ensure_writable_file(args.output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("infer", infer), base_file="gin/infer.gin")
-    lines = [json.dumps({"input": text, "prediction": prediction}, ensure_ascii=False)
-             for text, prediction in zip(texts, infer(texts))]
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        print(f"wrote {len(lines)} predictions to {args.output}")
-    else:
-        print("\n".join(lines))
+    _model_from_run_unless_given("infer")
+    records = infer(texts)
+    if not args.output:
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False), flush=True)
+        return
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    print(f"wrote {len(texts)} predictions to {args.output}")
+
+
+def _bound(name: str) -> bool:
+    import gin
+    try:
+        gin.query_parameter(name)
+        return True
+    except ValueError:
+        return False
 
 
 def cmd_tasks(args, gin_files, gin_bindings) -> None:
@@ -379,9 +418,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "MIXTURE_OR_TASK_NAME, eval.split, eval.data_dir, eval.output_dir)")
     evaluate.set_defaults(fn=cmd_eval)
     infer = sub.add_parser("infer", parents=[common],
-                           help="decode texts with a checkpoint (gin: CHECKPOINT_PATH, infer.method)")
+                           help="decode texts with a checkpoint, JSON lines out (gin: CHECKPOINT_PATH, "
+                                "infer.method; gin/infer.gin)")
     infer.add_argument("text", nargs="*", help="input texts, e.g. \"sst2 sentence: a fine film\"")
-    infer.add_argument("--input_file", default=None, help="a UTF-8 file with one input text per line")
+    infer.add_argument("--input_file", default=None,
+                       help="a UTF-8 file with one input text per line, or JSON lines (.jsonl or --field)")
+    infer.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
     infer.add_argument("--output", default=None, help="write the JSON lines to this file instead of stdout")
     infer.set_defaults(fn=cmd_infer)
     convert = sub.add_parser("convert", parents=[common], help="Hugging Face folder <-> t5lite checkpoint")

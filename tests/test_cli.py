@@ -255,3 +255,21 @@ def test_sequence_lengths_parse_or_say_how_to_write_them():
     for bad in ("inputs=64,targets", "inputs:64", "inputs=sixty"):
         with pytest.raises(ConfigError, match="FEATURE=LENGTH pairs"):
             cli.parse_lengths(bad)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"input": "a"}\n{"input": "b",}\n', "line 2 is not valid JSON"),
+    ('{"input": "a"}\n\n["b"]\n', "line 3 has no string field 'input' (found list)"),
+    ('{"text": "a"}\n', "line 1 has no string field 'input' (found ['text']); name the input field with --field")])
+def test_malformed_json_lines_are_named(capsys, tmp_path, content, expected):
+    (tmp_path / "prompts.jsonl").write_text(content)
+    code, err = _main(capsys, "infer", "--input_file", str(tmp_path / "prompts.jsonl"))
+    assert code == 2 and len(_error_lines(err)) == 1
+    assert f"--input_file {tmp_path / 'prompts.jsonl'}: {expected}" in err
+
+
+def test_json_lines_give_their_field(tmp_path):
+    (tmp_path / "p.txt").write_text('{"q": "one", "id": 1}\n\n{"q": "two é"}\n')
+    assert cli.read_inputs(str(tmp_path / "p.txt"), field="q") == ["one", "two é"]   # --field: JSON lines
+    (tmp_path / "p.jsonl").write_text('{"input": "one", "id": 1}\n\n{"input": "two é"}\n')
+    assert cli.read_inputs(str(tmp_path / "p.jsonl")) == ["one", "two é"]

@@ -1,10 +1,11 @@
-"""`t5lite infer`'s encoding of free text: inputs longer than max_input_length are cut, with a warning."""
+"""`t5lite infer`'s encoding of free text: an encoder's input keeps its start and ends in EOS, a
+prompt to continue keeps its end; either cut is warned about."""
 import logging
 
 import numpy as np
 import pytest
 
-from t5lite.infer.predict import encode_texts
+from t5lite.infer.predict import decoded_lengths, encode_texts, until_eos
 
 
 class ByteVocab:
@@ -17,7 +18,7 @@ class ByteVocab:
 def test_truncated_inputs_are_warned_about_by_index_and_lengths(caplog):
     texts = ["short", "exactly 7", "a much longer input text"]
     with caplog.at_level(logging.WARNING, logger="t5lite.infer.predict"):
-        rows = encode_texts(ByteVocab(), texts, max_length=10, multiple=4, first_index=16)
+        rows, lengths = encode_texts(ByteVocab(), texts, max_length=10, multiple=4, first_index=16)
     long_length = len(texts[2].encode()) + 1  # + EOS
     assert [r.getMessage() for r in caplog.records] == [
         f"input 18 is {long_length} tokens (with EOS), longer than infer.max_input_length=10: truncated to its "
@@ -25,6 +26,24 @@ def test_truncated_inputs_are_warned_about_by_index_and_lengths(caplog):
     np.testing.assert_array_equal(rows[2], [b + 3 for b in texts[2].encode()[:9]] + [1])
     np.testing.assert_array_equal(rows[1], [b + 3 for b in texts[1].encode()] + [1])  # 9 + EOS fits exactly
     np.testing.assert_array_equal(rows[0], [b + 3 for b in texts[0].encode()] + [1] + [0] * 4)  # one EOS, then pad
+    np.testing.assert_array_equal(lengths, [6, 10, 10])
+
+
+def test_prompts_keep_their_end_without_eos_padded_with_the_pad_id(caplog):
+    texts = ["abc", "a long prompt"]
+    with caplog.at_level(logging.WARNING, logger="t5lite.infer.predict"):
+        rows, lengths = encode_texts(ByteVocab(), texts, max_length=8, append_eos=False, pad_id=1, multiple=4)
+    assert [r.getMessage() for r in caplog.records] == [
+        "input 1 is 13 tokens, longer than infer.max_input_length=8: truncated to its last 8 tokens"]
+    np.testing.assert_array_equal(rows, [[b + 3 for b in b"abc"] + [1] * 5, [b + 3 for b in b"g prompt"]])
+    np.testing.assert_array_equal(lengths, [3, 8])
+
+
+def test_decoded_rows_end_at_the_models_eos():
+    tokens = np.array([[5, 7, 2, 1, 1], [5, 6, 7, 8, 9]])
+    np.testing.assert_array_equal(decoded_lengths(tokens, eos_id=2), [3, 5])
+    np.testing.assert_array_equal(until_eos(tokens[0], 2), [5, 7])
+    np.testing.assert_array_equal(until_eos(tokens[1], 2), tokens[1])
 
 
 def test_an_unknown_decoding_method_is_a_config_error_before_loading_anything():

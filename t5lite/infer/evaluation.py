@@ -1,7 +1,8 @@
 """Evaluating a task split: decode, postprocess, run the task's metrics, write what was predicted.
 
-An `Evaluator` reads and batches the split once (enc-dec features, no packing), so training can
-call it every N steps with new parameters. Each call computes
+An `Evaluator` reads and batches the split once (no packing), so training can call it every N
+steps with new parameters, of an encoder-decoder (the inputs feed the encoder) or a decoder-only
+model (the inputs are the prompt, the targets its continuation). Each call computes
 - `loss`: teacher-forced cross entropy per target token,
 - the task's metrics on greedy decodes (text through `task.postprocess`, as are the targets),
 - for tasks with a fixed set of answers, the same metrics on rank classification (the label
@@ -23,7 +24,7 @@ import jax
 import numpy as np
 
 from t5lite import metrics as metrics_lib, models, writable
-from t5lite.data import converters, registry, vocab as vocab_lib
+from t5lite.data import registry, vocab as vocab_lib
 from t5lite.errors import DataError
 from t5lite.infer import decoding, predict, scoring
 
@@ -54,11 +55,29 @@ def text_of(example: Mapping[str, Any], feature: str, vocabulary) -> str:
     return text if text is not None else predict.detokenize(vocabulary, example[feature])
 
 
-def _fill(batch: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
-    """A short last batch padded to `size` rows by repeating its last row (one compiled shape;
-    copies of a real row also end when it does, so they never keep the decode loop running)."""
-    rows = len(next(iter(batch.values())))
-    return {k: np.concatenate([v, np.repeat(v[-1:], size - rows, axis=0)]) for k, v in batch.items()}
+def padded_rows(arrays: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """([n, width] tokens, 0 after each row's end; [n] lengths): the model's pad id goes in later."""
+    tokens = np.zeros((len(arrays), width), np.int32)
+    for row, ids in zip(tokens, arrays):
+        row[:len(ids)] = ids
+    return tokens, np.array([len(ids) for ids in arrays], np.int32)
+
+
+def with_pad(tokens: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
+    """Every position past a row's length set to `pad_id` (BART pads with 1, T5 with 0)."""
+    return np.where(np.arange(tokens.shape[1])[None] < lengths[:, None], tokens, pad_id).astype(np.int32)
+
+
+def model_inputs(config, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """A task's `inputs` as what the family decodes from: the encoder's input (encoder-decoders),
+    or the prompt a decoder-only model continues (a prefix LM's prefix)."""
+    if config.arch == "encoder_decoder":
+        return {"encoder_input_tokens": with_pad(tokens, lengths, config.pad_token_id)}
+    if config.arch == "decoder":
+        return {"decoder_prompt_tokens": with_pad(tokens, lengths, config.pad_token_id),
+                "decoder_prompt_lengths": lengths}
+    raise DataError(f"a {config.arch} model has no decoder to generate or score text; evaluate an encoder "
+                    "through a classification head instead")
 
 
 @dataclasses.dataclass
@@ -68,7 +87,9 @@ class EvalResult:
 
 
 class Evaluator:
-    """One task split, read and batched once; `evaluate(module, params)` scores any parameters."""
+    """One task split, read and batched once; `evaluate(module, params)` scores any parameters of
+    any family with a decoder: the task's inputs feed an encoder-decoder's encoder or prompt a
+    decoder-only model, and its targets (or labels) are scored as what comes next."""
 
     def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
                  data_dir: str | None = None, max_examples: int | None = None, rank_classification: bool = True):
@@ -80,21 +101,25 @@ class Evaluator:
         if not self.examples:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
                             "check the split name, data_dir and max_examples")
-        rows = converters.get_feature_converter("enc_dec").convert(self.examples, task_feature_lengths, pack=False)
-        batches = list(converters.batch(rows, batch_size, drop_remainder=False))
-        self.target_tokens = sum(int((b["decoder_target_tokens"] != 0).sum()) for b in batches)
-        self.batches = [_fill({k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}, batch_size)
-                        for b in batches]
+        self.batches = []
+        for start in range(0, len(self.examples), batch_size):
+            chunk = self.examples[start:start + batch_size]
+            inputs, input_lengths = padded_rows([ex.get("inputs", ()) for ex in chunk],
+                                                 int(task_feature_lengths.get("inputs", 1)))
+            targets, target_lengths = padded_rows([ex["targets"] for ex in chunk], self.max_decode_length)
+            self.batches.append(predict.fill_batch({"inputs": inputs, "input_lengths": input_lengths,
+                                                    "targets": targets, "target_lengths": target_lengths},
+                                                   batch_size))
+        self.target_tokens = sum(len(ex["targets"]) for ex in self.examples)
         self.targets = [task.postprocess(text_of(ex, "targets", self.vocabulary), example=ex, is_target=True)
                         for ex in self.examples]
         self.labels = label_strings(task, self.examples) if rank_classification and task.metric_fns else None
         self.label_tokens = None
-        if self.labels:
-            encoded = [(self.vocabulary.encode(label) + [vocab_lib.EOS_ID])[:self.max_decode_length]
-                       for label in self.labels]
-            self.label_tokens = np.zeros((len(encoded), max(map(len, encoded))), np.int32)
-            for row, ids in zip(self.label_tokens, encoded):
-                row[:len(ids)] = ids
+        if self.labels:   # tokenized as the task tokenizes a target: ending in EOS
+            eos = getattr(self.vocabulary, "eos_id", vocab_lib.EOS_ID)
+            self.label_tokens, self.label_lengths = padded_rows(
+                [(self.vocabulary.encode(label) + [eos])[:self.max_decode_length] for label in self.labels],
+                self.max_decode_length)
 
     def __repr__(self):
         return (f"Evaluator({self.task.name!r}, split={self.split!r}, examples={len(self.examples)}, "
@@ -102,32 +127,31 @@ class Evaluator:
 
     def _run(self, module, params) -> dict[str, np.ndarray]:
         """Device outputs for every batch, fetched once at the end."""
-        outputs = []
+        cfg, outputs = module.config, []
         for batch in self.batches:
-            encoder_tokens, targets = batch["encoder_input_tokens"], batch["decoder_target_tokens"]
-            inputs = {"encoder_input_tokens": encoder_tokens}
-            out = {"log_likelihood": scoring.target_log_likelihood(module, params, inputs, targets)}
+            inputs = model_inputs(cfg, batch["inputs"], batch["input_lengths"])
+            targets = with_pad(batch["targets"], batch["target_lengths"], cfg.pad_token_id)
+            out = {"log_likelihood": scoring.target_log_likelihood(module, params, inputs, targets,
+                                                                   batch["target_lengths"])}
             if self.task.metric_fns:
-                out["decoded"] = decoding.greedy(module, params, {"encoder_input_tokens": encoder_tokens},
-                                                 max_decode_length=self.max_decode_length).tokens
+                out["decoded"] = decoding.greedy(module, params, inputs, max_decode_length=self.max_decode_length).tokens
             if self.label_tokens is not None:
-                out["label_scores"] = scoring.rank_candidates(module, params, inputs, self.label_tokens)
+                out["label_scores"] = label_log_likelihoods(module, params, inputs, self.label_tokens,
+                                                            self.label_lengths)
             outputs.append(out)
         fetched = jax.device_get(outputs)
         n = len(self.examples)
         return {k: np.concatenate([o[k] for o in fetched])[:n] for k in fetched[0]}
 
     def evaluate(self, module, params) -> EvalResult:
-        if module.config.arch != "encoder_decoder":
-            raise NotImplementedError(f"evaluation decodes and scores encoder-decoders; {type(module).__name__} "
-                                      f"({module.config.arch}) is not one")
         out = self._run(module, params)
         metrics = {"loss": float(-out["log_likelihood"].sum() / max(self.target_tokens, 1))}
         inputs_vocabulary = self.task.output_features["inputs"].vocabulary
         records = [{"inputs": text_of(ex, "inputs", inputs_vocabulary),
                     "target": text_of(ex, "targets", self.vocabulary)} for ex in self.examples]
         if "decoded" in out:
-            texts = [predict.detokenize(self.vocabulary, ids) for ids in out["decoded"]]
+            texts = [predict.detokenize(self.vocabulary, predict.until_eos(ids, module.config.eos_token_id))
+                     for ids in out["decoded"]]
             metrics.update(self._score(texts))
             for record, text in zip(records, texts):
                 record["prediction"] = text
@@ -141,6 +165,18 @@ class Evaluator:
     def _score(self, texts: Sequence[str]) -> dict[str, float]:
         predictions = [self.task.postprocess(t, example=ex, is_target=False) for t, ex in zip(texts, self.examples)]
         return metrics_lib.compute_metrics(self.task.metric_fns, self.targets, predictions)
+
+
+def label_log_likelihoods(module, params, inputs: Mapping[str, np.ndarray], label_tokens: np.ndarray,
+                          label_lengths: np.ndarray) -> jax.Array:
+    """[batch, labels] log-likelihood of each label (rows of `label_tokens`, 0 past `label_lengths`)
+    after each input: rank classification, T5's "score" mode. Labels are scored with their
+    lengths, so a label token equal to the pad id (T5's EOS 1 is BART's pad) still counts."""
+    batch = len(next(iter(inputs.values())))
+    labels = with_pad(label_tokens, label_lengths, module.config.pad_token_id)
+    return jax.numpy.stack([scoring.target_log_likelihood(module, params, inputs, np.repeat(row[None], batch, 0),
+                                                          np.full(batch, n, np.int32))
+                            for row, n in zip(labels, label_lengths)], axis=1)
 
 
 def evaluators(task_or_mixture, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Evaluator]:
@@ -215,22 +251,32 @@ def append_metrics(path: str, record: Mapping[str, Any]) -> None:
 
 @gin.configurable("eval")
 def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
-             task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=gin.REQUIRED, split: str = "validation",
+             task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=None, split: str = "validation",
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
-             vocabulary_path: str | None = None) -> dict[str, float]:
+             vocabulary_path: str | None = None, fewshot=None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
-    and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder."""
+    and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
+
+    `model` defaults to the run's saved config. With `fewshot` (a `t5lite.infer.fewshot.FewShot`,
+    which builds on this module; gin: `eval.fewshot = @FewShot()`) a decoder-only model is
+    evaluated in context, with demonstrations."""
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
+    model = predict.model_config_of(checkpoint_path, model)
     module = models.build(model)
     params, step, step_dir = predict.load_params(model, checkpoint_path)
     output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = registry.get_task_or_mixture(mixture_or_task_name)
-    results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size, data_dir=data_dir,
-                                      max_examples=max_examples, rank_classification=rank_classification),
-                           module, params)
+    if fewshot is not None:
+        tasks = task.tasks if isinstance(task, registry.Mixture) else [task]
+        results = {t.name: fewshot.evaluate(t, split, module, params, data_dir=data_dir, max_examples=max_examples,
+                                            batch_size=batch_size) for t in tasks if split in t.splits}
+    else:
+        results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size,
+                                          data_dir=data_dir, max_examples=max_examples,
+                                          rank_classification=rank_classification), module, params)
     for name, result in results.items():
         folder = os.path.join(output_dir, f"{name}.{split}")
         write_predictions(os.path.join(folder, "predictions.jsonl"), result.predictions)

@@ -1,23 +1,40 @@
-"""Loading a trained model for inference, and decoding free text with it (`t5lite infer`)."""
+"""Loading a checkpoint for inference, and decoding free text with it (`t5lite infer`).
+
+Every family with a decoder: an encoder-decoder reads each text as encoder tokens ending in EOS;
+a decoder-only model continues it as a prompt (no EOS; a long prompt loses its start, not its
+end). Each prediction comes with its score, the total log-likelihood of its tokens
+(`scoring.target_log_likelihood`), whichever method chose them.
+
+Given a `Partitioner`, parameters are laid out by their logical axes (heads and MLP over
+`model`, ...) and each batch over `data`; decoding is then one jitted program over the mesh
+and gives the same tokens as one device.
+"""
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
-from typing import Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from t5lite import models
 from t5lite.data import vocab as vocab_lib
-from t5lite.errors import ConfigError
-from t5lite.infer import decoding
+from t5lite.errors import CheckpointError, ConfigError
+from t5lite.infer import decoding, scoring
+from t5lite.models.config import ModelConfig, load_config
 from t5lite.train import checkpoints
 
 log = logging.getLogger(__name__)
+
+METHODS = ("greedy", "beam", "sample")
+MODEL_CONFIG_FILE = "model_config.json"   # what training and `t5lite convert --from_hf` write beside checkpoints/
 
 
 def run_dir(step_dir: str) -> str:
@@ -26,21 +43,43 @@ def run_dir(step_dir: str) -> str:
     return os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent
 
 
-def abstract_params(config) -> dict:
-    """Shapes of the model's parameters, laid out on the first device (what inference restores into)."""
+def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
+    """`model` when gin gives one, else the run's saved `model_config.json` (t5lite runs and
+    Hugging Face models imported with `t5lite convert --from_hf` have one)."""
+    if model is not None:
+        return model
+    path = os.path.join(run_dir(checkpoints.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{checkpoint_path}: no {MODEL_CONFIG_FILE} in its run directory and no model in gin; "
+                              "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
+    return load_config(path)
+
+
+def abstract_variables(config: ModelConfig) -> dict:
+    """Shapes of the model's variables, boxed with their logical axis names."""
     module = models.build(config)
     tokens = jnp.ones((1, 8), jnp.int32)
     features = {"encoder": {"encoder_input_tokens": tokens}, "decoder": {"decoder_input_tokens": tokens},
                 "encoder_decoder": {"encoder_input_tokens": tokens, "decoder_input_tokens": tokens}}[config.arch]
-    shapes = nn.unbox(jax.eval_shape(lambda: module.init(jax.random.key(0), **features)))["params"]
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), shapes)
+    return jax.eval_shape(lambda: module.init(jax.random.key(0), **features))
 
 
-def load_params(config, checkpoint_path: str):
+def abstract_params(config: ModelConfig, partitioner=None) -> dict:
+    """Shapes of the parameters, laid out as `partitioner` shards them (else on the first device)."""
+    boxed = abstract_variables(config)
+    if partitioner is None:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        shardings = jax.tree.map(lambda _: device, nn.unbox(boxed))["params"]
+    else:
+        shardings = partitioner.param_shardings(boxed)["params"]
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        nn.unbox(boxed)["params"], shardings)
+
+
+def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None):
     """(params, step, step directory) of a t5lite checkpoint for the model `config`."""
     step_dir = checkpoints.step_directory(checkpoint_path)
-    params = checkpoints.restore_params(step_dir, abstract_params(config))
+    params = checkpoints.restore_params(step_dir, abstract_params(config, partitioner))
     name = os.path.basename(step_dir)
     return params, int(name) if name.isdigit() else None, step_dir
 
@@ -49,54 +88,166 @@ def detokenize(vocabulary, ids) -> str:
     """Ids to text. The embedding is padded past the vocabulary (2100 -> 2176 rows), and a model
     may emit those ids; they become UNK rather than an error."""
     ids = np.asarray(ids)
-    return vocabulary.decode(np.where(ids < vocabulary.vocab_size, ids, vocab_lib.UNK_ID).tolist())
+    unk = getattr(vocabulary, "unk_id", vocab_lib.UNK_ID)
+    return vocabulary.decode(np.where(ids < vocabulary.vocab_size, ids, unk).tolist())
 
 
-def encode_texts(vocabulary, texts: Sequence[str], max_length: int, multiple: int = 16,
-                 first_index: int = 0) -> np.ndarray:
-    """[n, width] EOS-terminated token rows, 0-padded; width rounds up so similar inputs share a compile.
+def until_eos(ids, eos_id: int) -> np.ndarray:
+    """A decoded row without its EOS and what follows (the model's EOS, which may not be the
+    vocabulary's)."""
+    ids = np.asarray(ids)
+    ends = np.flatnonzero(ids == eos_id)
+    return ids[:ends[0]] if len(ends) else ids
 
-    An input longer than `max_length` tokens (EOS included) is cut, with a warning naming its index
-    (counted from `first_index`) and both lengths: the model never sees the rest."""
+
+def decoded_lengths(tokens: np.ndarray, eos_id: int) -> np.ndarray:
+    """[batch] tokens of each row up to and including its first EOS (all of them if none)."""
+    is_eos = tokens == eos_id
+    return np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, tokens.shape[1]).astype(np.int32)
+
+
+def encode_texts(vocabulary, texts: Sequence[str], max_length: int, *, append_eos: bool = True, pad_id: int = 0,
+                 multiple: int = 16, first_index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """([n, width] token rows padded with `pad_id`, [n] lengths); width rounds up to `multiple`
+    so similar inputs share a compile.
+
+    With `append_eos` (an encoder's input) a text is EOS-terminated and a long one keeps its
+    first `max_length` tokens; without (a prompt to continue) it keeps its last ones. Either cut
+    is warned about, naming the input's index (counted from `first_index`) and both lengths."""
+    eos = getattr(vocabulary, "eos_id", vocab_lib.EOS_ID)
     rows = []
     for index, text in enumerate(texts, first_index):
-        ids = vocabulary.encode(text)
-        if len(ids) + 1 > max_length:
-            log.warning("input %d is %d tokens (with EOS), longer than infer.max_input_length=%d: truncated to "
-                        "its first %d tokens", index, len(ids) + 1, max_length, max_length)
-        rows.append(ids[:max_length - 1] + [vocab_lib.EOS_ID])
-    width = min(max_length, -(-max(map(len, rows)) // multiple) * multiple)
-    out = np.zeros((len(rows), width), np.int32)
+        ids = list(vocabulary.encode(text)) + ([eos] if append_eos else [])
+        if len(ids) > max_length:
+            kept = "first" if append_eos else "last"
+            log.warning("input %d is %d tokens%s, longer than infer.max_input_length=%d: truncated to its %s %d "
+                        "tokens", index, len(ids), " (with EOS)" if append_eos else "", max_length, kept, max_length)
+            ids = ids[:max_length - 1] + [eos] if append_eos else ids[len(ids) - max_length:]
+        rows.append(ids)
+    width = max(1, min(max_length, -(-max(map(len, rows)) // multiple) * multiple))
+    out = np.full((len(rows), width), pad_id, np.int32)
     for out_row, ids in zip(out, rows):
         out_row[:len(ids)] = ids
-    return out
+    return out, np.array([len(ids) for ids in rows], np.int32)
 
 
-@gin.configurable("infer", denylist=["inputs"])
-def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=gin.REQUIRED, method: str = "greedy",
-          max_input_length: int = 512, max_decode_length: int = 64, num_beams: int = 4, temperature: float = 1.0,
-          top_k: int = 0, top_p: float = 0.0, seed: int = 0, batch_size: int = 16,
-          vocabulary_path: str | None = None) -> list[str]:
-    """Decodes each input text with `method` "greedy", "beam" or "sample" (encoder-decoders)."""
-    if method not in ("greedy", "beam", "sample"):
+def fill_batch(batch: Mapping[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
+    """A short batch padded to `size` rows by repeating its last row (one compiled shape; copies
+    of a real row also end when it does, so they never keep the decode loop running)."""
+    rows = len(next(iter(batch.values())))
+    return {k: np.concatenate([v, np.repeat(v[-1:], size - rows, axis=0)]) for k, v in batch.items()}
+
+
+def check_method(method: str) -> None:
+    if method not in METHODS:
         raise ConfigError(f"infer.method must be greedy, beam or sample; got {method!r}")
-    if vocabulary_path is not None:
-        vocab_lib.set_default_vocabulary(vocabulary_path)
-    vocabulary = vocab_lib.DEFAULT_VOCABULARY
-    module = models.build(model)
-    params, _, _ = load_params(model, checkpoint_path)
-    outputs, rng = [], jax.random.key(seed)
-    for start in range(0, len(inputs), batch_size):
-        tokens = {"encoder_input_tokens": encode_texts(vocabulary, inputs[start:start + batch_size], max_input_length,
-                                                       first_index=start)}
-        if method == "greedy":
-            decoded = decoding.greedy(module, params, tokens, max_decode_length=max_decode_length).tokens
-        elif method == "beam":
-            decoded = decoding.beam_search(module, params, tokens, max_decode_length=max_decode_length,
-                                           num_beams=num_beams).tokens[:, 0]
-        else:
+
+
+def _best_tokens(module, params, inputs, rng, *, method: str, max_decode_length: int, num_beams: int, alpha: float,
+                 temperature: float, top_k: int, top_p: float) -> jax.Array:
+    """[batch, max_decode_length]: the tokens `method` ranks first."""
+    if method == "greedy":
+        return decoding.greedy(module, params, inputs, max_decode_length=max_decode_length).tokens
+    if method == "beam":
+        return decoding.beam_search(module, params, inputs, max_decode_length=max_decode_length,
+                                    num_beams=num_beams, alpha=alpha).tokens[:, 0]
+    return decoding.temperature_sample(module, params, inputs, rng, max_decode_length=max_decode_length,
+                                       temperature=temperature, top_k=top_k, top_p=top_p).tokens[:, 0]
+
+
+class Predictor:
+    """A model and its parameters, optionally laid out on a mesh, decoding and scoring batches.
+
+    With a `partitioner`, the parameters take their logical shardings and each batch is split
+    over the data axes; decoding is jitted with those input and output shardings. A batch whose
+    size does not divide by the data-parallel size is filled with copies of its last row."""
+
+    def __init__(self, module, params, partitioner=None, *, method: str = "greedy", max_decode_length: int = 64,
+                 num_beams: int = 4, alpha: float = 0.6, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 0.0):
+        check_method(method)
+        self.module, self.partitioner = module, partitioner
+        decode = functools.partial(_best_tokens, module, method=method, max_decode_length=max_decode_length,
+                                   num_beams=num_beams, alpha=alpha, temperature=temperature, top_k=top_k,
+                                   top_p=top_p)
+        score = functools.partial(scoring.target_log_likelihood, module)
+        if partitioner is None:
+            self.params, self.rows = params, 1
+            self._decode, self._score = decode, score
+            return
+        param_shardings = jax.tree.map(lambda x: x.sharding, abstract_params(module.config, partitioner))
+        self.params = jax.device_put(params, param_shardings)
+        batch, replicated = partitioner.batch_sharding(1), partitioner.sharding(None)
+        self.rows = partitioner.data_parallel_size
+        self._decode = jax.jit(decode, in_shardings=(param_shardings, batch, replicated), out_shardings=batch)
+        self._score = jax.jit(score, in_shardings=(param_shardings, batch, batch, batch), out_shardings=batch)
+
+    def _context(self):
+        return self.partitioner.context() if self.partitioner is not None else contextlib.nullcontext()
+
+    def __call__(self, inputs: Mapping[str, np.ndarray], rng=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens [batch, max_decode_length] with the pad id after EOS, lengths [batch] counting
+        EOS, scores [batch]: summed log-likelihood of those tokens)."""
+        batch = len(next(iter(inputs.values())))
+        inputs = fill_batch(inputs, -(-batch // self.rows) * self.rows)
+        rng = jax.random.key(0) if rng is None else rng
+        with self._context():
+            tokens = np.asarray(self._decode(self.params, inputs, rng))
+            lengths = decoded_lengths(tokens, self.module.config.eos_token_id)
+            scores = np.asarray(self._score(self.params, inputs, tokens, lengths))
+        return tokens[:batch], lengths[:batch], scores[:batch]
+
+
+def prompt_features(config: ModelConfig, vocabulary, texts: Sequence[str], max_length: int,
+                    first_index: int = 0) -> dict[str, np.ndarray]:
+    """Texts as the family's inputs: EOS-terminated encoder tokens, or prompts with their lengths."""
+    if config.arch == "encoder":
+        raise ConfigError("t5lite infer generates text: it needs a model with a decoder (decoder-only or "
+                          "encoder-decoder), not an encoder")
+    encoder = config.arch == "encoder_decoder"
+    tokens, lengths = encode_texts(vocabulary, texts, max_length, append_eos=encoder, pad_id=config.pad_token_id,
+                                   first_index=first_index)
+    if encoder:
+        return {"encoder_input_tokens": tokens}
+    return {"decoder_prompt_tokens": tokens, "decoder_prompt_lengths": lengths}
+
+
+@gin.configurable("infer", denylist=["inputs", "progress"])
+def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: ModelConfig | None = None,
+          method: str = "greedy", max_input_length: int = 512, max_decode_length: int = 64, num_beams: int = 4,
+          alpha: float = 0.6, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.0, seed: int = 0,
+          batch_size: int = 16, vocabulary_path: str | None = None, vocabulary: Any = None, partitioner=None,
+          progress: bool = True) -> Iterator[dict]:
+    """Decodes each text with `method` ("greedy", "beam" with `num_beams` and T5X's brevity
+    penalty `alpha`, or "sample" with `temperature`, `top_k`, `top_p`); yields one record per
+    text, in order: {"input", "prediction", "score", "tokens"}.
+
+    `model` defaults to the run's saved config; `vocabulary` (an object with encode / decode)
+    to the SentencePiece model at `vocabulary_path`, else the built-in tasks' vocabulary."""
+    check_method(method)
+    if vocabulary is None:
+        if vocabulary_path is not None:
+            vocab_lib.set_default_vocabulary(vocabulary_path)
+        vocabulary = vocab_lib.DEFAULT_VOCABULARY
+    config = model_config_of(checkpoint_path, model)
+    module = models.build(config)
+    params, _, _ = load_params(config, checkpoint_path, partitioner)
+    predictor = Predictor(module, params, partitioner, method=method, max_decode_length=max_decode_length,
+                          num_beams=num_beams, alpha=alpha, temperature=temperature, top_k=top_k, top_p=top_p)
+    return _records(predictor, vocabulary, list(inputs), max_input_length, batch_size, seed, progress)
+
+
+def _records(predictor: Predictor, vocabulary, texts: list[str], max_input_length: int, batch_size: int, seed: int,
+             progress: bool) -> Iterator[dict]:
+    config = predictor.module.config
+    rng = jax.random.key(seed)
+    with tqdm(total=len(texts), desc="infer", unit="input", disable=not progress) as bar:
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start:start + batch_size]
+            features = prompt_features(config, vocabulary, chunk, max_input_length, first_index=start)
             rng, key = jax.random.split(rng)
-            decoded = decoding.temperature_sample(module, params, tokens, key, max_decode_length=max_decode_length,
-                                                  temperature=temperature, top_k=top_k, top_p=top_p).tokens[:, 0]
-        outputs.extend(detokenize(vocabulary, ids) for ids in np.asarray(decoded))
-    return outputs
+            tokens, lengths, scores = predictor(features, key)
+            for text, ids, n, score in zip(chunk, tokens, lengths, scores):
+                yield {"input": text, "prediction": detokenize(vocabulary, until_eos(ids[:n], config.eos_token_id)),
+                       "score": float(score), "tokens": int(n)}
+            bar.update(len(chunk))

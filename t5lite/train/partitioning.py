@@ -7,6 +7,7 @@ Switching data parallelism to FSDP or tensor parallelism is a gin change of `mes
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Mapping, Sequence
 
 import flax.linen as nn
@@ -87,6 +88,12 @@ class Partitioner:
         axes = dict(self.rules).get("batch") or ()
         axes = (axes,) if isinstance(axes, str) else axes
         return int(np.prod([self.mesh.shape[a] for a in axes]))
+
+    @contextlib.contextmanager
+    def context(self):
+        """The mesh and the axis rules, active while tracing so activation constraints resolve."""
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            yield self
 
     def sharding(self, logical_spec: P | None) -> NamedSharding:
         spec = nn.logical_to_mesh_axes(tuple(logical_spec or ()), self.rules)

@@ -82,7 +82,7 @@ class TrainTask:
 
     def mesh_context(self):
         """Mesh and axis rules active while tracing, so activation sharding constraints resolve."""
-        return _MeshContext(self.partitioner)
+        return self.partitioner.context()
 
     def _init_variables(self, rng):
         return self.model.init(rng, **self.objective.init_features(self.feature_lengths))
@@ -145,22 +145,6 @@ class TrainTask:
             self.feature_lengths.get("decoder_input_tokens", 0))
 
 
-class _MeshContext:
-    def __init__(self, partitioner: Partitioner):
-        self.partitioner = partitioner
-        self._contexts = []
-
-    def __enter__(self):
-        self._contexts = [jax.set_mesh(self.partitioner.mesh), nn.logical_axis_rules(self.partitioner.rules)]
-        for c in self._contexts:
-            c.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        for c in reversed(self._contexts):
-            c.__exit__(*exc)
-
-
 class NonFiniteLossError(FloatingPointError):
     pass
 
@@ -169,12 +153,13 @@ class NonFiniteLossError(FloatingPointError):
 def model_config(preset: str = gin.REQUIRED, overrides: Mapping[str, Any] | None = None,
                  dtype: str | None = None, scan_layers: bool | None = None, remat_policy: str | None = None,
                  dropout_rate: float | None = None, vocab_size: int | None = None,
-                 pad_token_id: int | None = None) -> ModelConfig:
+                 pad_token_id: int | None = None, max_position_embeddings: int | None = None) -> ModelConfig:
     """A preset with the fields users change most often overridden from gin (`pad_token_id`: a
     RoBERTa preset, pad 1, trained on a T5-style vocabulary, pad 0)."""
     changes = dict(overrides or {})
     for key, value in dict(dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy,
-                           dropout_rate=dropout_rate, vocab_size=vocab_size, pad_token_id=pad_token_id).items():
+                           dropout_rate=dropout_rate, vocab_size=vocab_size, pad_token_id=pad_token_id,
+                           max_position_embeddings=max_position_embeddings).items():
         if value is not None:
             changes[key] = value
     return models.get_config(preset, **changes)

@@ -1,0 +1,82 @@
+"""`t5lite infer` end to end on Hugging Face models imported with `t5lite convert` (a GPT-2 and a
+T5, random weights, the built-in SentencePiece vocabulary): JSON lines in and out, predictions
+equal to `decoding.greedy` on each prompt alone, scores equal to `scoring.target_log_likelihood`
+of the predictions, malformed input lines named."""
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="importing HF models needs torch (extras 'hf')")
+transformers = pytest.importorskip("transformers", reason="importing HF models needs transformers (extras 'hf')")
+
+from t5lite import cli  # noqa: E402
+from t5lite.data.vocab import DEFAULT_VOCABULARY as VOCAB  # noqa: E402
+from t5lite.infer import decoding, predict, scoring  # noqa: E402
+from t5lite.interop import hf  # noqa: E402
+
+V = 2176   # the built-in vocabulary's 2100 ids, padded
+NEW = 6
+PROMPTS = ["the function returns a list", "class", "an error is raised when the file is missing"]
+
+
+def _hf_model(name):
+    torch.manual_seed(0)
+    if name == "t5":
+        config = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                                       relative_attention_num_buckets=8, initializer_factor=2.0,
+                                       decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+        return transformers.T5ForConditionalGeneration(config)
+    config = transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=4, n_positions=64,
+                                     initializer_range=0.5, bos_token_id=V - 1, eos_token_id=V - 1)
+    return transformers.GPT2LMHeadModel(config)
+
+
+@pytest.fixture(scope="module", params=["gpt2", "t5"])
+def imported(request, tmp_path_factory):
+    """(module, params, run dir) of a random HF model converted to a t5lite run by the CLI."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    _hf_model(request.param).save_pretrained(tmp / "hf")
+    cli.main(["convert", "--from_hf", str(tmp / "hf"), "--out", str(tmp / "run")])
+    module, variables = hf.load(str(tmp / "hf"))
+    return module, variables["params"], tmp / "run"
+
+
+def _alone(module, params, text):
+    """One prompt, unpadded: (greedy tokens up to and including EOS, their log-likelihood)."""
+    ids = VOCAB.encode(text)
+    if module.config.arch == "decoder":
+        inputs = {"decoder_prompt_tokens": jnp.asarray([ids])}
+    else:
+        inputs = {"encoder_input_tokens": jnp.asarray([ids + [VOCAB.eos_id]])}
+    tokens = np.asarray(decoding.greedy(module, params, inputs, max_decode_length=NEW).tokens)[0]
+    eos = module.config.eos_token_id
+    n = list(tokens).index(eos) + 1 if eos in tokens else NEW
+    score = scoring.target_log_likelihood(module, params, inputs, jnp.asarray(tokens[None]), jnp.asarray([n]))
+    return tokens[:n], float(score[0])
+
+
+def test_infer_jsonl_predictions_and_scores_equal_decoding_and_scoring(imported, tmp_path, capsys):
+    module, params, run = imported
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(PROMPTS)))
+    cli.main(["infer", f"--gin.CHECKPOINT_PATH='{run}'", f"--gin.infer.max_decode_length={NEW}",
+              "--gin.infer.batch_size=2", "--input_file", str(tmp_path / "in.jsonl"), "--field", "text",
+              "--output", str(tmp_path / "out.jsonl")])
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["input"] for r in records] == PROMPTS
+    for record, text in zip(records, PROMPTS):
+        tokens, score = _alone(module, params, text)
+        assert record["tokens"] == len(tokens)
+        assert record["prediction"] == predict.detokenize(VOCAB, predict.until_eos(tokens, module.config.eos_token_id))
+        assert record["score"] == pytest.approx(score, abs=1e-4)
+    assert len({r["prediction"] for r in records}) > 1
+
+
+def test_infer_reads_texts_from_the_command_line_and_writes_stdout(imported, capsys):
+    module, params, run = imported
+    cli.main(["infer", f"--gin.CHECKPOINT_PATH='{run}'", f"--gin.infer.max_decode_length={NEW}", PROMPTS[1]])
+    out = capsys.readouterr()
+    (record,) = [json.loads(line) for line in out.out.splitlines()]
+    assert record["input"] == PROMPTS[1] and set(record) == {"input", "prediction", "score", "tokens"}
+    assert "infer" in out.err    # the progress bar
