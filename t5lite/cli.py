@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="pages with more characters go (default C4's 190000)")
     prep.add_argument("--no_language_filter", action="store_true", help="keep pages in any language")
     prep.set_defaults(fn=cmd_prepare)
-    compile_ = sub.add_parser("compile", help="compile the train step (or infer's decoding) for a TPU slice on "
+    compile_ = sub.add_parser("compile", parents=[common], help="compile the train step (or infer's decoding) for a TPU slice on "
                                               "this machine: memory, FLOPs, collectives (needs the `tpu` extra)")
     compile_.add_argument("--mode", choices=["train", "infer"], default="train",
                           help="train: `t5lite train`'s step (gin as for train); infer: `t5lite infer`'s decoding "

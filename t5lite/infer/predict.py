@@ -58,10 +58,12 @@ def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelCon
 def abstract_variables(config: ModelConfig) -> dict:
     """Shapes of the model's variables, boxed with their logical axis names."""
     module = models.build(config)
-    tokens = jnp.ones((1, 8), jnp.int32)
-    features = {"encoder": {"encoder_input_tokens": tokens}, "decoder": {"decoder_input_tokens": tokens},
-                "encoder_decoder": {"encoder_input_tokens": tokens, "decoder_input_tokens": tokens}}[config.arch]
-    return jax.eval_shape(lambda: module.init(jax.random.key(0), **features))
+    names = {"encoder": ["encoder_input_tokens"], "decoder": ["decoder_input_tokens"],
+             "encoder_decoder": ["encoder_input_tokens", "decoder_input_tokens"]}[config.arch]
+
+    def init():   # everything inside eval_shape: the mesh may be a TPU topology's (t5lite compile)
+        return module.init(jax.random.key(0), **{name: jnp.ones((1, 8), jnp.int32) for name in names})
+    return jax.eval_shape(init)
 
 
 def abstract_params(config: ModelConfig, partitioner=None) -> dict:

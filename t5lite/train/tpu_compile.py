@@ -7,7 +7,6 @@ and lets the TPU compiler (libtpu) report per-device memory, FLOPs and the colle
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -15,7 +14,6 @@ import re
 import time
 from typing import Mapping
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +21,7 @@ import optax
 
 from t5lite import models
 from t5lite.data.converters import get_feature_converter
-from t5lite.infer import decoding
+from t5lite.infer import decoding, predict
 from t5lite.models.config import ModelConfig
 from t5lite.train import mfu
 from t5lite.train.partitioning import Partitioner
@@ -216,18 +214,10 @@ def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_si
     pass over every input and decoded position (t5lite.train.mfu), times `num_beams` for beam search."""
     if method not in ("greedy", "beam"):
         raise ValueError(f"infer.method={method!r}: compile supports 'greedy' and 'beam'")
-    module = models.build(model_config)
-    decoder_only = model_config.arch == "decoder"
     if model_config.arch == "encoder":
         raise ValueError("this model is encoder-only (arch 'encoder'): it has no decode step to compile")
-    tokens = jnp.ones((1, 8), jnp.int32)
-    features = {"decoder_input_tokens": tokens} if decoder_only else {"encoder_input_tokens": tokens,
-                                                                      "decoder_input_tokens": tokens}
-    with _mesh(partitioner):
-        abstract_vars = jax.eval_shape(lambda: module.init(jax.random.key(0), **features))
-    shardings = partitioner.param_shardings(abstract_vars)["params"]
-    params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                          nn.unbox(abstract_vars)["params"], shardings)
+    module, decoder_only = models.build(model_config), model_config.arch == "decoder"
+    params = predict.abstract_params(model_config, partitioner)
     batch_sharding = partitioner.batch_sharding()
     if decoder_only:
         inputs = {"decoder_prompt_tokens": jax.ShapeDtypeStruct((batch_size, input_length), jnp.int32,
@@ -252,16 +242,9 @@ def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_si
     common = dict(mesh=dict(partitioner.mesh.shape), num_devices=partitioner.mesh.size, hbm_bytes=hbm,
                   model_flops=model_flops, scanned=model_config.scan_layers, decode_loop=True,
                   knobs=_decode_knobs(model_config, partitioner, batch_size, max_decode_length))
-    with _mesh(partitioner):
-        jitted = jax.jit(run, in_shardings=(shardings, jax.tree.map(lambda x: x.sharding, inputs)))
+    with partitioner.context():
+        jitted = jax.jit(run, in_shardings=jax.tree.map(lambda x: x.sharding, (params, inputs)))
         return _compile(lambda: jitted.lower(params, inputs), partitioner, sizes, common)
-
-
-@contextlib.contextmanager
-def _mesh(partitioner: Partitioner):
-    """The mesh and logical axis rules the model's sharding constraints resolve against."""
-    with jax.set_mesh(partitioner.mesh), nn.logical_axis_rules(partitioner.rules):
-        yield
 
 
 def _bytes(value: str, unit: str) -> int:
