@@ -73,7 +73,7 @@ def test_epochs_are_reshuffled_and_deterministic(task):
 def test_hosts_read_disjoint_halves(task):
     def texts(index):
         loader = Loader(task, "train", LENGTHS, 4, pack=False, seed=7, shuffle=False, repeat=False,
-                        process_index=index, process_count=2)
+                        shard_index=index, shard_count=2)
         return [CharVocab().decode(row) for b in loader for row in b["encoder_input_tokens"]]
     host0, host1 = texts(0), texts(1)
     # Every other example of the 57: 29 for host 0, 28 for host 1 (no repeat: the short batch is kept).
@@ -90,16 +90,17 @@ def test_prefetch_yields_the_same_batches_and_states(task):
 
 
 def test_restoring_with_another_host_count_fails(task):
-    loader = _loader(task, process_index=0, process_count=2)
-    with pytest.raises(ValueError, match="2 hosts"):
-        _loader(task, process_index=0, process_count=1).restore(loader.state())
+    loader = _loader(task, shard_index=0, shard_count=2)
+    with pytest.raises(ValueError, match="written for 2 data shards"):
+        _loader(task, shard_index=0, shard_count=1).restore(loader.state())
 
 
-def _first_batch_or_error(loader, seconds=20):
-    """Runs the first batch on a thread, so a loader that loops forever fails the test instead of hanging it."""
+def _first_batch_or_error(make_loader, seconds=20):
+    """Builds a loader and runs its first batch on a thread, so a loader that loops forever fails the
+    test instead of hanging it."""
     import threading
     outcome = []
-    thread = threading.Thread(target=lambda: outcome.append(_catch(lambda: next(iter(loader)))), daemon=True)
+    thread = threading.Thread(target=lambda: outcome.append(_catch(lambda: next(iter(make_loader())))), daemon=True)
     thread.start()
     thread.join(seconds)
     assert outcome, f"the loader yielded nothing and raised nothing within {seconds}s"
@@ -123,12 +124,12 @@ def test_an_epoch_without_examples_is_an_error_not_an_endless_loop(rows, drop_al
                              drop + [lambda ds: ({"inputs": r["text"], "targets": r["text"]} for r in ds),
                                      P.tokenize, P.append_eos_after_trim], {"inputs": feature, "targets": feature})
     try:
-        error = _first_batch_or_error(_loader(empty))
+        error = _first_batch_or_error(lambda: _loader(empty))
     finally:
         TaskRegistry.remove(name)
     assert isinstance(error, DataError) and f"task {name!r} split 'train' yields no examples" in str(error)
 
 
 def test_a_batch_that_does_not_divide_over_hosts_says_what_to_use(task):
-    with pytest.raises(ConfigError, match="batch size 6 does not divide over 4 hosts; use a multiple of 4"):
-        Loader(task, "train", LENGTHS, 6, process_index=0, process_count=4)
+    with pytest.raises(ConfigError, match=r"batch size 6 does not divide over 4 data shards .*; use a multiple of 4"):
+        Loader(task, "train", LENGTHS, 6, shard_index=0, shard_count=4)
