@@ -21,6 +21,7 @@ setup(
         "matplotlib>=3.8",
         "tensorboardX>=2.6",
         "etils[epath]>=1.7",
+        "grain>=0.2.18,<0.3",
     ],
     extras_require={
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],

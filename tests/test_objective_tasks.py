@@ -15,7 +15,7 @@ LENGTHS = {"inputs": 32, "targets": 32}
 
 def batches(name, converter, count=3, state=None, **kwargs):
     loader = Loader(get_task(f"embedded_docs_{name}"), "train", LENGTHS, 4, converter, seed=3,
-                    process_index=0, process_count=1, **kwargs)
+                    shard_index=0, shard_count=1, **kwargs)
     if state:
         loader.restore(state)
     return list(itertools.islice(loader, count)), loader.state()
