@@ -42,6 +42,14 @@ def derived_seed(*values: int) -> int:
     return int(np.random.SeedSequence([int(v) for v in values]).generate_state(1)[0] >> 1)
 
 
+def _allow_grain_flags() -> None:
+    """grain's worker processes read its absl flags, which fails unless flags count as parsed
+    (google/grain#1355); outside an absl app they are marked parsed, keeping their defaults."""
+    from absl import flags
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 class GrainExamples:
     """A random-access task's examples, as blocks read through grain; position = (block, offset)."""
 
@@ -72,6 +80,7 @@ class GrainExamples:
         # No reader threads: preprocessing holds the GIL, so parallelism comes from worker processes.
         blocks = self.blocks[self.block:].to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
         if self.worker_count:
+            _allow_grain_flags()
             blocks = blocks.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.worker_count))
         self._sizes.clear()
         skip, records_without_examples, any_example = self.offset, 0, False
