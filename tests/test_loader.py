@@ -191,3 +191,16 @@ def test_resume_inside_a_block_continues_with_the_same_batches(task):
         resumed.restore(first.state())
         _assert_same(_take(resumed, 20 - stop), straight[stop:])
     assert any(offsets), offsets  # some positions fall inside a block
+
+
+@pytest.mark.slow  # starts grain worker processes; test_resume_inside_a_block_continues... is the fast sibling
+def test_worker_processes_yield_the_same_batches_and_resume_exactly(task):
+    """grain's worker processes preprocess blocks round-robin; the batches must not depend on how many."""
+    loader = lambda workers: Loader(task, "train", LENGTHS, 4, pack=True, seed=3, block_size=8,  # noqa: E731
+                                    worker_count=workers)
+    straight = _take(loader(0), 12)
+    with_workers = loader(2)
+    _assert_same(_take(with_workers, 5), straight[:5])
+    resumed = loader(2)
+    resumed.restore(with_workers.state())
+    _assert_same(_take(resumed, 7), straight[5:])
