@@ -233,3 +233,10 @@ def test_a_tfds_task_is_read_through_grain_and_resumes_exactly():
         resumed = make()
         resumed.restore(first.state())
         _assert_same(_take(resumed, 6), straight[4:])
+
+
+def test_a_position_of_the_streaming_loader_is_refused_with_the_reason(task):
+    """Checkpoints written before the grain loader hold `examples_consumed`; a grain-read task cannot
+    continue from it without replaying the stream, so it says so instead of restarting the data."""
+    with pytest.raises(ConfigError, match="written by the streaming loader"):
+        _loader(task).restore({"examples_consumed": 10, "seed": 7, "process_index": 0, "process_count": 1})
