@@ -22,6 +22,7 @@ setup(
         "tensorboardX>=2.6",
         "etils[epath]>=1.7",
         "array-record>=0.8,<0.9",  # `t5lite prepare`'s shards
+        "grain>=0.2.18,<0.3",
     ],
     extras_require={
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],

@@ -75,7 +75,7 @@ def count_collectives(mesh_shape, num_microbatches, batch_size=32):
 
 
 def host_batches(process_index, process_count):
-    loader = Loader(task, "train", LENGTHS, BATCH, process_index=process_index, process_count=process_count)
+    loader = Loader(task, "train", LENGTHS, BATCH, shard_index=process_index, shard_count=process_count)
     it = iter(loader)
     return [next(it) for _ in range(STEPS)]
 

@@ -313,30 +313,30 @@ def _saved_positions(model_dir, step):
         return json.load(f)
 
 
-def _examples_consumed_after(process_index, steps):
-    """What host `process_index` of 2 consumes in `steps` batches of 2, read by a fresh loader."""
+def _position_after(process_index, steps):
+    """The data position of host `process_index` of 2 after `steps` batches of 2, read by a fresh loader."""
     from t5lite.data import get_task
     from t5lite.data.loader import Loader
-    loader = Loader(get_task(SST2), "train", SST2_LENGTHS, 4, process_index=process_index, process_count=2,
+    loader = Loader(get_task(SST2), "train", SST2_LENGTHS, 4, shard_index=process_index, shard_count=2,
                     data_dir=str(shared_data_dir() / "glue"))
     batches = iter(loader)
     for _ in range(steps):
         next(batches)
-    return loader.examples_consumed
+    return loader.state()
 
 
 @pytest.mark.slow
 def test_each_of_two_hosts_resumes_at_its_own_data_position(tmp_path):
-    expected_at_2, expected_at_4 = ([_examples_consumed_after(i, s) for i in range(2)] for s in (2, 4))
+    expected_at_2, expected_at_4 = ([_position_after(i, s) for i in range(2)] for s in (2, 4))
     assert expected_at_2[0] != expected_at_2[1]  # the hosts' positions differ
     run = str(tmp_path / "run")
     _two_hosts(run, 2)
     saved = _saved_positions(run, 2)
-    assert [saved[str(i)]["examples_consumed"] for i in range(2)] == expected_at_2
+    assert [saved[str(i)] for i in range(2)] == expected_at_2
     _two_hosts(run, 4)  # resumes from step 2: each host must continue from its own position
     saved = _saved_positions(run, 4)
-    assert [saved[str(i)]["examples_consumed"] for i in range(2)] == expected_at_4
-    assert [saved[str(i)]["process_index"] for i in range(2)] == [0, 1]
+    assert [saved[str(i)] for i in range(2)] == expected_at_4
+    assert [saved[str(i)]["shard_index"] for i in range(2)] == [0, 1]
 
 
 def test_data_positions_are_kept_per_process_and_a_missing_one_is_refused(tmp_path):

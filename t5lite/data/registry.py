@@ -31,11 +31,27 @@ class Feature:
 
 
 class Source(Protocol):
-    """Raw examples of a split. Shuffling and per-host sharding happen here, before preprocessing."""
+    """Raw examples of a split. Shuffling and per-host sharding happen here, before preprocessing.
+
+    A source that can also hand out the split in random-access form has `records(split, data_dir)`
+    returning a `RandomAccess`; the training loader then reads it through grain (index shuffle,
+    O(1) resume). Sources without it are streamed."""
     splits: Sequence[str]
 
     def load(self, split: str, *, data_dir: str | None = None, shuffle: bool = False, seed: int = 0,
              shard_index: int = 0, shard_count: int = 1) -> Iterator[Example]: ...
+
+
+class RandomAccess(Protocol):
+    """A split's raw examples by index: a list, TFDS's `data_source`, ArrayRecord shards, ..."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Example: ...
+
+
+def is_random_access(records: Any) -> bool:
+    return hasattr(records, "__len__") and hasattr(records, "__getitem__") and not isinstance(records, Mapping)
 
 
 def shuffle_and_shard(examples: Sequence[Example], *, shuffle: bool, seed: int, shard_index: int,
@@ -50,13 +66,19 @@ def shuffle_and_shard(examples: Sequence[Example], *, shuffle: bool, seed: int, 
 
 @dataclasses.dataclass
 class FunctionSource:
-    """Examples from a Python function `fn(split) -> sequence of dicts` (loaded once per call)."""
-    fn: Callable[[str], Sequence[Example]]
+    """Examples from a Python function `fn(split)` returning a list, any `RandomAccess` object (kept
+    as it is, so a source of 10^9 records computed on the fly is never materialised) or an iterable
+    (read into a list). Called once per `load` / `records`."""
+    fn: Callable[[str], Iterable[Example] | RandomAccess]
     splits: Sequence[str] = ("train", "validation")
 
-    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
+    def records(self, split: str, data_dir: str | None = None) -> RandomAccess:
         _check_split(self, split)
-        return shuffle_and_shard(list(self.fn(split)), shuffle=shuffle, seed=seed,
+        records = self.fn(split)
+        return records if is_random_access(records) else list(records)
+
+    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
+        return shuffle_and_shard(self.records(split), shuffle=shuffle, seed=seed,
                                  shard_index=shard_index, shard_count=shard_count)
 
 
@@ -113,12 +135,17 @@ class Task:
                     seed: int = 0, data_dir: str | None = None, shard_index: int = 0,
                     shard_count: int = 1) -> Iterator[Example]:
         """Preprocessed examples of `split`: a deterministic function of the arguments."""
-        dataset: Iterable[Example] = self.source.load(split, data_dir=data_dir, shuffle=shuffle, seed=seed,
-                                                      shard_index=shard_index, shard_count=shard_count)
+        dataset = self.source.load(split, data_dir=data_dir, shuffle=shuffle, seed=seed,
+                                   shard_index=shard_index, shard_count=shard_count)
+        return self.preprocess(dataset, sequence_length, seed)
+
+    def preprocess(self, examples: Iterable[Example], sequence_length: Mapping[str, int] | None = None,
+                   seed: int = 0) -> Iterator[Example]:
+        """Raw examples through the preprocessors; preprocessor i draws its randomness from seed * 1000 + i."""
         for i, fn in enumerate(self.preprocessors):
-            dataset = call_preprocessor(fn, dataset, sequence_length=sequence_length,
-                                        output_features=self.output_features, seed=seed * 1000 + i)
-        return iter(dataset)
+            examples = call_preprocessor(fn, examples, sequence_length=sequence_length,
+                                         output_features=self.output_features, seed=seed * 1000 + i)
+        return iter(examples)
 
     def postprocess(self, text: str, example: Example | None = None, is_target: bool = False):
         if self.postprocess_fn is None:

@@ -5,6 +5,8 @@ shard_index, shard_count)`. A split is held in random-access form (a TFDS array_
 source, or a local file read into a list), so `registry.shuffle_and_shard` can apply one seeded
 permutation and give host `i` every `shard_count`-th example: shards are disjoint, together cover
 the split, and the order is a pure function of the arguments, which is what makes a run resumable.
+`records(split, data_dir)` hands out that random-access form itself (`registry.RandomAccess`), which
+the training loader reads through grain without materialising a permutation.
 
 Local files (TSV/CSV tables, JSON lines, plain text, aligned parallel text; task modules add their
 datasets' own layouts) are read into the same feature dicts TFDS yields, so one task's preprocessors
@@ -31,7 +33,7 @@ import gin
 import numpy as np
 from etils import epath
 
-from t5lite.data.registry import Example, _check_split, shuffle_and_shard
+from t5lite.data.registry import Example, RandomAccess, _check_split, shuffle_and_shard
 from t5lite.errors import DataError, DataNotFoundError
 
 log = logging.getLogger(__name__)
@@ -329,6 +331,10 @@ class FileSource:
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return len(self.read(split, data_dir))
 
+    def records(self, split: str, data_dir: str | None = None) -> RandomAccess:
+        """The split read once into memory, for random access."""
+        return self.read(split, data_dir)
+
     def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
         return shuffle_and_shard(self.read(split, data_dir), shuffle=shuffle, seed=seed, shard_index=shard_index,
                                  shard_count=shard_count)
@@ -366,10 +372,13 @@ class TfdsSource:
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return len(self.data_source(split, data_dir))
 
+    def records(self, split: str, data_dir: str | None = None) -> RandomAccess:
+        """The prepared split by index, each record as plain Python (read on access, not loaded)."""
+        return PythonRecords(self.data_source(split, data_dir))
+
     def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1):
-        data = self.data_source(split, data_dir)
-        return map(to_python, shuffle_and_shard(data, shuffle=shuffle, seed=seed, shard_index=shard_index,
-                                                shard_count=shard_count))
+        return shuffle_and_shard(self.records(split, data_dir), shuffle=shuffle, seed=seed, shard_index=shard_index,
+                                 shard_count=shard_count)
 
 
 def _first_line(error: Exception) -> str:
@@ -388,6 +397,18 @@ def to_python(value: Any) -> Any:
     if isinstance(value, list):
         return [to_python(v) for v in value]
     return value
+
+
+@dataclasses.dataclass(frozen=True)
+class PythonRecords:
+    """A random-access sequence of TFDS numpy records, seen as plain Python values (`to_python`)."""
+    data: RandomAccess
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> Example:
+        return to_python(self.data[index])
 
 
 @dataclasses.dataclass
@@ -421,6 +442,9 @@ class FilesOrTfds:
 
     def num_examples(self, split: str, data_dir: str | None = None) -> int:
         return self._call("num_examples", split, data_dir)
+
+    def records(self, split: str, data_dir: str | None = None) -> RandomAccess:
+        return self._call("records", split, data_dir)
 
     def load(self, split, *, data_dir=None, **kwargs):
         return self._call("load", split, data_dir, **kwargs)

@@ -1,5 +1,10 @@
 """Orbax checkpoints of the whole train state plus every host's data position.
 
+The data position is the loader's `state()` (t5lite.data.loader): a few numbers (block and offset
+for a grain-read task, examples consumed for a streamed one), the same size at step 10 and 10^6.
+The hosts' positions are gathered into one JSON item keyed by process index, and each host
+restores its own.
+
 Saves are asynchronous (training continues while the arrays are written) and atomic: orbax
 writes into a temporary directory and renames it when complete, so a crash mid-save leaves the
 previous checkpoint as the latest readable one. A step that is complete but damaged later

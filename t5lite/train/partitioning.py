@@ -8,6 +8,7 @@ Switching data parallelism to FSDP or tensor parallelism is a gin change of `mes
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Mapping, Sequence
 
 import flax.linen as nn
@@ -95,6 +96,37 @@ class Partitioner:
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
             yield self
 
+    def data_shard(self, process_index: int | None = None) -> tuple[int, int]:
+        """(index, count) of the data shard a process feeds: processes whose devices hold the same rows
+        of the global batch (the same indices along the mesh axes `batch` maps to) read the same data.
+
+        With one process per data-parallel replica this is (process index, process count); when a
+        `model` axis spans hosts, the hosts of one replica share a shard, so they feed the same rows
+        (feeding them different rows would silently train on an inconsistent batch)."""
+        process_index = jax.process_index() if process_index is None else process_index
+        rows = self._batch_rows_by_process
+        groups = sorted(set(rows.values()))
+        flat = [row for group in groups for row in group]
+        if len(flat) != len(set(flat)) or any(list(g) != list(range(g[0], g[0] + len(g))) for g in groups):
+            raise ValueError(f"mesh {dict(self.mesh.shape)}: processes hold overlapping or non-contiguous rows of "
+                             f"the batch ({ {p: list(r) for p, r in sorted(rows.items())} }), so no process can "
+                             "feed its rows alone; order Partitioner.devices so each host's devices cover one "
+                             "block of the data axes")
+        return groups.index(rows[process_index]), len(groups)
+
+    @functools.cached_property
+    def _batch_rows_by_process(self) -> dict[int, tuple[int, ...]]:
+        """For each process, the (sorted) indices along the batch's mesh axes its devices hold."""
+        axes = dict(self.rules).get("batch") or ()
+        axes = (axes,) if isinstance(axes, str) else tuple(axes)
+        names = list(self.mesh.axis_names)
+        sizes = [self.mesh.shape[a] for a in axes]
+        rows: dict[int, set[int]] = {}
+        for coords, device in np.ndenumerate(self.mesh.devices):
+            row = int(np.ravel_multi_index([coords[names.index(a)] for a in axes], sizes)) if axes else 0
+            rows.setdefault(device.process_index, set()).add(row)
+        return {p: tuple(sorted(r)) for p, r in rows.items()}
+
     def sharding(self, logical_spec: P | None) -> NamedSharding:
         spec = nn.logical_to_mesh_axes(tuple(logical_spec or ()), self.rules)
         return NamedSharding(self.mesh, spec)
@@ -131,18 +163,20 @@ class Partitioner:
         return self.sharding(P("batch", *([None] * (ndim - 1))))
 
     def shard_batch(self, local_batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-        """Builds global arrays from this host's slice of the batch (multi-host safe)."""
+        """Builds global arrays from this process's data shard of the batch (`data_shard`; multi-host safe)."""
+        _, shard_count = self.data_shard()
         out = {}
         for name, value in local_batch.items():
-            global_shape = (value.shape[0] * jax.process_count(),) + value.shape[1:]
+            global_shape = (value.shape[0] * shard_count,) + value.shape[1:]
             out[name] = jax.make_array_from_process_local_data(self.batch_sharding(value.ndim), value, global_shape)
         return out
 
     def check_batch_size(self, global_batch_size: int, num_microbatches: int = 1) -> None:
         per_step = global_batch_size // max(num_microbatches, 1)
+        shards = self.data_shard()[1]
         if global_batch_size % max(num_microbatches, 1) or per_step % self.data_parallel_size \
-                or global_batch_size % jax.process_count():
+                or global_batch_size % shards:
             raise ValueError(
                 f"BATCH_SIZE={global_batch_size} with {num_microbatches} microbatch(es) must split evenly over "
-                f"the {self.data_parallel_size}-way data-parallel mesh and {jax.process_count()} host(s); "
+                f"the {self.data_parallel_size}-way data-parallel mesh and {shards} host data shard(s); "
                 "choose a multiple of their product")

@@ -187,7 +187,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
           eval_every: int = 0, eval_split: str = "validation", eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
-          progress: bool = True) -> dict:
+          data_block_size: int = 128, data_workers: int = 0, progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
     With `eval_every`, the task's `eval_split` is evaluated every that many steps and at the end
@@ -203,6 +203,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
 
     `objective` (t5lite.train.objective) is the module trained and its loss; the default is token
     cross entropy over the model's logits (span corruption, LM, MLM).
+
+    The input pipeline (t5lite.data.loader) preprocesses `data_block_size` records at a time in
+    `data_workers` grain worker processes (0: in the training process); the block size is part of
+    the data order, so a resumed run must keep it.
 
     `initial_checkpoint_path` starts a new run from another run's checkpoint: its parameters with
     a fresh optimizer at step 0 (`initial_checkpoint_restore='params'`), or its whole train state
@@ -234,8 +238,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         task = registry.get_task_or_mixture(mixture_or_task_name)
         _check_vocabulary(task, model)
         optimizer, schedule = optimizer
+        shard_index, shard_count = partitioner.data_shard()  # hosts of one data-parallel replica read the same data
         loader = Loader(task, "train", task_feature_lengths, batch_size, feature_converter, pack=pack, seed=seed,
-                        data_dir=data_dir)
+                        data_dir=data_dir, shard_index=shard_index, shard_count=shard_count,
+                        block_size=data_block_size, worker_count=data_workers)
         feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
         trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
                             LossConfig(z_loss, label_smoothing, loss_normalizing_factor), num_microbatches, objective)
