@@ -163,9 +163,12 @@ class PreparedSource:
         shards = self.shards(split, data_dir)
         return len(shards) if shards is not None else self.fallback.num_examples(split, data_dir=data_dir)
 
-    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1) -> Iterator[Example]:
+    def records(self, split: str, data_dir: str | None = None):
+        """The prepared documents by index (random access: the grain loader resumes in O(1)), else the
+        fallback's records."""
         shards = self.shards(split, data_dir)
-        if shards is None:
-            return self.fallback.load(split, data_dir=data_dir, shuffle=shuffle, seed=seed, shard_index=shard_index,
-                                      shard_count=shard_count)
-        return shuffle_and_shard(shards, shuffle=shuffle, seed=seed, shard_index=shard_index, shard_count=shard_count)
+        return shards if shards is not None else self.fallback.records(split, data_dir=data_dir)
+
+    def load(self, split, *, data_dir=None, shuffle=False, seed=0, shard_index=0, shard_count=1) -> Iterator[Example]:
+        return shuffle_and_shard(self.records(split, data_dir), shuffle=shuffle, seed=seed, shard_index=shard_index,
+                                 shard_count=shard_count)
