@@ -194,6 +194,17 @@ def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path
     abstract = jax.eval_shape(lambda: _init(models.build(model)))
     disc = checkpoints.restore_params(os.path.join(tmp_path, "checkpoints"), {"discriminator": abstract})
     assert set(disc) == {"discriminator"}
-    abstract_joint = jax.eval_shape(lambda: _init(objective.build_model(model)))
-    both = checkpoints.restore_params(os.path.join(tmp_path, "checkpoints"), abstract_joint)
+    joint = objective.build_model(model)
+    both = checkpoints.restore_params(os.path.join(tmp_path, "checkpoints"), jax.eval_shape(lambda: _init(joint)))
     assert set(both) == {"generator", "discriminator"}
+    # `t5lite convert --to_hf` exports the discriminator; Hugging Face scores tokens as the joint module does.
+    torch = pytest.importorskip("torch", reason="the export check needs torch (extras 'hf')")
+    transformers = pytest.importorskip("transformers", reason="the export check needs transformers (extras 'hf')")
+    from t5lite.interop.checkpoint import t5lite_to_hf
+    t5lite_to_hf(str(tmp_path), str(tmp_path / "hf"))
+    exported = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / "hf")).eval()
+    tokens = np.random.default_rng(0).integers(3, 2000, size=(2, 16))
+    with torch.no_grad():
+        theirs = exported(input_ids=torch.tensor(tokens)).logits.numpy()
+    ours = joint.apply({"params": both}, encoder_input_tokens=jnp.asarray(tokens), method="discriminate")
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
