@@ -53,19 +53,16 @@ def generator_config(generator: ModelConfig, discriminator: ModelConfig) -> Mode
 
 
 def _split_shared(params):
-    """(params without the shared embeddings, the shared embeddings) of one Encoder's param dict."""
+    """(params without the shared embeddings, the shared embeddings) of one Encoder's params. The
+    paths are at most two deep, so copying one level leaves `params` itself untouched."""
     own = {k: dict(v) if isinstance(v, Mapping) else v for k, v in params.items()}
     shared = {}
-    for path in SHARED_EMBEDDINGS:
-        parent, parent_shared = own, shared
-        for key in path[:-1]:
-            if key not in parent:
-                break
-            parent_shared = parent_shared.setdefault(key, {})
-            parent = parent[key]
-        else:
-            if path[-1] in parent:
-                parent_shared[path[-1]] = parent.pop(path[-1])
+    for *parents, leaf in SHARED_EMBEDDINGS:
+        source, target = own, shared
+        for key in parents:
+            source, target = source.get(key, {}), target.setdefault(key, {})
+        if leaf in source:
+            target[leaf] = source.pop(leaf)
     return own, shared
 
 
