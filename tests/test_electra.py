@@ -208,3 +208,22 @@ def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path
         theirs = exported(input_ids=torch.tensor(tokens)).logits.numpy()
     ours = joint.apply({"params": both}, encoder_input_tokens=jnp.asarray(tokens), method="discriminate")
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_electra_mlm_task_masks_15_percent_of_tokens_85_percent_with_mask_and_never_random():
+    import itertools
+    from t5lite.data import get_task
+    from t5lite.data.objectives.masking import special_ids
+    task = get_task("embedded_docs_electra_mlm")
+    mask_id = special_ids(task.output_features["inputs"].vocabulary)["mask"]
+    chosen = as_mask = changed_other = 0
+    for ex in itertools.islice(task.get_dataset("train", {"inputs": 64}), 200):
+        inputs, targets, weights = (np.asarray(ex[k]) for k in ("inputs", "targets", "targets_loss_weights"))
+        picked = weights > 0
+        assert not ((inputs != targets) & ~picked).any()          # only chosen positions change
+        chosen += picked.sum()
+        as_mask += (inputs[picked] == mask_id).sum()
+        changed_other += ((inputs != targets) & (inputs != mask_id)).sum()
+    assert changed_other == 0                                    # no random replacement (ELECTRA's 85/15)
+    rate, sd = 0.85, np.sqrt(0.85 * 0.15 / chosen)
+    assert abs(as_mask / chosen - rate) < 4 * sd, (as_mask, chosen)
