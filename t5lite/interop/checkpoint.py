@@ -45,10 +45,12 @@ def hf_to_t5lite(hf_dir: str, out_dir: str) -> ModelConfig:
 
 
 def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> ModelConfig:
-    """Exports a t5lite run (its latest checkpoint) as a Hugging Face model folder."""
+    """Exports a t5lite run (its latest checkpoint) as a Hugging Face model folder; of an ELECTRA
+    run, the discriminator (the run's model; t5lite.train.electra)."""
     from t5lite import models
     from t5lite.interop import hf
-    from t5lite.train.checkpoints import restore_params, step_directory
+    from t5lite.train import electra
+    from t5lite.train.checkpoints import restore_params, step_directory, stored_param_names
 
     try:
         step_dir = step_directory(run_dir)
@@ -57,7 +59,11 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     config = read_model_config(run_dir, preset)
     module = models.build(config.replace(scan_layers=False))
     abstract = jax.eval_shape(lambda: nn.unbox(module.init(jax.random.key(0), **_dummy_features(config))))["params"]
-    params = restore_params(step_dir, _maybe_scanned(abstract, config))
+    abstract = _maybe_scanned(abstract, config)
+    if "discriminator" in stored_param_names(step_dir) and config.encoder_head == "discriminator":
+        params = electra.discriminator_params(restore_params(step_dir, {"discriminator": abstract}))
+    else:
+        params = restore_params(step_dir, abstract)
     if config.scan_layers:
         params = models.unscan_params(params)
     hf.save(module, {"params": params}, out_dir)

@@ -199,6 +199,12 @@ def restore_params(path: str, abstract_params: Any) -> Any:
     return restored.state["params"]
 
 
+def stored_param_names(path: str) -> set[str]:
+    """The top-level names of a checkpoint's params (`step_directory`); an ELECTRA run stores
+    "generator" and "discriminator"."""
+    return set(_step_reader().metadata(step_directory(path)).item_metadata["state"]["params"])
+
+
 def restore_state(path: str, abstract_state: Any) -> Any:
     """The whole train state (params, optimizer state, step, rng) of another run's checkpoint
     (see `step_directory`), laid out as `abstract_state`'s shardings: fine-tuning that continues

@@ -33,6 +33,7 @@ from t5lite.train import encoder_objectives  # noqa: F401  (registers the encode
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
+from t5lite.train import electra  # noqa: F401,E402  (registers ElectraObjective with gin)
 
 log = logging.getLogger("t5lite")
 
