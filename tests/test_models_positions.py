@@ -96,3 +96,17 @@ def test_learned_positions_read_at_offset():
     table = params["params"]["table"]["embedding"].value
     assert table.shape == (cfg.max_position_embeddings + 2, cfg.d_model)
     np.testing.assert_array_equal(emb.apply(params, jnp.asarray([[0, 5]]))[0], table[jnp.asarray([2, 7])])
+
+
+def test_sequences_longer_than_a_learned_position_table_are_refused():
+    """Past its last row a learned table would be read out of range (NaN at step 1 in training):
+    the model refuses, naming the limit and the fix."""
+    import jax
+    import jax.numpy as jnp
+    import pytest
+    from t5lite import models
+    cfg = models.get_config("bert_tiny", max_position_embeddings=16)
+    module = models.build(cfg)
+    params = jax.eval_shape(lambda: module.init(jax.random.key(0), encoder_input_tokens=jnp.ones((1, 16), jnp.int32)))
+    with pytest.raises(ValueError, match="max_position_embeddings=16"):
+        jax.eval_shape(lambda p: module.apply(p, encoder_input_tokens=jnp.ones((1, 17), jnp.int32)), params)

@@ -100,6 +100,11 @@ class Stack(nn.Module):
         x = self.token_embedder(tokens)
         if cfg.scale_embeddings:
             x = x * cfg.d_model ** 0.5
+        if cfg.position_encoding == "learned" and tokens.shape[-1] > cfg.max_position_embeddings:
+            # A learned table would clamp the positions past its end (NaN or garbage): refuse.
+            raise ValueError(f"sequences of {tokens.shape[-1]} tokens, but the model's learned position table has "
+                             f"max_position_embeddings={cfg.max_position_embeddings} rows; shorten the feature "
+                             "lengths (TASK_FEATURE_LENGTHS, max_decode_length) or use a preset with more positions")
         if cfg.position_encoding in ("learned", "sinusoidal"):
             x = x + L.AbsolutePositionEmbedding(cfg, name="position_embedder")(positions)
         if cfg.type_vocab_size:
