@@ -319,6 +319,9 @@ FEATURE_CONVERTERS: dict[str, type[FeatureConverter]] = {
 }
 
 
+import t5lite.data.finetune_converters  # noqa: E402,F401  (registers encoder_classification, encoder_span)
+
+
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm" or "encoder"."""
     if name not in FEATURE_CONVERTERS:
