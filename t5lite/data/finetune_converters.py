@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Mapping, Sequence
 
+import gin
 import numpy as np
 
 from t5lite.data.converters import EXAMPLES_KEY, FEATURE_CONVERTERS, FeatureConverter, Row, _length
@@ -100,14 +101,19 @@ def answer_span(offsets: np.ndarray, start_char: int, end_char: int) -> tuple[in
     return start, end
 
 
+@gin.configurable(denylist=["dataset", "sequence_length", "output_features"])
 def squad_windows(dataset: Iterable[Example], sequence_length: Mapping[str, int], output_features,
                   doc_stride: int = 128) -> Iterator[Example]:
     """SQuAD examples (question, context, answers) -> one example per context window.
 
     Each has `inputs`, `token_type_ids`, `start_position`/`end_position` of the first answer
     (CLS_INDEX outside the window), `offsets` [length, 2] (characters of the context; -1 on
-    question and special tokens), and the `id`, `context` and gold `answers` texts for scoring."""
+    question and special tokens), and the `id`, `context` and gold `answers` texts for scoring.
+    `doc_stride` (gin: `squad_windows.doc_stride`) must stay below the context window."""
     vocabulary = output_features["inputs"].vocabulary
+    if not hasattr(vocabulary, "encode_with_offsets"):
+        raise ValueError(f"SQuAD windows map answers through character offsets, which {vocabulary!r} does not give; "
+                         "use a WordPiece vocabulary (train.vocabulary_path = a BERT vocab.txt or tokenizer.json)")
     ids = special_ids(vocabulary)
     length = sequence_length["inputs"]
     for ex in dataset:
