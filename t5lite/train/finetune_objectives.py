@@ -30,12 +30,11 @@ MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
 
 class HeadObjective(Objective):
     """What the task-head objectives share: the model inputs, per-example normalising, the graft."""
-    labels: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()      # the label features of the batch
+    pooling: str | None = None        # what the head reads (see WithHead)
 
     def head(self, config: ModelConfig):
         raise NotImplementedError
-
-    pooling: str | None = None
 
     def build_model(self, config: ModelConfig):
         return H.WithHead(config, self.head(config), self.pooling)
