@@ -371,6 +371,9 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
 }
 
 
+import t5lite.data.finetune_converters  # noqa: E402,F401  (registers encoder_classification, encoder_span)
+
+
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM), or
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra features)."""

@@ -142,7 +142,7 @@ class DefaultVocabulary:
             if cls._path is None:
                 from t5lite.data.corpus import embedded_documents
                 cls._path = train_sentencepiece(embedded_documents(), cls.base_size, byte_fallback=True)
-            cls._vocab = SentencePieceVocabulary(cls._path, cls.extra_ids)
+            cls._vocab = open_vocabulary(cls._path, cls.extra_ids)
         return cls._vocab
 
     def __getattr__(self, name):
@@ -152,10 +152,20 @@ class DefaultVocabulary:
         return f"DefaultVocabulary(path={DefaultVocabulary._path or 'trained on the embedded corpus on first use'})"
 
 
+def open_vocabulary(path: str, extra_ids: int = 100):
+    """A SentencePiece model, or BERT's WordPiece for a `vocab.txt` / `tokenizer.json` (no extra ids)."""
+    if path.endswith((".txt", ".json")):
+        from t5lite.data.wordpiece import WordPieceVocabulary
+        return WordPieceVocabulary(path)
+    return SentencePieceVocabulary(path, extra_ids)
+
+
 def set_default_vocabulary(path: str | None, extra_ids: int = 100) -> None:
-    """Makes the built-in tasks use this SentencePiece model (None: the embedded-corpus one)."""
+    """Makes the built-in tasks use this SentencePiece model or WordPiece vocabulary (None: the
+    embedded-corpus SentencePiece one)."""
     if path is not None and not os.path.exists(path):
-        raise FileNotFoundError(f"SentencePiece model {path!r} does not exist; pass the path of a .model file")
+        raise FileNotFoundError(f"vocabulary {path!r} does not exist; pass a SentencePiece .model file, or a BERT "
+                                "vocab.txt / tokenizer.json")
     DefaultVocabulary._path, DefaultVocabulary._vocab = path, None
     DefaultVocabulary.extra_ids = extra_ids
 

@@ -174,6 +174,9 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "bert_large": lambda: ModelConfig(**{**_BERT, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
                                          "num_encoder_layers": 24}),
     "bert_tiny": _tiny(_BERT),
+    # all-MiniLM-L6-v2 (sentence-transformers): BERT's layout at 6 x 384, no pre-training heads.
+    "minilm_l6_h384": lambda: ModelConfig(**{**_BERT, "d_model": 384, "head_dim": 32, "d_ff": 1536,
+                                             "num_encoder_layers": 6, "encoder_head": "none", "sentence_head": False}),
     "roberta_base": lambda: ModelConfig(**_ROBERTA),
     "roberta_large": lambda: ModelConfig(**{**_ROBERTA, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
                                             "num_encoder_layers": 24}),

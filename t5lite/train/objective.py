@@ -17,8 +17,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from t5lite import models
+from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig
-from t5lite.train import losses
+from t5lite.train import checkpoints, losses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,16 @@ class Objective:
                                                                   target_segment_ids(batch))) / normalizers["tokens"]
         total = jnp.sum(weights).astype(jnp.float32)
         return objective, token_metrics(token_loss, z, logits, batch[targets_key], weights, total)
+
+
+    def initial_params(self, path: str, abstract_params) -> Any:
+        """The params a run starts from given `train.initial_checkpoint_path`; a subtree left None
+        (a new task head) keeps its fresh init."""
+        return checkpoints.restore_params(path, abstract_params)
+
+    def evaluators(self, task, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Any]:
+        """Train-time evaluators by task name (each `.evaluate(module, params) -> EvalResult`)."""
+        return evaluation.evaluators(task, split, task_feature_lengths, **kwargs)
 
 
 def token_metrics(token_loss, z, logits, targets, weights, total, prefix: str = "") -> dict[str, Any]:

@@ -29,11 +29,11 @@ from t5lite.errors import ConfigError
 from t5lite.infer import evaluation
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
-from t5lite.train import encoder_objectives  # noqa: F401  (registers the encoder objectives with gin)
+# Imported so that gin knows their objectives (train.objective = @...()).
+from t5lite.train import electra, encoder_objectives, finetune_objectives  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
-from t5lite.train import electra  # noqa: F401,E402  (registers ElectraObjective with gin)
 
 log = logging.getLogger("t5lite")
 
@@ -95,7 +95,10 @@ class TrainTask:
         baked into it, and only the optimizer state is new."""
         def create(rng, params):
             init_rng, dropout_rng = jax.random.split(rng)
-            p = nn.unbox(self._init_variables(init_rng))["params"] if params is None else params
+            p = nn.unbox(self._init_variables(init_rng))["params"]
+            if params is not None:   # given params win; a None subtree (a new head) keeps its init
+                p = jax.tree.map(lambda given, fresh: fresh if given is None else given, params, p,
+                                 is_leaf=lambda x: x is None)
             return TrainState(jnp.zeros((), jnp.int32), p, self.optimizer.init(p),
                               jax.random.key_data(dropout_rng))
         with self.mesh_context():
@@ -212,7 +215,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path` starts a new run from another run's checkpoint: its parameters with
     a fresh optimizer at step 0 (`initial_checkpoint_restore='params'`), or its whole train state
     (`'full'`: optimizer state, step and rng, as T5X fine-tunes; `train_steps` then counts the
-    pre-training steps).
+    pre-training steps). The objective places the parameters: a task head's objective grafts them
+    into `params["backbone"]` and keeps the new head's init (`Objective.initial_params`).
 
 
     Run safety (see README "When things go wrong"): MODEL_DIR must be writable and not in use by
@@ -258,7 +262,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             init_params = None
             if initial_checkpoint_path:
                 abstract_params = trainer.abstract_state.params
-                init_params = checkpoints.restore_params(initial_checkpoint_path, abstract_params)
+                init_params = trainer.objective.initial_params(initial_checkpoint_path, abstract_params)
                 log.info("initialised the parameters from %s", initial_checkpoint_path)
             state, start = trainer.init_state(seed, init_params), 0
         run_dir.record_config(model_dir, model, gin.config_str(), start)
@@ -270,9 +274,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                  dict(partitioner.mesh.shape))
         evaluators = {}
         if eval_every:
-            evaluators = evaluation.evaluators(task, eval_split, task_feature_lengths,
-                                               batch_size=eval_batch_size or batch_size, data_dir=data_dir,
-                                               max_examples=eval_max_examples)
+            evaluators = trainer.objective.evaluators(task, eval_split, task_feature_lengths,
+                                                      batch_size=eval_batch_size or batch_size, data_dir=data_dir,
+                                                      max_examples=eval_max_examples)
         writer = summaries.MetricsWriter(model_dir, resume_step=start)
         step_fn = trainer.jit_train_step()
         batches = prefetch(loader)

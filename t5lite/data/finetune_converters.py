@@ -1,0 +1,188 @@
+"""BERT-style inputs for fine-tuning encoders with a task head: the tokenizer step and the converters.
+
+The tokenizer step is a preprocessor (it needs the vocabulary and the length, which a task's
+preprocessors are given), doing what Hugging Face's tokenizer call does:
+- `sentence_inputs`: `[CLS] A [SEP] (B [SEP])` with `token_type_ids` 0 / 1, cut to the length
+  longest-first for pairs (the `tokenizers` rule), and the label kept as it is (a class id, or
+  STS-B's float score);
+- `squad_windows`: `[CLS] question [SEP] context-window [SEP]`, windows over the context
+  overlapping by `doc_stride` tokens (run_qa's `stride`), each with the answer's start/end token
+  (or 0, the [CLS] index, when the answer is not inside the window) and the context tokens'
+  character offsets, so predictions map back to the original text.
+
+The converters only pad to the length and name the model features: `encoder_input_tokens`,
+`token_type_ids` and the labels ([batch, 1] arrays `label`, or `start_position`/`end_position`).
+Fine-tuning examples are never packed.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import gin
+import numpy as np
+
+from t5lite.data.converters import EXAMPLES_KEY, FEATURE_CONVERTERS, FeatureConverter, Row, _length
+from t5lite.data.objectives.masking import special_ids
+from t5lite.data.registry import Example
+
+CLS_INDEX = 0   # SQuAD's "no answer in this window" target, as in Hugging Face's run_qa
+
+
+# ----------------------------------------------------------------------------- tokenizer step
+
+def longest_first(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """How many tokens of A and of B to keep so that they fit `budget` (the `tokenizers`
+    LongestFirst rule: cut only the longer one while that suffices, else both to about half)."""
+    if len_a + len_b <= budget:
+        return len_a, len_b
+    short, long = sorted((len_a, len_b))
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short, long = budget // 2, budget // 2 + budget % 2
+    return (long, short) if len_a > len_b else (short, long)
+
+
+def _build(segments: Sequence[Sequence[int]], cls: int, sep: int) -> tuple[np.ndarray, np.ndarray]:
+    """[CLS] s0 [SEP] (s1 [SEP]): tokens and token type ids."""
+    tokens, types = [cls], [0]
+    for kind, segment in enumerate(segments):
+        tokens += [*segment, sep]
+        types += [kind] * (len(segment) + 1)
+    return np.asarray(tokens, np.int32), np.asarray(types, np.int32)
+
+
+def sentence_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int], output_features,
+                    text_keys: Sequence[str]) -> Iterator[Example]:
+    """One or two text fields -> `inputs` ([CLS] A [SEP] (B [SEP])) and `token_type_ids`, cut to
+    `sequence_length["inputs"]`; the example's `label` and id pass through, the texts are kept
+    as `inputs_pretokenized`."""
+    if not 1 <= len(text_keys) <= 2:
+        raise ValueError(f"text_keys={list(text_keys)}: BERT inputs take one or two texts")
+    vocabulary = output_features["inputs"].vocabulary
+    ids = special_ids(vocabulary)
+    length = sequence_length["inputs"]
+    budget = length - 1 - len(text_keys)
+    if budget < len(text_keys):
+        raise ValueError(f"sequence length {length} leaves no room for text after [CLS]/[SEP]; use a longer 'inputs'")
+    for ex in dataset:
+        segments = [vocabulary.encode(ex[key]) for key in text_keys]
+        if len(segments) == 1:
+            segments[0] = segments[0][:budget]
+        else:
+            keep_a, keep_b = longest_first(len(segments[0]), len(segments[1]), budget)
+            segments = [segments[0][:keep_a], segments[1][:keep_b]]
+        tokens, types = _build(segments, ids["cls"], ids["sep"])
+        out = {"inputs": tokens, "token_type_ids": types, "label": ex["label"],
+               "inputs_pretokenized": " [SEP] ".join(ex[key] for key in text_keys)}
+        if "idx" in ex:
+            out["idx"] = ex["idx"]
+        yield out
+
+
+def window_starts(num_tokens: int, window: int, stride: int) -> list[int]:
+    """Starts of the context windows: every `window - stride` tokens until one reaches the end
+    (the `tokenizers` overflow rule behind run_qa's `doc_stride`)."""
+    if stride >= window:
+        raise ValueError(f"doc_stride={stride} must be smaller than the context window ({window} tokens); "
+                         "lower doc_stride or raise the 'inputs' length")
+    starts = [0]
+    while starts[-1] + window < num_tokens:
+        starts.append(starts[-1] + window - stride)
+    return starts
+
+
+def answer_span(offsets: np.ndarray, start_char: int, end_char: int) -> tuple[int, int] | None:
+    """Token indices (inclusive) of the window's context tokens covering [start_char, end_char),
+    or None if the answer is not wholly inside the window (run_qa's rule)."""
+    if len(offsets) == 0 or not (offsets[0, 0] <= start_char and offsets[-1, 1] >= end_char):
+        return None
+    start = int(np.nonzero(offsets[:, 0] <= start_char)[0][-1])
+    end = int(np.nonzero(offsets[:, 1] >= end_char)[0][0])
+    return start, end
+
+
+@gin.configurable(denylist=["dataset", "sequence_length", "output_features"])
+def squad_windows(dataset: Iterable[Example], sequence_length: Mapping[str, int], output_features,
+                  doc_stride: int = 128) -> Iterator[Example]:
+    """SQuAD examples (question, context, answers) -> one example per context window.
+
+    Each has `inputs`, `token_type_ids`, `start_position`/`end_position` of the first answer
+    (CLS_INDEX outside the window), `offsets` [length, 2] (characters of the context; -1 on
+    question and special tokens), and the `id`, `context` and gold `answers` texts for scoring.
+    `doc_stride` (gin: `squad_windows.doc_stride`) must stay below the context window."""
+    vocabulary = output_features["inputs"].vocabulary
+    if not hasattr(vocabulary, "encode_with_offsets"):
+        raise ValueError(f"SQuAD windows map answers through character offsets, which {vocabulary!r} does not give; "
+                         "use a WordPiece vocabulary (train.vocabulary_path = a BERT vocab.txt or tokenizer.json)")
+    ids = special_ids(vocabulary)
+    length = sequence_length["inputs"]
+    for ex in dataset:
+        question = vocabulary.encode(ex["question"].lstrip())
+        context, offsets = vocabulary.encode_with_offsets(ex["context"])
+        offsets = np.asarray(offsets, np.int32).reshape(-1, 2)
+        window = length - len(question) - 3
+        if window <= doc_stride:
+            raise ValueError(f"question {ex['id']!r} leaves {window} context tokens per window at length {length}, "
+                             f"not more than doc_stride={doc_stride}; raise 'inputs' or lower doc_stride")
+        answers = ex["answers"]
+        start_char = answers["answer_start"][0] if answers["text"] else None
+        for start in window_starts(len(context), window, doc_stride):
+            stop = min(start + window, len(context))
+            tokens, types = _build([question, context[start:stop]], ids["cls"], ids["sep"])
+            first = len(question) + 2                       # the window's first context token
+            token_offsets = np.full((len(tokens), 2), -1, np.int32)
+            token_offsets[first:first + stop - start] = offsets[start:stop]
+            span = None
+            if start_char is not None:
+                span = answer_span(offsets[start:stop], start_char, start_char + len(answers["text"][0]))
+            start_pos, end_pos = (CLS_INDEX, CLS_INDEX) if span is None else (first + span[0], first + span[1])
+            yield {"inputs": tokens, "token_type_ids": types, "start_position": start_pos,
+                   "end_position": end_pos, "offsets": token_offsets, "id": ex["id"], "context": ex["context"],
+                   "answers": list(answers["text"]), "inputs_pretokenized": ex["question"]}
+
+
+# ----------------------------------------------------------------------------- converters
+
+class EncoderTaskConverter(FeatureConverter):
+    """Pads `inputs` / `token_type_ids` to the `inputs` length and adds the `LABELS` as [1] rows."""
+    LABELS: tuple[str, ...] = ()
+
+    def model_feature_lengths(self, task_feature_lengths, pack=False):
+        length = _length(task_feature_lengths, "inputs", self.name)
+        return {"encoder_input_tokens": length, "token_type_ids": length, **dict.fromkeys(self.LABELS, 1)}
+
+    def convert(self, examples: Iterable[Example], task_feature_lengths, pack=False) -> Iterator[Row]:
+        if pack:
+            raise ValueError(f"the {self.name!r} converter does not pack fine-tuning examples; set train.pack = False")
+        length = _length(task_feature_lengths, "inputs", self.name)
+        for ex in examples:
+            tokens = np.asarray(ex["inputs"], np.int32)
+            if len(tokens) > length:
+                raise ValueError(f"an example has {len(tokens)} input tokens, more than the length {length}; "
+                                 "its preprocessors must cut it (sentence_inputs / squad_windows do)")
+            row = {"encoder_input_tokens": np.zeros(length, np.int32), "token_type_ids": np.zeros(length, np.int32)}
+            row["encoder_input_tokens"][:len(tokens)] = tokens
+            row["token_type_ids"][:len(tokens)] = ex["token_type_ids"]
+            for key in self.LABELS:
+                value = np.asarray(ex[key])
+                row[key] = value.reshape(1).astype(np.float32 if value.dtype.kind == "f" else np.int32)
+            row[EXAMPLES_KEY] = 1
+            yield row
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class EncoderClassificationConverter(EncoderTaskConverter):
+    """GLUE-style: `label` is a class id (int32) or a regression target (float32, STS-B)."""
+    name = "encoder_classification"
+    LABELS = ("label",)
+
+
+class EncoderSpanConverter(EncoderTaskConverter):
+    """SQuAD-style: the answer's `start_position` / `end_position` token indices."""
+    name = "encoder_span"
+    LABELS = ("start_position", "end_position")
+
+
+FEATURE_CONVERTERS.update({cls.name: cls for cls in (EncoderClassificationConverter, EncoderSpanConverter)})

@@ -1,0 +1,122 @@
+"""Evaluating encoders with a task head: GLUE classification / regression and SQuAD span extraction.
+
+`ClassificationEvaluator`: the head's argmax (or its float, one output: regression) against the
+example's label, scored with the task's metrics (accuracy, F1, MCC, Pearson/Spearman).
+`SpanEvaluator`: per context window, the `n_best` highest start + end logit spans with
+start <= end, at most `max_answer_length` tokens, inside the context; per question the best span
+over its windows, mapped back to the original context through the tokens' character offsets,
+scored with SQuAD EM/F1. Both have `.evaluate(module, params) -> EvalResult`, as the text-to-text
+`Evaluator`, so training evaluates them the same way.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+from t5lite import metrics as metrics_lib
+from t5lite.data import converters
+from t5lite.errors import DataError
+from t5lite.infer.evaluation import EvalResult
+
+MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(module, params, inputs):
+    return module.apply({"params": params}, **inputs)
+
+
+class _HeadEvaluator:
+    """Reads, converts and batches the split once; `_outputs` runs the model on every batch."""
+    converter = ""
+
+    def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
+                 data_dir: str | None = None, max_examples: int | None = None):
+        self.task, self.split = task, split
+        self.examples = list(itertools.islice(
+            task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir), max_examples))
+        if not self.examples:
+            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
+                            "check the split name, data_dir and max_examples")
+        rows = converters.get_feature_converter(self.converter).convert(self.examples, task_feature_lengths)
+        self.batches = [_fill({k: b[k] for k in MODEL_INPUTS}, batch_size)
+                        for b in converters.batch(rows, batch_size, drop_remainder=False)]
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.task.name!r}, split={self.split!r}, examples={len(self.examples)})"
+
+    def _outputs(self, module, params) -> list[np.ndarray]:
+        """The model's outputs for every example (a tuple of arrays per output), fetched once."""
+        fetched = jax.device_get([_apply(module, params, b) for b in self.batches])
+        outputs = [o if isinstance(o, (tuple, list)) else (o,) for o in fetched]
+        return [np.concatenate(parts)[:len(self.examples)] for parts in zip(*outputs)]
+
+
+def _fill(batch: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
+    """A short last batch padded to `size` rows (one compiled shape; the extra rows are dropped)."""
+    rows = len(next(iter(batch.values())))
+    return {k: np.concatenate([v, np.zeros((size - rows,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+
+
+class ClassificationEvaluator(_HeadEvaluator):
+    converter = "encoder_classification"
+
+    def evaluate(self, module, params) -> EvalResult:
+        (logits,) = self._outputs(module, params)
+        if logits.shape[-1] == 1:
+            predictions = [float(x) for x in logits[:, 0]]
+        else:
+            predictions = [int(x) for x in logits.argmax(-1)]
+        targets = [ex["label"].item() if hasattr(ex["label"], "item") else ex["label"] for ex in self.examples]
+        scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, predictions)
+        records = [{"inputs": ex.get("inputs_pretokenized"), "target": t, "prediction": p}
+                   for ex, t, p in zip(self.examples, targets, predictions)]
+        return EvalResult(scores, records)
+
+
+def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, in_context: np.ndarray, n_best: int = 20,
+               max_answer_length: int = 30) -> list[tuple[float, int, int]]:
+    """The `n_best` (score, start, end) of one window, best first: start + end logit over every
+    pair with start <= end < start + max_answer_length and both tokens in the context.
+
+    Exact over all pairs (an [L, L] table); Hugging Face's run_qa only pairs the 20 best starts
+    with the 20 best ends, which can miss the best valid span."""
+    length = len(start_logits)
+    i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+    valid = in_context[:, None] & in_context[None, :] & (j >= i) & (j - i < max_answer_length)
+    scores = np.where(valid, start_logits[:, None] + end_logits[None, :], -np.inf)
+    flat = np.argsort(-scores, axis=None, kind="stable")[:n_best]
+    return [(float(scores.flat[k]), int(k // length), int(k % length)) for k in flat if np.isfinite(scores.flat[k])]
+
+
+class SpanEvaluator(_HeadEvaluator):
+    converter = "encoder_span"
+
+    def __init__(self, task, split, task_feature_lengths, n_best: int = 20, max_answer_length: int = 30, **kwargs):
+        super().__init__(task, split, task_feature_lengths, **kwargs)
+        self.n_best, self.max_answer_length = n_best, max_answer_length
+
+    def evaluate(self, module, params) -> EvalResult:
+        start_logits, end_logits = self._outputs(module, params)
+        candidates: dict[str, list[tuple[float, str]]] = {}     # question id -> (score, answer) of all windows
+        questions: dict[str, Any] = {}
+        for ex, s, e in zip(self.examples, start_logits, end_logits):
+            offsets = np.asarray(ex["offsets"])
+            in_context = np.zeros(len(s), bool)
+            in_context[:len(offsets)] = offsets[:, 0] >= 0
+            questions.setdefault(ex["id"], ex)
+            candidates.setdefault(ex["id"], []).extend(
+                (score, ex["context"][offsets[start, 0]:offsets[end, 1]])
+                for score, start, end in best_spans(s, e, in_context, self.n_best, self.max_answer_length))
+        n_best = {i: sorted(c, key=lambda sc: -sc[0])[:self.n_best] or [(0.0, "")] for i, c in candidates.items()}
+        predictions = [n_best[i][0][1] for i in questions]
+        targets = [list(ex["answers"]) for ex in questions.values()]
+        scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, predictions)
+        records = [{"id": i, "inputs": ex.get("inputs_pretokenized"), "target": t, "prediction": p,
+                    "n_best": [{"text": text, "score": score} for score, text in n_best[i]]}
+                   for (i, ex), t, p in zip(questions.items(), targets, predictions)]
+        return EvalResult(scores, records)

@@ -1,0 +1,123 @@
+"""Fine-tuning encoders the way BERT does: a task head on the backbone, trained with the head's loss.
+
+- `ClassificationObjective`: cross entropy on `label` from `SequenceClassificationHead` over BERT's
+  pooler ("pooler") or the [CLS] state ("first"); `num_labels=1` is regression with mean squared
+  error (STS-B), as Hugging Face's `BertForSequenceClassification` does.
+- `SpanExtractionObjective`: (start CE + end CE) / 2 from `SpanExtractionHead`, as
+  `BertForQuestionAnswering`.
+
+Both train `WithHead(config, head)` (params `{"backbone", "head"}`): `initial_params` grafts a
+pre-trained checkpoint (a t5lite run, or a Hugging Face model imported with `t5lite convert`) into
+`params["backbone"]` and leaves the head to its fresh init. Evaluation is t5lite.infer.classify.
+Use with the `encoder_classification` / `encoder_span` converters and the `bert_*` tasks.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import gin
+import jax.numpy as jnp
+import optax
+
+from t5lite.infer import classify
+from t5lite.models import heads as H
+from t5lite.models.config import ModelConfig
+from t5lite.train import checkpoints
+from t5lite.train.objective import LossConfig, Objective
+
+MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
+
+
+class HeadObjective(Objective):
+    """What the task-head objectives share: the model inputs, per-example normalising, the graft."""
+    labels: tuple[str, ...] = ()      # the label features of the batch
+    pooling: str | None = None        # what the head reads (see WithHead)
+
+    def head(self, config: ModelConfig):
+        raise NotImplementedError
+
+    def build_model(self, config: ModelConfig):
+        return H.WithHead(config, self.head(config), self.pooling)
+
+    def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
+        return {k: jnp.ones((1, feature_lengths[k]), jnp.int32) for k in MODEL_INPUTS}
+
+    def normalizers(self, batch, loss: LossConfig) -> dict[str, Any]:
+        """The loss is a mean over the examples of the whole (global) batch."""
+        return {"examples": jnp.asarray(batch[self.labels[0]].shape[0], jnp.float32)}
+
+    def apply(self, module, params, batch, rng=None):
+        inputs = {k: batch[k] for k in MODEL_INPUTS}
+        if rng is None:
+            return module.apply({"params": params}, **inputs)
+        return module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng})
+
+    def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
+        """The checkpoint's (backbone) params as `params["backbone"]`; None: the head is new."""
+        return {"backbone": checkpoints.restore_params(path, abstract_params["backbone"]), "head": None}
+
+
+@gin.configurable
+class ClassificationObjective(HeadObjective):
+    labels = ("label",)
+
+    def __init__(self, num_labels: int = 2, pooling: str = "pooler"):
+        if num_labels < 1:
+            raise ValueError(f"ClassificationObjective.num_labels={num_labels}: use 1 (regression) or more classes")
+        self.num_labels, self.pooling = num_labels, pooling
+
+    def __repr__(self):
+        return f"ClassificationObjective(num_labels={self.num_labels}, pooling={self.pooling!r})"
+
+    def head(self, config):
+        return H.SequenceClassificationHead(config, self.num_labels)
+
+    def per_example_loss(self, logits, labels):
+        if self.num_labels == 1:
+            return (logits[:, 0] - labels.astype(jnp.float32)) ** 2
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels.astype(jnp.int32))
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        logits = self.apply(module, params, batch, rng)
+        labels = batch["label"][:, 0]
+        per_example = self.per_example_loss(logits, labels)
+        n = jnp.asarray(labels.shape[0], jnp.float32)
+        metrics = {"loss": (jnp.sum(per_example), n), "examples": n}
+        if self.num_labels > 1:
+            metrics["accuracy"] = (jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32), n)
+        return jnp.sum(per_example) / normalizers["examples"], metrics
+
+    def evaluators(self, task, split, task_feature_lengths, **kwargs):
+        return {task.name: classify.ClassificationEvaluator(task, split, task_feature_lengths, **kwargs)}
+
+
+@gin.configurable
+class SpanExtractionObjective(HeadObjective):
+    labels = ("start_position", "end_position")
+
+    def __init__(self, n_best: int = 20, max_answer_length: int = 30):
+        self.n_best, self.max_answer_length = n_best, max_answer_length
+
+    def __repr__(self):
+        return f"SpanExtractionObjective(n_best={self.n_best}, max_answer_length={self.max_answer_length})"
+
+    def head(self, config):
+        return H.SpanExtractionHead(config)
+
+    def per_example_loss(self, start_logits, end_logits, starts, ends):
+        ce = optax.softmax_cross_entropy_with_integer_labels
+        return (ce(start_logits, starts) + ce(end_logits, ends)) / 2
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        start_logits, end_logits = self.apply(module, params, batch, rng)
+        starts, ends = batch["start_position"][:, 0], batch["end_position"][:, 0]
+        per_example = self.per_example_loss(start_logits, end_logits, starts, ends)
+        n = jnp.asarray(starts.shape[0], jnp.float32)
+        hit = lambda logits, pos: jnp.sum(jnp.argmax(logits, -1) == pos).astype(jnp.float32)
+        return jnp.sum(per_example) / normalizers["examples"], {
+            "loss": (jnp.sum(per_example), n), "start_accuracy": (hit(start_logits, starts), n),
+            "end_accuracy": (hit(end_logits, ends), n), "examples": n}
+
+    def evaluators(self, task, split, task_feature_lengths, **kwargs):
+        return {task.name: classify.SpanEvaluator(task, split, task_feature_lengths, n_best=self.n_best,
+                                                  max_answer_length=self.max_answer_length, **kwargs)}
