@@ -210,14 +210,21 @@ def vocabulary_class(kind: str) -> type:
     if kind not in KINDS:
         raise ConfigError(f"vocabulary.kind={kind!r}: expected one of {sorted(KINDS)}")
     module, name = KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"vocabulary.kind={kind!r} needs {module}, which cannot be imported here ({e})") from None
 
 
 def kind_of(vocabulary) -> str:
     """The kind name of a vocabulary object (its class name for one t5lite does not know)."""
-    vocabulary = vocabulary._resolve() if isinstance(vocabulary, DefaultVocabulary) else vocabulary
-    name = type(vocabulary).__name__
+    name = type(resolved(vocabulary)).__name__
     return next((kind for kind, spec in KINDS.items() if spec.endswith(":" + name)), name)
+
+
+def resolved(vocabulary):
+    """The vocabulary itself, for `DEFAULT_VOCABULARY` the one it stands for now."""
+    return vocabulary._resolve() if isinstance(vocabulary, DefaultVocabulary) else vocabulary
 
 
 def make_vocabulary(kind: str = "sentencepiece", path: str | None = None, extra_ids: int | None = None):
@@ -280,7 +287,7 @@ class DefaultVocabulary:
 
     def __repr__(self):
         s = self.settings()
-        return f"DefaultVocabulary({s.kind}, path={s.path or 'trained on the embedded corpus on first use'})"
+        return f"DefaultVocabulary(kind={s.kind!r}, path={s.path!r})"   # path None: trained on the embedded corpus
 
 
 def set_default_vocabulary(path: str | None, extra_ids: int = 100, kind: str = "sentencepiece") -> None:
@@ -302,6 +309,7 @@ IDENTITY_FILE = "vocabulary.json"
 def identity(vocabulary) -> dict:
     """Kind, size, special ids and a hash of every piece: equal exactly when two vocabularies map
     text to the same ids (wherever their files are)."""
+    vocabulary = resolved(vocabulary)
     size = int(vocabulary.vocab_size)
     pieces = hashlib.sha256("\0".join(vocabulary.id_to_piece(i) for i in range(size)).encode("utf-8"))
     return {"kind": kind_of(vocabulary), "vocab_size": size, "pad_id": vocabulary.pad_id,
@@ -314,17 +322,17 @@ def record_identity(model_dir: str, vocabulary) -> None:
     write_atomically(os.path.join(model_dir, IDENTITY_FILE), json.dumps(identity(vocabulary), indent=1).encode())
 
 
-def check_identity(model_dir: str, vocabulary, model_vocab_size: int | None = None,
+def check_identity(model_dir: str | None, vocabulary, model_vocab_size: int | None = None,
                    allow_mismatch: bool | None = None) -> None:
-    """Refuses `vocabulary` for the run in `model_dir` if the run recorded another one, naming both,
+    """Refuses `vocabulary` for the run in `model_dir` (None: no run) if it recorded another one, naming both,
     and a vocabulary with more ids than the model's embedding has rows (`model_vocab_size`).
     `allow_mismatch` (default: the gin `vocabulary.allow_mismatch`) lets the first pass."""
     if model_vocab_size is not None and vocabulary.vocab_size > model_vocab_size:
         raise ConfigError(f"the vocabulary {vocabulary!r} has {vocabulary.vocab_size} ids but the model's embedding "
                           f"has {model_vocab_size} rows; use a preset or `model_config.vocab_size` of at least "
                           f"{padded_vocab_size(vocabulary.vocab_size)}, or the vocabulary the model was made for")
-    path = os.path.join(model_dir, IDENTITY_FILE)
-    if not os.path.exists(path):
+    path = os.path.join(model_dir or "", IDENTITY_FILE)
+    if model_dir is None or not os.path.exists(path):
         return
     with open(path, encoding="utf-8") as f:
         recorded = json.load(f)

@@ -38,8 +38,10 @@ def abstract_params(config) -> dict:
 
 
 def load_params(config, checkpoint_path: str):
-    """(params, step, step directory) of a t5lite checkpoint for the model `config`."""
+    """(params, step, step directory) of a t5lite checkpoint for the model `config`; refused if the
+    run recorded another vocabulary than the one in use."""
     step_dir = checkpoints.step_directory(checkpoint_path)
+    vocab_lib.check_identity(run_dir(step_dir), vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
     params = checkpoints.restore_params(step_dir, abstract_params(config))
     name = os.path.basename(step_dir)
     return params, int(name) if name.isdigit() else None, step_dir
