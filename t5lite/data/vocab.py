@@ -328,9 +328,10 @@ def check_identity(model_dir: str | None, vocabulary, model_vocab_size: int | No
     and a vocabulary with more ids than the model's embedding has rows (`model_vocab_size`).
     `allow_mismatch` (default: the gin `vocabulary.allow_mismatch`) lets the first pass."""
     if model_vocab_size is not None and vocabulary.vocab_size > model_vocab_size:
-        raise ConfigError(f"the vocabulary {vocabulary!r} has {vocabulary.vocab_size} ids but the model's embedding "
-                          f"has {model_vocab_size} rows; use a preset or `model_config.vocab_size` of at least "
-                          f"{padded_vocab_size(vocabulary.vocab_size)}, or the vocabulary the model was made for")
+        raise ConfigError(f"the vocabulary has {vocabulary.vocab_size} ids but the model's embedding has "
+                          f"{model_vocab_size} rows ({resolved(vocabulary)!r}); use a preset or "
+                          f"`model_config.vocab_size` of at least {padded_vocab_size(vocabulary.vocab_size)}, or "
+                          "the vocabulary the model was made for")
     path = os.path.join(model_dir or "", IDENTITY_FILE)
     if model_dir is None or not os.path.exists(path):
         return
