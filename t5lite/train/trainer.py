@@ -240,8 +240,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         task = registry.get_task_or_mixture(mixture_or_task_name)
         vocabulary = task.output_features["targets"].vocabulary
         allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
-        vocab_lib.check_identity(model_dir if ckpt.latest_step() else None, vocabulary, model.vocab_size, allow_mismatch)
-        if initial_checkpoint_path and not ckpt.latest_step():
+        resuming = ckpt.latest_step() is not None
+        vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
+        if initial_checkpoint_path and not resuming:
             vocab_lib.check_identity(predict.run_dir(checkpoints.step_directory(initial_checkpoint_path)), vocabulary,
                                      allow_mismatch=allow_mismatch)
         optimizer, schedule = optimizer
