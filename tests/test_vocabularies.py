@@ -95,6 +95,8 @@ def test_gpt2_style_files_use_endoftext(tmp_path):
     assert v.encode("ab c") == [4, 3, 2] and v.decode([4, 3, 2, 5, 0]) == "ab c"
     with pytest.raises(ValueError, match="no mask/CLS token and fewer than 1 sentinels"):
         masking.special_ids(v)
+    with pytest.raises(ConfigError, match="pads with id 5 and has 'a' at id 0"):
+        vocab.check_trainable(v)
 
 
 # --- every kind: the interface, offsets and special ids.

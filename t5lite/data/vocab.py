@@ -322,6 +322,16 @@ def record_identity(model_dir: str, vocabulary) -> None:
     write_atomically(os.path.join(model_dir, IDENTITY_FILE), json.dumps(identity(vocabulary), indent=1).encode())
 
 
+def check_trainable(vocabulary) -> None:
+    """The feature converters pad with 0 and weigh the loss on ids other than 0, so a vocabulary
+    to train with must have its pad at 0 (GPT-2's own files put `!` there)."""
+    if vocabulary.pad_id != PAD_ID:
+        raise ConfigError(f"{resolved(vocabulary)!r} pads with id {vocabulary.pad_id} and has "
+                          f"{vocabulary.id_to_piece(PAD_ID)!r} at id 0, but t5lite's feature converters pad with 0 "
+                          "and drop id 0 from the loss; train with a vocabulary whose pad is 0 (every vocabulary "
+                          "t5lite trains: vocabulary.path = None)")
+
+
 def check_identity(model_dir: str | None, vocabulary, model_vocab_size: int | None = None,
                    allow_mismatch: bool | None = None) -> None:
     """Refuses `vocabulary` for the run in `model_dir` (None: no run) if it recorded another one, naming both,

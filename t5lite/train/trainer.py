@@ -239,6 +239,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         partitioner.check_batch_size(batch_size, num_microbatches)
         task = registry.get_task_or_mixture(mixture_or_task_name)
         vocabulary = task.output_features["targets"].vocabulary
+        vocab_lib.check_trainable(vocabulary)
         allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
         resuming = ckpt.latest_step() is not None
         vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
