@@ -16,6 +16,7 @@ setup(
         "chex>=0.1.89",
         "gin-config>=0.5,<0.6",
         "sentencepiece>=0.2,<0.3",
+        "tokenizers>=0.19",  # byte-level BPE vocabularies (GPT-2, RoBERTa, BART)
         "numpy>=1.26",
         "tqdm>=4.66",
         "matplotlib>=3.8",

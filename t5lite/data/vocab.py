@@ -1,32 +1,89 @@
-"""SentencePiece vocabularies with T5's sentinel ids, and training one on a corpus.
+"""Vocabularies behind one interface, the default one the built-in tasks use, and its identity.
 
-T5 convention: pad 0, EOS 1, UNK 2, and `extra_ids` sentinels at the top of the vocabulary,
-`<extra_id_0>` = vocab_size - 1 counting down.
+Kinds (`vocabulary.kind` in gin): `sentencepiece` (this module; T5's), `byte_bpe` (GPT-2 / RoBERTa /
+BART, t5lite.data.byte_bpe, through `tokenizers`), `bytes` (ByT5, t5lite.data.byte_vocab) and
+`wordpiece` (BERT, t5lite.data.wordpiece). With `vocabulary.path = None` a tiny one of the kind is
+trained on the embedded corpus on first use and cached.
+
+T5 convention, kept by every vocabulary t5lite trains: pad 0, EOS 1, UNK 2, and `extra_ids`
+sentinels at the top of the vocabulary, `<extra_id_0>` = vocab_size - 1 counting down.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import importlib
+import json
+import logging
 import os
 import tempfile
-from typing import Iterable
+from typing import Iterable, Sequence
 
+import gin
 import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
+from t5lite.errors import CheckpointError, ConfigError
+
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+TINY_VOCAB_SIZE = 2000   # pieces of the vocabularies trained on the embedded corpus (sentinels come on top)
 
 
-class SentencePieceVocabulary:
+class Vocabulary:
+    """The interface every kind implements (WordPiece too, by duck typing).
+
+    Attributes: `vocab_size` (ids, sentinels included), `pad_id`, `eos_id`, `unk_id`, `bos_id` and
+    `mask_id` (None when the kind has none), `extra_ids` (number of sentinels).
+    Methods: `sentinel_id(i)`, `encode(text) -> ids` (no EOS: the task appends it),
+    `decode(ids) -> text` (stops at the first EOS, skips pad, ids past the vocabulary read as UNK),
+    `encode_with_offsets(text) -> (ids, [(start, end)])` (character span of each id in `text`,
+    whitespace trimmed; SQuAD maps answers with it), `id_to_piece(i)`.
+    """
+    vocab_size: int
+    pad_id: int = PAD_ID
+    eos_id: int = EOS_ID
+    unk_id: int = UNK_ID
+    bos_id: int | None = None
+    mask_id: int | None = None
+    extra_ids: int = 0
+
+    def sentinel_id(self, i: int) -> int:
+        if not 0 <= i < self.extra_ids:
+            raise ValueError(f"sentinel {i} out of range: this vocabulary has {self.extra_ids} extra ids")
+        return self.vocab_size - 1 - i
+
+    def _clean(self, ids: Iterable[int]) -> list[int]:
+        """What `decode` reads: up to the first EOS, pad dropped, ids past the vocabulary as UNK."""
+        ids = [int(i) for i in ids]
+        if self.eos_id in ids:
+            ids = ids[:ids.index(self.eos_id)]
+        return [self.unk_id if i >= self.vocab_size else i for i in ids if i != self.pad_id]
+
+
+def trimmed_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """(start, end) without the whitespace at either end (an empty span stays where it starts)."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+class SentencePieceVocabulary(Vocabulary):
     """A SentencePiece model with `extra_ids` sentinels appended as user-defined pieces (as seqio does).
 
     Appending them to the model itself lets SentencePiece encode `<extra_id_N>` inside text and
     decode it back with the spacing around it intact. As in seqio the pieces are named
     `▁<extra_id_N>` (word-initial): `a <extra_id_0>ly` holds one sentinel id, while
-    `jel<extra_id_0>ly` or `value<extra_id_0>` is plain text.
+    `jel<extra_id_0>ly` or `value<extra_id_0>` is plain text. `model_path=None` trains (once,
+    cached) the tiny unigram model of the embedded corpus, with byte fallback so any script round-trips.
     """
 
-    def __init__(self, model_path: str, extra_ids: int = 100):
+    def __init__(self, model_path: str | None = None, extra_ids: int = 100):
+        if model_path is None:
+            from t5lite.data.corpus import embedded_documents
+            model_path = train_sentencepiece(embedded_documents(), TINY_VOCAB_SIZE, byte_fallback=True)
         self.model_path = str(model_path)
         self.extra_ids = extra_ids
         with open(self.model_path, "rb") as f:
@@ -49,22 +106,26 @@ class SentencePieceVocabulary:
     def vocab_size(self) -> int:
         return self.base_vocab_size + self.extra_ids
 
-    pad_id, eos_id, unk_id = PAD_ID, EOS_ID, UNK_ID
-
-    def sentinel_id(self, i: int) -> int:
-        if not 0 <= i < self.extra_ids:
-            raise ValueError(f"sentinel {i} out of range: this vocabulary has {self.extra_ids} extra ids")
-        return self.vocab_size - 1 - i
-
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids to text, stopping at the first EOS; ids past the vocabulary decode as UNK (as in seqio)."""
-        ids = [int(i) for i in ids]
-        if EOS_ID in ids:
-            ids = ids[:ids.index(EOS_ID)]
-        return self._sp.decode([UNK_ID if i >= self.vocab_size else i for i in ids if i != PAD_ID])
+        return self._sp.decode(self._clean(ids))
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """SentencePiece gives each piece's byte span in the UTF-8 text; turned into character spans.
+        The bytes of one character split over byte-fallback pieces: the last piece holds the
+        character, the others an empty span."""
+        pieces = self._sp.encode(text, out_type="proto").pieces
+        char_of_byte = np.zeros(len(text.encode("utf-8")) + 1, np.int64)
+        position = 0
+        for index, char in enumerate(text):
+            width = len(char.encode("utf-8"))
+            char_of_byte[position:position + width] = index
+            position += width
+        char_of_byte[position] = len(text)
+        spans = [trimmed_span(text, int(char_of_byte[p.begin]), int(char_of_byte[p.end])) for p in pieces]
+        return [p.id for p in pieces], spans
 
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(int(i))
@@ -72,6 +133,24 @@ class SentencePieceVocabulary:
 
 def default_cache_dir() -> str:
     return os.environ.get("T5LITE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "t5lite"))
+
+
+def corpus_digest(texts: Sequence[str], settings: str) -> str:
+    """A short hash of a training corpus and the training settings: the name of a cached vocabulary."""
+    digest = hashlib.sha256()
+    for t in texts:
+        digest.update(t.encode("utf-8"))
+        digest.update(b"\0")
+    digest.update(settings.encode())
+    return digest.hexdigest()[:12]
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """So that a concurrent reader never sees a half-written file."""
+    tmp_path = path + f".tmp{os.getpid()}"
+    with open(tmp_path, "wb") as f:
+        f.write(data)
+    os.replace(tmp_path, path)
 
 
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir: str | None = None,
@@ -88,15 +167,10 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir: str | No
         raise ValueError(f"vocab_size={vocab_size} cannot hold the 256 byte pieces of byte_fallback; "
                          "use a vocab_size of at least 260 or byte_fallback=False")
     texts = [t for t in texts if t.strip()]
-    digest = hashlib.sha256()
-    for t in texts:
-        digest.update(t.encode("utf-8"))
-        digest.update(b"\0")
-    digest.update(f"{vocab_size}-{model_type}-byte_fallback={byte_fallback}".encode())
+    digest = corpus_digest(texts, f"{vocab_size}-{model_type}-byte_fallback={byte_fallback}")
     out_dir = out_dir or os.path.join(default_cache_dir(), "vocab")
     os.makedirs(out_dir, exist_ok=True)
-    name = f"spm_{model_type}_{vocab_size}{'_bytes' if byte_fallback else ''}_{digest.hexdigest()[:12]}.model"
-    path = os.path.join(out_dir, name)
+    path = os.path.join(out_dir, f"spm_{model_type}_{vocab_size}{'_bytes' if byte_fallback else ''}_{digest}.model")
     if os.path.exists(path):
         return path
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,11 +186,8 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out_dir: str | No
             seed_sentencepiece_size=seed_sentencepiece_size, max_sentence_length=1 << 16,
             num_threads=os.cpu_count() or 1, minloglevel=2,
         )
-        # Write atomically so a concurrent reader never sees a half-written model.
-        tmp_path = path + f".tmp{os.getpid()}"
-        with open(prefix + ".model", "rb") as src, open(tmp_path, "wb") as dst:
-            dst.write(src.read())
-        os.replace(tmp_path, path)
+        with open(prefix + ".model", "rb") as src:
+            write_atomically(path, src.read())
     return path
 
 
@@ -125,49 +196,188 @@ def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
     return int(np.ceil(vocab_size / multiple) * multiple)
 
 
+# --- kinds, and the default vocabulary the built-in tasks use.
+
+KINDS = {  # kind -> "module:class"; each class takes (path=None, ...), None training the tiny one
+    "sentencepiece": "t5lite.data.vocab:SentencePieceVocabulary",
+    "byte_bpe": "t5lite.data.byte_bpe:ByteBPEVocabulary",
+    "bytes": "t5lite.data.byte_vocab:ByteVocabulary",
+    "wordpiece": "t5lite.data.wordpiece:WordPieceVocabulary",
+}
+
+
+def vocabulary_class(kind: str) -> type:
+    if kind not in KINDS:
+        raise ConfigError(f"vocabulary.kind={kind!r}: expected one of {sorted(KINDS)}")
+    module, name = KINDS[kind].split(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"vocabulary.kind={kind!r} needs {module}, which cannot be imported here ({e})") from None
+
+
+def kind_of(vocabulary) -> str:
+    """The kind name of a vocabulary object (its class name for one t5lite does not know)."""
+    name = type(resolved(vocabulary)).__name__
+    return next((kind for kind, spec in KINDS.items() if spec.endswith(":" + name)), name)
+
+
+def resolved(vocabulary):
+    """The vocabulary itself, for `DEFAULT_VOCABULARY` the one it stands for now."""
+    return vocabulary._resolve() if isinstance(vocabulary, DefaultVocabulary) else vocabulary
+
+
+def make_vocabulary(kind: str = "sentencepiece", path: str | None = None, extra_ids: int | None = None):
+    """A vocabulary of `kind` from `path` (None: the tiny one trained on the embedded corpus);
+    `extra_ids` None keeps the kind's own default."""
+    if path is not None and not os.path.exists(path):
+        raise FileNotFoundError(f"vocabulary.path={path!r} ({kind}) does not exist; give the vocabulary's file or "
+                                "folder, or None to train a tiny one on the embedded corpus")
+    cls = vocabulary_class(kind)
+    return cls(path) if extra_ids is None else cls(path, extra_ids=extra_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabularySettings:
+    kind: str = "sentencepiece"
+    path: str | None = None
+    extra_ids: int | None = None
+    allow_mismatch: bool = False
+
+
+@gin.configurable("vocabulary")
+def vocabulary_settings(kind: str = "sentencepiece", path: str | None = None, extra_ids: int | None = None,
+                        allow_mismatch: bool = False) -> VocabularySettings:
+    """What the built-in tasks (and `t5lite infer`) use: `vocabulary.kind`, `vocabulary.path` (None:
+    train a tiny one on the embedded corpus), `vocabulary.extra_ids` (None: the kind's default).
+    `vocabulary.allow_mismatch = True` lets a run use a checkpoint recorded with another vocabulary."""
+    return VocabularySettings(kind, path, extra_ids, allow_mismatch)
+
+
 class DefaultVocabulary:
-    """The vocabulary the built-in tasks use, resolved on first use.
+    """The vocabulary the built-in tasks use, resolved on each use from the gin `vocabulary` settings
+    (or from `set_default_vocabulary`, which wins), built once per setting and cached.
 
-    By default a 2000-piece unigram model with byte fallback (so any script round-trips) trained
-    on the embedded corpus (cached); point it at an existing SentencePiece file (e.g. T5's public `spiece.model`) with `set_default_vocabulary`.
+    By default the 2000-piece unigram SentencePiece model (byte fallback) trained on the embedded
+    corpus; point it at T5's public `spiece.model`, say, with `vocabulary.path` or
+    `set_default_vocabulary`.
     """
-    _path: str | None = None
-    _vocab: SentencePieceVocabulary | None = None
-    base_size = 2000
-    extra_ids = 100
+    _explicit: VocabularySettings | None = None
+    _built: dict = {}
 
-    def _resolve(self) -> SentencePieceVocabulary:
-        cls = DefaultVocabulary
-        if cls._vocab is None:
-            if cls._path is None:
-                from t5lite.data.corpus import embedded_documents
-                cls._path = train_sentencepiece(embedded_documents(), cls.base_size, byte_fallback=True)
-            cls._vocab = open_vocabulary(cls._path, cls.extra_ids)
-        return cls._vocab
+    def settings(self) -> VocabularySettings:
+        return DefaultVocabulary._explicit or vocabulary_settings()
+
+    def _resolve(self):
+        s = self.settings()
+        key = (s.kind, s.path, s.extra_ids)
+        if key not in DefaultVocabulary._built:
+            DefaultVocabulary._built[key] = make_vocabulary(*key)
+        return DefaultVocabulary._built[key]
 
     def __getattr__(self, name):
         return getattr(self._resolve(), name)
 
+    # Hash and compare as the vocabulary in use, so caches keyed on it follow a change of setting.
+    def __hash__(self):
+        return hash(self._resolve())
+
+    def __eq__(self, other):
+        return self._resolve() == (other._resolve() if isinstance(other, DefaultVocabulary) else other)
+
     def __repr__(self):
-        return f"DefaultVocabulary(path={DefaultVocabulary._path or 'trained on the embedded corpus on first use'})"
+        s = self.settings()
+        return f"DefaultVocabulary(kind={s.kind!r}, path={s.path!r})"   # path None: trained on the embedded corpus
 
 
-def open_vocabulary(path: str, extra_ids: int = 100):
-    """A SentencePiece model, or BERT's WordPiece for a `vocab.txt` / `tokenizer.json` (no extra ids)."""
-    if path.endswith((".txt", ".json")):
-        from t5lite.data.wordpiece import WordPieceVocabulary
-        return WordPieceVocabulary(path)
-    return SentencePieceVocabulary(path, extra_ids)
+def kind_of_file(path: str) -> str:
+    """The vocabulary kind a file holds: BERT's `vocab.txt` is WordPiece, a `tokenizer.json` says its
+    model type (WordPiece or byte-level BPE), a folder with `vocab.json` + `merges.txt` is byte-level
+    BPE; anything else is read as a SentencePiece model."""
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "tokenizer.json")):
+            return kind_of_file(os.path.join(path, "tokenizer.json"))
+        return "wordpiece" if os.path.exists(os.path.join(path, "vocab.txt")) else "byte_bpe"
+    if path.endswith(".txt"):
+        return "wordpiece"
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            model_type = json.load(f).get("model", {}).get("type")
+        return "wordpiece" if model_type == "WordPiece" else "byte_bpe"
+    return "sentencepiece"
 
 
-def set_default_vocabulary(path: str | None, extra_ids: int = 100) -> None:
-    """Makes the built-in tasks use this SentencePiece model or WordPiece vocabulary (None: the
-    embedded-corpus SentencePiece one)."""
+def set_default_vocabulary(path: str | None, extra_ids: int = 100, kind: str | None = None) -> None:
+    """Makes the built-in tasks use this vocabulary file (`kind` None: as `kind_of_file` reads it);
+    `set_default_vocabulary(None)` goes back to the gin `vocabulary` settings (by default the
+    embedded-corpus SentencePiece model)."""
     if path is not None and not os.path.exists(path):
-        raise FileNotFoundError(f"vocabulary {path!r} does not exist; pass a SentencePiece .model file, or a BERT "
-                                "vocab.txt / tokenizer.json")
-    DefaultVocabulary._path, DefaultVocabulary._vocab = path, None
-    DefaultVocabulary.extra_ids = extra_ids
+        raise FileNotFoundError(f"vocabulary {path!r} does not exist; pass a SentencePiece .model file, a BERT "
+                                "vocab.txt, or a tokenizer.json / folder of a Hugging Face tokenizer")
+    kind = kind or (kind_of_file(path) if path is not None else "sentencepiece")
+    extra_ids = extra_ids if kind == "sentencepiece" else None
+    DefaultVocabulary._explicit = None if path is None else VocabularySettings(kind, path, extra_ids)
 
 
 DEFAULT_VOCABULARY = DefaultVocabulary()
+
+
+# --- identity: which vocabulary a run was trained with.
+
+IDENTITY_FILE = "vocabulary.json"
+
+
+def identity(vocabulary) -> dict:
+    """Kind, size, special ids and a hash of every piece: equal exactly when two vocabularies map
+    text to the same ids (wherever their files are)."""
+    vocabulary = resolved(vocabulary)
+    size = int(vocabulary.vocab_size)
+    pieces = hashlib.sha256("\0".join(vocabulary.id_to_piece(i) for i in range(size)).encode("utf-8"))
+    return {"kind": kind_of(vocabulary), "vocab_size": size, "pad_id": vocabulary.pad_id,
+            "eos_id": vocabulary.eos_id, "pieces_sha256": pieces.hexdigest(), "description": repr(vocabulary)}
+
+
+def record_identity(model_dir: str, vocabulary) -> None:
+    """Writes `MODEL_DIR/vocabulary.json`, which resuming, fine-tuning, eval and infer check."""
+    os.makedirs(model_dir, exist_ok=True)
+    write_atomically(os.path.join(model_dir, IDENTITY_FILE), json.dumps(identity(vocabulary), indent=1).encode())
+
+
+def check_trainable(vocabulary) -> None:
+    """The feature converters pad with 0 and weigh the loss on ids other than 0, so a vocabulary
+    to train with must have its pad at 0 (GPT-2's own files put `!` there)."""
+    if vocabulary.pad_id != PAD_ID:
+        raise ConfigError(f"{resolved(vocabulary)!r} pads with id {vocabulary.pad_id} and has "
+                          f"{vocabulary.id_to_piece(PAD_ID)!r} at id 0, but t5lite's feature converters pad with 0 "
+                          "and drop id 0 from the loss; train with a vocabulary whose pad is 0 (every vocabulary "
+                          "t5lite trains: vocabulary.path = None)")
+
+
+def check_identity(model_dir: str | None, vocabulary, model_vocab_size: int | None = None,
+                   allow_mismatch: bool | None = None) -> None:
+    """Refuses `vocabulary` for the run in `model_dir` (None: no run) if it recorded another one, naming both,
+    and a vocabulary with more ids than the model's embedding has rows (`model_vocab_size`).
+    `allow_mismatch` (default: the gin `vocabulary.allow_mismatch`) lets the first pass."""
+    if model_vocab_size is not None and vocabulary.vocab_size > model_vocab_size:
+        raise ConfigError(f"the vocabulary has {vocabulary.vocab_size} ids but the model's embedding has "
+                          f"{model_vocab_size} rows ({resolved(vocabulary)!r}); use a preset or "
+                          f"`model_config.vocab_size` of at least {padded_vocab_size(vocabulary.vocab_size)}, or "
+                          "the vocabulary the model was made for")
+    path = os.path.join(model_dir or "", IDENTITY_FILE)
+    if model_dir is None or not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    current = identity(vocabulary)
+    differs = [k for k in ("kind", "vocab_size", "pad_id", "eos_id", "pieces_sha256") if recorded.get(k) != current[k]]
+    if not differs:
+        return
+    if allow_mismatch is None:
+        allow_mismatch = vocabulary_settings().allow_mismatch
+    message = (f"{model_dir} was trained with the vocabulary {recorded['description']} ({recorded['kind']}, "
+               f"{recorded['vocab_size']} ids) but this run uses {current['description']} ({current['kind']}, "
+               f"{current['vocab_size']} ids); they differ in {', '.join(differs)}")
+    if not allow_mismatch:
+        raise CheckpointError(message + ". Set vocabulary.kind / vocabulary.path to the run's vocabulary, or "
+                              "accept the change on purpose with --gin.vocabulary.allow_mismatch=True")
+    logging.getLogger("t5lite").warning("%s (allowed)", message)

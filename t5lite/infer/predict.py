@@ -78,9 +78,11 @@ def abstract_params(config: ModelConfig, partitioner=None) -> dict:
                         nn.unbox(boxed)["params"], shardings)
 
 
-def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None):
-    """(params, step, step directory) of a t5lite checkpoint for the model `config`."""
+def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, vocabulary=None):
+    """(params, step, step directory) of a t5lite checkpoint for the model `config`; refused if the
+    run recorded another vocabulary than `vocabulary` (default: the one the tasks use)."""
     step_dir = checkpoints.step_directory(checkpoint_path)
+    vocab_lib.check_identity(run_dir(step_dir), vocabulary or vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
     params = checkpoints.restore_params(step_dir, abstract_params(config, partitioner))
     name = os.path.basename(step_dir)
     return params, int(name) if name.isdigit() else None, step_dir
@@ -233,7 +235,7 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
         vocabulary = vocab_lib.DEFAULT_VOCABULARY
     config = model_config_of(checkpoint_path, model)
     module = models.build(config)
-    params, _, _ = load_params(config, checkpoint_path, partitioner)
+    params, _, _ = load_params(config, checkpoint_path, partitioner, vocabulary)
     predictor = Predictor(module, params, partitioner, method=method, max_decode_length=max_decode_length,
                           num_beams=num_beams, alpha=alpha, temperature=temperature, top_k=top_k, top_p=top_p)
     return _records(predictor, vocabulary, list(inputs), max_input_length, batch_size, seed, progress)

@@ -6,7 +6,8 @@
   directory; a second run refuses at once, and a lock whose process is gone (same host, pid not
   alive) is taken over. Multi-host: process 0 takes it for the whole slice.
 - `check_model_config` refuses to resume with a different model config unless the change is
-  deliberate; `record_config` keeps every (re)start's config in `config_history/<step>-*`.
+  deliberate; `record_config` keeps every (re)start's config in `config_history/<step>-*` and
+  the vocabulary's identity in `vocabulary.json` (checked by t5lite.data.vocab.check_identity).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.models.config import ModelConfig, config_changes, load_config, save_config
 
@@ -124,11 +126,14 @@ def check_model_config(model_dir: str, config: ModelConfig, step: int, allow_con
         log.warning("continuing from step %d with a changed model config: %s", step, listed)
 
 
-def record_config(model_dir: str, config: ModelConfig, gin_config: str, step: int) -> None:
+def record_config(model_dir: str, config: ModelConfig, gin_config: str, step: int, vocabulary=None) -> None:
     """Writes the operative `model_config.json` and `config.gin`, and keeps a copy of each as
-    `config_history/<step>-*` (the step this (re)start trains from), so no earlier config is lost."""
+    `config_history/<step>-*` (the step this (re)start trains from), so no earlier config is lost.
+    With `vocabulary`, its identity goes to `vocabulary.json` (t5lite.data.vocab.check_identity)."""
     if jax.process_index() != 0:
         return
+    if vocabulary is not None:
+        vocab_lib.record_identity(model_dir, vocabulary)
     history = os.path.join(model_dir, "config_history")
     os.makedirs(history, exist_ok=True)
     for directory, prefix in ((model_dir, ""), (history, f"{step}-")):

@@ -26,7 +26,7 @@ from t5lite import models
 from t5lite.data import registry, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError
-from t5lite.infer import evaluation
+from t5lite.infer import evaluation, predict
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
@@ -169,14 +169,6 @@ def model_config(preset: str = gin.REQUIRED, overrides: Mapping[str, Any] | None
     return models.get_config(preset, **changes)
 
 
-def _check_vocabulary(task, cfg: ModelConfig) -> None:
-    vocabulary = task.output_features["targets"].vocabulary
-    if vocabulary.vocab_size > cfg.vocab_size:
-        raise ValueError(f"the task's vocabulary has {vocabulary.vocab_size} ids but the model's embedding has "
-                         f"{cfg.vocab_size} rows; use a preset or `model_config.vocab_size` of at least "
-                         f"{vocab_lib.padded_vocab_size(vocabulary.vocab_size)}")
-
-
 @gin.configurable(denylist=["progress"])
 def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
           task_feature_lengths: Mapping[str, int] = gin.REQUIRED, batch_size: int = gin.REQUIRED,
@@ -222,7 +214,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     Run safety (see README "When things go wrong"): MODEL_DIR must be writable and not in use by
     another run (`run_dir`); SIGTERM / SIGINT stop after the current step with a checkpoint
     (`preemption`); resuming restores the newest readable checkpoint and refuses a changed model
-    config unless `allow_config_change`."""
+    config unless `allow_config_change`. The vocabulary is recorded in `vocabulary.json`; resuming
+    or fine-tuning (`initial_checkpoint_path`) with another one is refused unless
+    `allow_config_change` or the gin `vocabulary.allow_mismatch`."""
     if initial_checkpoint_restore not in ("params", "full"):
         raise ConfigError(f"train.initial_checkpoint_restore={initial_checkpoint_restore!r}: expected 'params' or 'full'")
     checkpoint_dir = os.path.join(model_dir, "checkpoints")
@@ -241,7 +235,14 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         partitioner = partitioner or Partitioner()
         partitioner.check_batch_size(batch_size, num_microbatches)
         task = registry.get_task_or_mixture(mixture_or_task_name)
-        _check_vocabulary(task, model)
+        vocabulary = task.output_features["targets"].vocabulary
+        vocab_lib.check_trainable(vocabulary)
+        allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
+        resuming = ckpt.latest_step() is not None
+        vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
+        if initial_checkpoint_path and not resuming:
+            vocab_lib.check_identity(predict.run_dir(checkpoints.step_directory(initial_checkpoint_path)), vocabulary,
+                                     allow_mismatch=allow_mismatch)
         optimizer, schedule = optimizer
         shard_index, shard_count = partitioner.data_shard()  # hosts of one data-parallel replica read the same data
         loader = Loader(task, "train", task_feature_lengths, batch_size, feature_converter, pack=pack, seed=seed,
@@ -265,7 +266,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                 init_params = trainer.objective.initial_params(initial_checkpoint_path, abstract_params)
                 log.info("initialised the parameters from %s", initial_checkpoint_path)
             state, start = trainer.init_state(seed, init_params), 0
-        run_dir.record_config(model_dir, model, gin.config_str(), start)
+        run_dir.record_config(model_dir, model, gin.config_str(), start, vocabulary)
         peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
         flops_per_step = trainer.flops_per_step(batch_size)
         tokens_per_step = batch_size * sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens"))

@@ -5,9 +5,9 @@ sentinels), then corrupt the choice 80% [MASK] / 10% random token / 10% unchange
 `inputs` (corrupted), `targets` (the original) and `targets_loss_weights` (1 exactly on the chosen
 positions), which `EncoderFeatureConverter` turns into `encoder_*` features.
 
-Words come from the vocabulary: a SentencePiece piece starting with "▁" starts a word, a
-WordPiece piece starting with "##" continues one (`word_starts`). Masking is dynamic by default (a
-new mask each time the loader feeds the example: the loader gives every epoch its own seed) or
+Words come from the vocabulary: a SentencePiece piece starting with "▁" (byte-level BPE: "Ġ")
+starts a word, a WordPiece piece starting with "##" continues one (`word_starts`). Masking is
+dynamic by default (a new mask each time the loader feeds the example: the loader gives every epoch its own seed) or
 static (`static_seed` set: the mask depends only on that seed and the tokens, fixed across epochs;
 `num_static_copies` emits each example that many times with different masks, RoBERTa's baseline).
 """
@@ -23,13 +23,23 @@ Example = dict[str, Any]
 
 
 def special_ids(vocabulary) -> dict[str, int]:
-    """The ids the encoder objectives use: the vocabulary's own `mask_id`/`cls_id`/`sep_id` when it
-    has them (BERT vocabularies), else, with a T5 vocabulary, [MASK] = `<extra_id_0>`, [CLS] =
-    `<extra_id_1>` and [SEP] = EOS."""
-    size = int(vocabulary.vocab_size)
-    return {"mask": int(getattr(vocabulary, "mask_id", size - 1)),
-            "cls": int(getattr(vocabulary, "cls_id", size - 2)),
-            "sep": int(getattr(vocabulary, "sep_id", getattr(vocabulary, "eos_id", 1)))}
+    """The ids the encoder objectives use, for every vocabulary kind: [MASK] is the vocabulary's
+    `mask_id`, else `<extra_id_0>`; [CLS] its `cls_id` (WordPiece), else its `bos_id` (byte-level
+    BPE's `<s>`, as RoBERTa), else `<extra_id_1>`; [SEP] its `sep_id`, else EOS."""
+    def own(name):
+        value = getattr(vocabulary, name, None)
+        return None if value is None else int(value)
+
+    def sentinel(i):
+        if int(getattr(vocabulary, "extra_ids", 0) or 0) <= i:
+            raise ValueError(f"{vocabulary!r} has no mask/CLS token and fewer than {i + 1} sentinels to stand in "
+                             "for one; give it extra ids (vocabulary.extra_ids = 100)")
+        return int(vocabulary.vocab_size) - 1 - i
+
+    mask, cls, sep = own("mask_id"), own("cls_id"), own("sep_id")
+    cls = own("bos_id") if cls is None else cls
+    return {"mask": sentinel(0) if mask is None else mask, "cls": sentinel(1) if cls is None else cls,
+            "sep": own("eos_id") if sep is None else sep}
 
 
 def _never_masked(vocabulary) -> np.ndarray:
@@ -54,11 +64,12 @@ def _word_start_table(vocabulary) -> np.ndarray:
                          "id_to_piece; use a SentencePiece/WordPiece vocabulary or pass whole_word=False")
     pieces = [vocabulary.id_to_piece(i) for i in range(int(vocabulary.vocab_size))]
     wordpiece = any(p.startswith("##") for p in pieces)
-    return np.array([not p.startswith("##") if wordpiece else p.startswith("▁") for p in pieces], dtype=bool)
+    return np.array([not p.startswith("##") if wordpiece else p.startswith(("▁", "Ġ")) for p in pieces], dtype=bool)
 
 
 def word_starts(tokens: np.ndarray, vocabulary) -> np.ndarray:
-    """True where a token starts a word: SentencePiece's "▁" prefix, or not WordPiece's "##"."""
+    """True where a token starts a word: a "▁" (SentencePiece) or "Ġ" (byte-level BPE) prefix, or
+    no "##" (WordPiece)."""
     return _word_start_table(vocabulary)[np.asarray(tokens)]
 
 

@@ -1,0 +1,52 @@
+"""The decoder and encoder-decoder pre-training configs run as shipped (at reduced sizes): the loss
+is finite and falls, the run records its vocabulary and resumes."""
+import json
+import math
+import os
+
+import gin
+import pytest
+
+from conftest import REPO, logged_losses
+from t5lite import cli
+
+# Reduced sizes and, for AdamW's configs, no warmup, so that a handful of steps shows learning.
+CONFIGS = {
+    "gpt2_tiny_pretrain": ("byte_bpe", ["TASK_FEATURE_LENGTHS = {'targets': 32}", "warmup_cosine.warmup_steps = 1",
+                                        "warmup_cosine.peak_learning_rate = 1e-2"]),
+    "bart_tiny_pretrain": ("byte_bpe", ["TASK_FEATURE_LENGTHS = {'inputs': 32, 'targets': 32}",
+                                        "warmup_cosine.warmup_steps = 1", "warmup_cosine.peak_learning_rate = 1e-2"]),
+    "t5_prefix_lm_tiny_pretrain": ("sentencepiece", ["TASK_FEATURE_LENGTHS = {'inputs': 32, 'targets': 32}"]),
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+def _train(name, model_dir, steps, bindings):
+    cwd = os.getcwd()
+    os.chdir(REPO)   # the configs include gin/ pieces by paths relative to the repository
+    try:
+        cli.main(["train", f"--gin_file=configs/local/{name}.gin", f"--gin.MODEL_DIR='{model_dir}'",
+                  f"--gin.TRAIN_STEPS={steps}", "--gin.BATCH_SIZE=8", "--gin.train.log_every=1",
+                  "--gin.train.checkpoint_every=4",
+                  *(f"--gin.{b}" for b in bindings)])
+    finally:
+        os.chdir(cwd)
+        gin.clear_config()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_config_pretrains_and_resumes(tmp_path, name):
+    kind, bindings = CONFIGS[name]
+    _train(name, tmp_path, 8, bindings)
+    losses = logged_losses(tmp_path)
+    assert sorted(losses) == list(range(1, 9)) and all(math.isfinite(v) for v in losses.values())
+    assert (losses[7] + losses[8]) / 2 < losses[1] - 0.1, losses
+    assert json.loads((tmp_path / "vocabulary.json").read_text())["kind"] == kind
+    _train(name, tmp_path, 10, bindings)   # a second run resumes from step 8
+    assert sorted(logged_losses(tmp_path)) == list(range(1, 11))
