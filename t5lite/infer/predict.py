@@ -227,7 +227,7 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
     text, in order: {"input", "prediction", "score", "tokens"}.
 
     `model` defaults to the run's saved config; `vocabulary` (an object with encode / decode)
-    to the SentencePiece model at `vocabulary_path`, else the built-in tasks' vocabulary."""
+    to the vocabulary file at `vocabulary_path` (any kind), else the built-in tasks' vocabulary."""
     check_method(method)
     if vocabulary is None:
         if vocabulary_path is not None:
