@@ -1,8 +1,11 @@
 """Decoding speed of t5lite vs Hugging Face `generate` on the same (random) weights, float32.
 
 Cases: T5 greedy (batch of encoder inputs), T5 beam search (4 beams, no length penalty), GPT-2
-greedy (prompts of different lengths, left-padded for HF). Prints new tokens/s (batch x new
-tokens / median time of `--runs` runs, after one warm-up that compiles) and the ratio.
+greedy (prompts of different lengths, left-padded for HF). Both run in this process on the same
+`--threads` cores (CPU affinity, which sizes XLA's thread pool, and torch's thread count); their
+timed runs alternate, so machine load hits both alike. Prints new tokens/s (batch x new tokens /
+median time of `--runs` runs, after one warm-up that compiles), the ratio, and whether the best
+sequences are token for token HF's (each row up to its EOS).
     python benchmarks/decode.py                        # t5_small / gpt2_small, inputs 512, 64 new
     python benchmarks/decode.py --t5 t5_tiny --gpt2 gpt2_tiny --inputs 64 --prompt 24 32 --new 16
 """
@@ -15,18 +18,17 @@ import statistics
 import tempfile
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-
-from t5lite import models
-from t5lite.infer import decoding
-from t5lite.interop import hf
 
 
 def random_model(preset: str, scale: float = 0.05):
     """A t5lite module, its params and the same weights as an HF PyTorch model."""
+    import jax
+    import jax.numpy as jnp
     import transformers
+
+    from t5lite import models
+    from t5lite.interop import hf
     module = models.build(models.get_config(preset, dropout_rate=0.0))
     tokens = jnp.zeros((1, 4), jnp.int32)
     shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), encoder_input_tokens=tokens,
@@ -39,30 +41,49 @@ def random_model(preset: str, scale: float = 0.05):
     return module, variables["params"], hf_class.from_pretrained(folder).eval()
 
 
-def median_seconds(fn, runs: int) -> float:
-    fn()   # compile / warm up
-    times = []
+def until_eos(tokens, eos: int, pad: int) -> np.ndarray:
+    """Rows cut after their first EOS and padded with `pad` (HF and t5lite pad differently)."""
+    tokens = np.array(tokens)
+    after_eos = (np.cumsum(tokens == eos, axis=1) - (tokens == eos)) > 0
+    return np.where(after_eos, pad, tokens)
+
+
+def timed_pair(ours, theirs, runs: int) -> tuple[float, float, object, object]:
+    """Median seconds of each function over `runs` alternating runs (after one warm-up each)
+    and their last outputs."""
+    out = [ours(), theirs()]
+    times = ([], [])
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for i, fn in enumerate((ours, theirs)):
+            start = time.perf_counter()
+            out[i] = fn()
+            times[i].append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1]), out[0], out[1]
 
 
 def cases(args):
+    """(name, ours() -> tokens [batch, new], theirs() -> tokens [batch, new], eos id) per case."""
+    import jax.numpy as jnp
     import torch
+
+    from t5lite.infer import decoding
     rng = np.random.RandomState(1)
     t5, t5_params, t5_hf = random_model(args.t5)
-    enc = rng.randint(3, t5.config.vocab_size, (args.batch, args.inputs)).astype(np.int32)
-    t5_hf_in = dict(input_ids=torch.tensor(enc), attention_mask=torch.ones(enc.shape, dtype=torch.long))
-    yield (f"{args.t5} greedy", lambda: decoding.greedy(t5, t5_params, {"encoder_input_tokens": jnp.asarray(enc)},
-                                                        max_decode_length=args.new).tokens.block_until_ready(),
-           lambda: t5_hf.generate(**t5_hf_in, max_new_tokens=args.new, do_sample=False))
-    yield (f"{args.t5} beam 4", lambda: decoding.beam_search(t5, t5_params, {"encoder_input_tokens": jnp.asarray(enc)},
-                                                             max_decode_length=args.new, num_beams=4,
-                                                             alpha=0.0).tokens.block_until_ready(),
-           lambda: t5_hf.generate(**t5_hf_in, max_new_tokens=args.new, do_sample=False, num_beams=4,
-                                  length_penalty=0.0))
+    enc = {"encoder_input_tokens": jnp.asarray(rng.randint(3, t5.config.vocab_size, (args.batch, args.inputs)),
+                                               jnp.int32)}
+    t5_hf_in = dict(input_ids=torch.tensor(np.asarray(enc["encoder_input_tokens"]), dtype=torch.long),
+                    attention_mask=torch.ones((args.batch, args.inputs), dtype=torch.long))
+    hf_new = lambda out, start: out[:, start:].numpy()
+    yield (f"{args.t5} greedy",
+           lambda: np.asarray(decoding.greedy(t5, t5_params, enc, max_decode_length=args.new).tokens),
+           lambda: hf_new(t5_hf.generate(**t5_hf_in, max_new_tokens=args.new, do_sample=False), 1),
+           t5.config.eos_token_id)
+    yield (f"{args.t5} beam 4",
+           lambda: np.asarray(decoding.beam_search(t5, t5_params, enc, max_decode_length=args.new, num_beams=4,
+                                                   alpha=0.0).tokens[:, 0]),
+           lambda: hf_new(t5_hf.generate(**t5_hf_in, max_new_tokens=args.new, do_sample=False, num_beams=4,
+                                         length_penalty=0.0, early_stopping=False), 1),
+           t5.config.eos_token_id)
     gpt, gpt_params, gpt_hf = random_model(args.gpt2)
     low, high = args.prompt
     lengths = rng.randint(low, high + 1, args.batch)
@@ -72,11 +93,12 @@ def cases(args):
         prompt[r, :n] = left[r, high - n:] = rng.randint(0, gpt.config.vocab_size, n)
         mask[r, high - n:] = 1
     ours_in = {"decoder_prompt_tokens": jnp.asarray(prompt), "decoder_prompt_lengths": jnp.asarray(lengths)}
-    yield (f"{args.gpt2} greedy", lambda: decoding.greedy(gpt, gpt_params, ours_in,
-                                                          max_decode_length=args.new).tokens.block_until_ready(),
-           lambda: gpt_hf.generate(input_ids=torch.tensor(left), attention_mask=torch.tensor(mask),
-                                   max_new_tokens=args.new, do_sample=False,
-                                   pad_token_id=gpt.config.eos_token_id))
+    gpt_hf_in = dict(input_ids=torch.tensor(left, dtype=torch.long), attention_mask=torch.tensor(mask))
+    yield (f"{args.gpt2} greedy",
+           lambda: np.asarray(decoding.greedy(gpt, gpt_params, ours_in, max_decode_length=args.new).tokens),
+           lambda: hf_new(gpt_hf.generate(**gpt_hf_in, max_new_tokens=args.new, do_sample=False,
+                                          pad_token_id=gpt.config.eos_token_id), high),
+           gpt.config.eos_token_id)
 
 
 def main():
@@ -88,14 +110,24 @@ def main():
     parser.add_argument("--prompt", type=int, nargs=2, default=(200, 256), help="GPT-2 prompt lengths: low high")
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="cores for both libraries (default: all this process may use)")
     args = parser.parse_args()
+    # Before jax starts: XLA sizes its thread pool from the CPU affinity.
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.threads])
     import torch
+    torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
-    print("| case | t5lite tokens/s | HF tokens/s | ratio |\n|---|---|---|---|")
-    for name, ours, theirs in cases(args):
+    print(f"threads: {args.threads}, runs: {args.runs} (median), new tokens: {args.new}, batch: {args.batch}")
+    print("| case | t5lite tokens/s | HF tokens/s | ratio | same tokens |\n|---|---|---|---|---|")
+    for name, ours, theirs, eos in cases(args):
+        ours_s, theirs_s, ours_tokens, hf_tokens = timed_pair(ours, theirs, args.runs)
+        hf_tokens = until_eos(np.pad(hf_tokens, ((0, 0), (0, args.new - hf_tokens.shape[1])), constant_values=eos),
+                              eos, -1)
+        same = np.array_equal(until_eos(ours_tokens, eos, -1), hf_tokens)
         tokens = args.batch * args.new
-        a, b = tokens / median_seconds(ours, args.runs), tokens / median_seconds(theirs, args.runs)
-        print(f"| {name} | {a:.0f} | {b:.0f} | {a / b:.2f} |", flush=True)
+        print(f"| {name} | {tokens / ours_s:.0f} | {tokens / theirs_s:.0f} | {theirs_s / ours_s:.2f} | "
+              f"{'yes' if same else 'NO'} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,8 @@ def test_beam_scores_are_penalised_sums_of_log_probs(t5):
 
 
 def test_beam_axes_of_a_scanned_cache_are_found():
-    """Scanned layers stack the cache on a leading layers axis; beams must be gathered on axis 1."""
+    """Scanned layers stack the cache on a leading layers axis; beams must be gathered on axis 1,
+    except the encoder's keys/values, one row per input, which all its beams read."""
     module, params = _model(scan_layers=True)
     found = {}
 
@@ -153,9 +154,11 @@ def test_beam_axes_of_a_scanned_cache_are_found():
     axes = {jax.tree_util.keystr(k): a for k, a in jax.tree_util.tree_leaves_with_path(found["axes"])}
     shapes = {jax.tree_util.keystr(k): x.shape for k, x in jax.tree_util.tree_leaves_with_path(cache)}
     for name, axis in axes.items():
-        if len(shapes[name]) == 5:       # [layers, batch, length, heads, head_dim]
+        if "cross_attention" in name:    # [layers, inputs, heads, length, head_dim]: shared by the beams
+            assert axis == -1 and shapes[name][1] == 2, name
+        elif len(shapes[name]) == 5:     # [layers, batch * beams, heads, length, head_dim]
             assert axis == 1 and shapes[name][1] == 6, name
-    assert sorted(set(axes.values())) == [0, 1]   # every leaf has rows, the write index too
+    assert sorted(set(axes.values())) == [-1, 0, 1]   # the write index has rows too
 
 
 @pytest.mark.slow

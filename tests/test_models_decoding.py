@@ -81,6 +81,29 @@ def test_encoder_decoder_kv_cache_matches_full_sequence(name, overrides):
     np.testing.assert_allclose(stepped, full, atol=TOL)
 
 
+def test_decodes_of_one_input_share_its_cross_attention_cache():
+    """Three decodes per input (samples, beams) read one copy of its encoder keys/values: the
+    logits of decoding the inputs repeated three times, with one cross-attention cache row per input."""
+    cfg = models.get_config("t5_tiny")
+    module = models.build(cfg)
+    variables = random_variables(module, scale=0.2)
+    enc = np.array(tokens((2, 10), 2))
+    enc[1, 6:] = cfg.pad_token_id
+    enc = jnp.asarray(enc)
+    dec = tokens((6, 5), 3)    # rows 0-2 continue input 0, rows 3-5 input 1
+    full = jax.jit(module.apply)(variables, encoder_input_tokens=jnp.repeat(enc, 3, axis=0), decoder_input_tokens=dec)
+    encoded = jax.jit(functools.partial(module.apply, method="encode"))(variables, encoder_input_tokens=enc)
+    cache = models.init_cache(module, variables["params"], 5, encoded=encoded, encoder_input_tokens=enc, batch_size=6)
+    rows = {jax.tree_util.keystr(k): x.shape[0] for k, x in jax.tree_util.tree_leaves_with_path(cache)
+            if "attention" in jax.tree_util.keystr(k)}
+    assert rows and all(n == (2 if "cross_attention" in k else 6) for k, n in rows.items()), rows
+    chunks = [(dec[:, t:t + 1], None) for t in range(5)]
+    stepped, _ = decode_stepwise(module, variables["params"], cache, chunks,
+                                 step_args=lambda c, _: dict(encoded=None, encoder_input_tokens=enc,
+                                                             decoder_input_tokens=c))
+    np.testing.assert_allclose(stepped, full, atol=TOL)
+
+
 def test_prefix_lm_attention_and_cached_decoding():
     module = models.build("gpt2_tiny")
     variables = random_variables(module, scale=0.2)

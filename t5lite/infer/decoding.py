@@ -2,9 +2,10 @@
 token for token what Hugging Face `generate` produces on the same weights.
 
 Every decode is one jitted function. Start, EOS and pad ids come from the model config
-(`decoder_start_token_id`, `eos_token_id`, `pad_token_id`). An encoder-decoder's encoder runs
-once and its output is repeated per sample or beam; its decoder starts from the start token. A
-decoder-only model's prompts are prefilled in one pass (bidirectionally for a `prefix_lm`), then
+(`decoder_start_token_id`, `eos_token_id`, `pad_token_id`). An encoder-decoder's encoder and
+cross-attention keys/values run once per input and are shared by its samples or beams; its
+decoder starts from the start token. A decoder-only model's prompts are prefilled once per input
+in one pass (bidirectionally for a `prefix_lm`) and the cache is repeated per sample or beam;
 each row writes its next token at its own cache slot, right after its own prompt. A
 `jax.lax.while_loop` feeds one token per step and stops once every row has produced EOS or
 `max_decode_length` tokens; tokens after EOS are the pad id and add nothing to the score.
@@ -100,28 +101,29 @@ def _prepare(module, params, inputs: Mapping[str, jax.Array], copies: int, max_d
 
 
 def _prepare_encoder_decoder(module, params, tokens, copies: int, max_decode_length: int) -> _Model:
+    """The encoder and its cross-attention keys/values run once per input; its `copies` decodes
+    read them in place (never repeated, never reordered by beam search)."""
     cfg = module.config
     encoded = module.apply({"params": params}, encoder_input_tokens=tokens, method="encode")
-    encoded, tokens = jnp.repeat(encoded, copies, axis=0), jnp.repeat(tokens, copies, axis=0)
 
-    def make_cache(rows):   # the start token, then max_decode_length tokens fed back
-        return models.init_cache(module, params, max_decode_length + 1, encoded=encoded[:rows],
-                                 encoder_input_tokens=tokens[:rows])
+    def make_cache(rows, inputs=1):   # the start token, then max_decode_length tokens fed back
+        return models.init_cache(module, params, max_decode_length + 1, encoded=encoded[:inputs],
+                                 encoder_input_tokens=tokens[:inputs], batch_size=rows)
 
     def step(cache, token):
         logits, state = module.apply({"params": params, "cache": cache}, encoded, tokens, token, method="decode",
                                      decode=True, mutable=["cache"])
         return logits[:, -1].astype(jnp.float32), state["cache"]
 
-    rows = tokens.shape[0]
-    logits, cache = step(make_cache(rows), jnp.full((rows, 1), cfg.decoder_start_token_id, jnp.int32))
+    rows = tokens.shape[0] * copies
+    logits, cache = step(make_cache(rows, tokens.shape[0]), jnp.full((rows, 1), cfg.decoder_start_token_id, jnp.int32))
     return _Model(step, logits, cache, _batch_axes(make_cache), cfg)
 
 
 def _prepare_decoder(module, params, inputs, copies: int, max_decode_length: int) -> _Model:
+    """Prefills each prompt once, then repeats its cache `copies` times."""
     cfg = module.config
     prompt, lengths = decoder_prompt(cfg, inputs)
-    prompt, lengths = jnp.repeat(prompt, copies, axis=0), jnp.repeat(lengths, copies, axis=0)
 
     def make_cache(rows):
         return models.init_cache(module, params, prompt.shape[1] + max_decode_length, batch_size=rows)
@@ -139,8 +141,10 @@ def _prepare_decoder(module, params, inputs, copies: int, max_decode_length: int
                                  mutable=["cache"], method="encode")
     last = jnp.take_along_axis(hidden, (lengths - 1)[:, None, None], axis=1)
     logits = module.apply({"params": params}, last, method=lambda m, x: m.lm_head(x))[:, 0]
+    batch_axes = _batch_axes(make_cache)
     cache = models.set_cache_index(state["cache"], lengths)
-    return _Model(step, logits.astype(jnp.float32), cache, _batch_axes(make_cache), cfg)
+    cache = jax.tree.map(lambda x, axis: x if axis < 0 else jnp.repeat(x, copies, axis=axis), cache, batch_axes)
+    return _Model(step, jnp.repeat(logits, copies, axis=0).astype(jnp.float32), cache, batch_axes, cfg)
 
 
 # ----------------------------------------------------------------------------- sampling

@@ -211,10 +211,10 @@ def attention_bias(q_mask, k_mask, causal: bool = False, q_segments=None, k_segm
 
 # ----------------------------------------------------------------------------- attention
 
-def write_rows(cache, values, index):
-    """`cache[b, index[b]:index[b] + n] = values[b]` for every row b: each row of a KV cache
-    writes at its own slot, so prompts of different lengths decode side by side."""
-    write = lambda c, v, i: jax.lax.dynamic_update_slice_in_dim(c, v.astype(c.dtype), i, axis=0)
+def write_rows(cache, values, index, axis: int = 1):
+    """`cache[b, ..., index[b]:index[b] + n] = values[b]` along the length `axis` for every row b:
+    each row of a KV cache writes at its own slot, so prompts of different lengths decode side by side."""
+    write = lambda c, v, i: jax.lax.dynamic_update_slice_in_dim(c, v.astype(c.dtype), i, axis=axis - 1)
     return jax.vmap(write)(cache, values, index)
 
 
@@ -237,7 +237,11 @@ class MultiHeadAttention(nn.Module):
     `init_cache`, with a full-length input) creates it: zeros for self-attention, the projected
     encoder output for cross-attention, which later steps reuse without recomputing. Each later
     self-attention call writes its keys and values at each row's `cache_index` and attends over
-    the cache.
+    the cache. Keys and values are laid out [batch, heads, head_dim, length] (T5X's decoding
+    layout), the operand layout XLA's CPU dots want for one query: a step reads the cache in place,
+    where [batch, length, heads, head_dim] was transposed, a copy of the whole cache, every step. Cross-attention keys may have fewer rows than the queries (`rows // key rows`
+    consecutive query rows per key row): the samples or beams of one input then read its encoder
+    keys and values once, instead of one repeated copy per decode.
     """
     config: ModelConfig
     deterministic: bool = True
@@ -249,8 +253,9 @@ class MultiHeadAttention(nn.Module):
         return Dense(features, axes, in_ndim, cfg.use_bias, init_std(cfg, fan_in_std), dtype_of(cfg), name=name)
 
     def _cached(self, k, v, cache_index):
-        """Self-attention: writes k, v at each row's `cache_index`, returns the whole cache. Cross-attention:
-        stores the encoder's k, v on the first call. The first call returns k, v unchanged."""
+        """Self-attention: writes k, v [b, heads, head_dim, n] at each row's `cache_index`, returns the
+        whole cache. Cross-attention: stores the encoder's k, v on the first call. The first call
+        returns k, v unchanged."""
         initialized = self.has_variable("cache", "cached_key")
         init = jnp.zeros_like if self.is_self_attention else (lambda a: a)
         cached_k = self.variable("cache", "cached_key", init, k)
@@ -258,8 +263,8 @@ class MultiHeadAttention(nn.Module):
         if not initialized:
             return k, v
         if self.is_self_attention:
-            cached_k.value = write_rows(cached_k.value, k, cache_index)
-            cached_v.value = write_rows(cached_v.value, v, cache_index)
+            cached_k.value = write_rows(cached_k.value, k, cache_index, axis=3)
+            cached_v.value = write_rows(cached_v.value, v, cache_index, axis=3)
         return cached_k.value, cached_v.value
 
     def _disentangled_bias(self, q, k, relative, rel_embeddings, query_proj, key_proj, scale):
@@ -272,7 +277,7 @@ class MultiHeadAttention(nn.Module):
         idx = jnp.clip(idx + span, 0, 2 * span - 1)[:, None]                        # [b, 1, q, k]
         pos_q, pos_k = query_proj(rel_embeddings), key_proj(rel_embeddings)        # [2 span, h, hd]
         c2p = jnp.take_along_axis(jnp.einsum("bqhd,rhd->bhqr", q, pos_k), idx, axis=-1)
-        p2c = jnp.take_along_axis(jnp.einsum("bkhd,rhd->bhrk", k, pos_q), idx, axis=-2)
+        p2c = jnp.take_along_axis(jnp.einsum("bhdk,rhd->bhrk", k, pos_q), idx, axis=-2)
         return (c2p + p2c * scale).astype(jnp.float32)
 
     @nn.compact
@@ -295,6 +300,8 @@ class MultiHeadAttention(nn.Module):
             v = self._dense("value", (h, hd), head_axes, 1, d ** -0.5)(inputs_kv)
             if rope:
                 k = rotary(k, positions, cfg.rotary_base)
+            k, v = (nn.with_logical_constraint(x.transpose(0, 2, 3, 1), ("batch", "heads", "kv", "length"))
+                    for x in (k, v))
             if self.decode:
                 k, v = self._cached(k, v, cache_index)
         if rope:
@@ -302,14 +309,17 @@ class MultiHeadAttention(nn.Module):
         # DeBERTa scales by sqrt(3 head_dim): three score terms instead of one.
         scale = (hd * (3 if disentangled else 1)) ** -0.5 if cfg.scale_attention else 1.0
         q = q * scale
+        rows = q.shape[0]
+        q = q.reshape(k.shape[0], -1, h, hd)   # the decodes of one input as more queries of it
         if disentangled:
             bias = bias + self._disentangled_bias(q, k, relative, rel_embeddings, query_proj, key_proj, scale)
 
         dropout = cfg.dropout_rate if not self.deterministic else 0.0
         if cfg.attention_impl == "jax" and not shaw and dropout == 0.0:
-            out = jax.nn.dot_product_attention(q, k, v, bias=bias.astype(dtype), scale=1.0)
+            out = jax.nn.dot_product_attention(q, k.transpose(0, 3, 1, 2), v.transpose(0, 3, 1, 2),
+                                               bias=bias.astype(dtype), scale=1.0)
         else:
-            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
+            logits = jnp.einsum("bqhd,bhdk->bhqk", q, k).astype(jnp.float32) + bias
             if shaw:
                 clip = cfg.shaw_max_distance
                 buckets = jax.nn.one_hot(jnp.clip(relative, -clip, clip) + clip, 2 * clip + 1, dtype=dtype)
@@ -321,9 +331,10 @@ class MultiHeadAttention(nn.Module):
                 logits = logits + jnp.einsum("bqhd,rd,bqkr->bhqk", q, rel_k, buckets).astype(jnp.float32)
             weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
             weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=self.deterministic)
-            out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+            out = jnp.einsum("bhqk,bhdk->bqhd", weights, v)
             if shaw:
                 out = out + jnp.einsum("bhqk,bqkr,rd->bqhd", weights, buckets, rel_v)
+        out = out.reshape(rows, -1, h, hd)
         out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5)(out)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
 

@@ -168,7 +168,9 @@ class Stack(nn.Module):
         if cfg.position_encoding == "t5_relative":
             bias = bias + L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(relative)
         cross_bias = None
-        if self.cross:
+        if self.cross and decode:   # [b_enc, 1, 1, k]: shared by every query of every decode of an input
+            cross_bias = L.attention_bias(jnp.ones((encoder_mask.shape[0], 1), bool), encoder_mask)
+        elif self.cross:
             cross_bias = L.attention_bias(q_mask, encoder_mask, q_segments=segment_ids,
                                           k_segments=encoder_segment_ids)
         rel_embeddings = None
@@ -315,8 +317,8 @@ class EncoderDecoder(nn.Module):
         return self.decode(encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids,
                            decoder_segment_ids, decoder_positions, enable_dropout)
 
-    def init_cache(self, encoded, encoder_input_tokens, max_decode_length: int):
-        dummy = jnp.zeros((encoded.shape[0], max_decode_length), jnp.int32)
+    def init_cache(self, encoded, encoder_input_tokens, max_decode_length: int, batch_size: int | None = None):
+        dummy = jnp.zeros((batch_size or encoded.shape[0], max_decode_length), jnp.int32)
         self.decode(encoded, encoder_input_tokens, dummy, decode=True)
 
 
@@ -333,7 +335,8 @@ def init_cache(module: nn.Module, params, max_decode_length: int, *, batch_size:
 
     Decoder:        init_cache(model, params, max_len, batch_size=b)
     EncoderDecoder: init_cache(model, params, max_len, encoded=enc, encoder_input_tokens=tokens)
-    (the encoder keys/values of every cross-attention layer are projected here, once.)
+    (the encoder keys/values of every cross-attention layer are projected here, once. With
+    `batch_size=n * len(enc)`, n decodes (samples, beams) per input, consecutive, share them.)
 
     Then, per step (or for a whole prompt at once), with tokens [b, n]:
         logits, state = model.apply({"params": params, "cache": cache}, ..., decode=True, mutable=["cache"])
@@ -341,15 +344,15 @@ def init_cache(module: nn.Module, params, max_decode_length: int, *, batch_size:
     where `...` is `decoder_input_tokens=tokens` (plus `decoder_causal_attention` for a prefix-LM
     prompt) for a Decoder, and `encoded, encoder_input_tokens, tokens, method="decode"` for an
     EncoderDecoder. The cache holds `index` [b] (each row's next write slot) per stack and
-    `key`/`value` [b, len, heads, head_dim] per attention layer (stacked on a leading layers axis
+    `cached_key`/`cached_value` [b, heads, head_dim, len] per attention layer (stacked on a leading layers axis
     when scanned). After prefilling prompts of different lengths, `set_cache_index` moves each
     row's index back to the end of its own prompt.
     """
     if isinstance(module, EncoderDecoder):
-        args, kwargs = (encoded, encoder_input_tokens, max_decode_length), {}
+        args = (encoded, encoder_input_tokens, max_decode_length, batch_size)
     else:
-        args, kwargs = (batch_size, max_decode_length), {}
-    _, state = module.apply({"params": params}, *args, method="init_cache", mutable=["cache"], **kwargs)
+        args = (batch_size, max_decode_length)
+    _, state = module.apply({"params": params}, *args, method="init_cache", mutable=["cache"])
     return state["cache"]
 
 
