@@ -45,7 +45,7 @@ def _our_loss(objective, module, variables, batch, loss=NO_Z):
 
 
 def _hf_loss(model, batch, label_key, hf_label_arg):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="the reference is HF PyTorch (extras 'hf')")
     t = lambda a: torch.tensor(np.asarray(a, np.int64))
     labels = np.where(batch["encoder_loss_weights"] == 1, batch["encoder_target_tokens"], -100)
     with torch.no_grad():

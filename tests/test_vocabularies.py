@@ -38,7 +38,7 @@ def bpe_files(tmp_path_factory):
 # --- bytes: seqio's ByteVocabulary is the reference.
 
 def test_bytes_match_seqio():
-    seqio = pytest.importorskip("seqio")
+    seqio = pytest.importorskip("seqio", reason="seqio is the ByteVocabulary reference (extras 'reference')")
     theirs, ours = seqio.ByteVocabulary(extra_ids=125), ByteVocabulary()
     assert (ours.vocab_size, ours.pad_id, ours.eos_id, ours.unk_id) == (theirs.vocab_size, 0, theirs.eos_id,
                                                                        theirs.unk_id)
@@ -55,7 +55,7 @@ def test_bytes_match_seqio():
 
 @pytest.mark.parametrize("hf_class", ["GPT2TokenizerFast", "RobertaTokenizerFast"])
 def test_byte_bpe_matches_hugging_face(bpe_files, hf_class):
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip("transformers", reason="Hugging Face tokenizers are the reference (extras 'hf')")
     theirs = getattr(transformers, hf_class).from_pretrained(str(bpe_files))
     ours = byte_bpe.ByteBPEVocabulary(str(bpe_files))
     texts = TEXTS + list(corpus.embedded_documents()[200:260])
@@ -69,7 +69,7 @@ def test_byte_bpe_matches_hugging_face(bpe_files, hf_class):
 @settings(max_examples=60, deadline=None)
 @given(text=st.text(max_size=60).filter(lambda t: "<" not in t))
 def test_byte_bpe_matches_gpt2_on_any_text(bpe_files, text):
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip("transformers", reason="Hugging Face tokenizers are the reference (extras 'hf')")
     theirs = transformers.GPT2TokenizerFast.from_pretrained(str(bpe_files))
     ours = byte_bpe.ByteBPEVocabulary(str(bpe_files))
     assert ours.encode(text) == theirs.encode(text, add_special_tokens=False)
