@@ -166,20 +166,43 @@ def test_scores_are_hf_log_likelihoods(family):
                                                                      np.full(3, n)).sum(1), atol=TOL)
 
 
-def test_beam_search_is_hf_beam_search_without_length_penalty(family):
-    """alpha = 0 and HF's length_penalty = 0 both rank by summed log-probability: same beams,
-    same order, same scores."""
+def _beams_and_hf_beams(family, eos, beams):
+    """(ours, HF's tokens [batch, beams, NEW] padded after EOS, HF's scores [batch, beams]) of a beam
+    search with no length penalty (alpha = 0 is HF's length_penalty = 0: summed log-probabilities)."""
     name, model, module, params = family
     ours_in, hf_in, _ = _inputs(name, module.config)
-    eos = _an_eos_that_occurs(model, hf_in)
-    beams = 3
     out, hf_tokens = _generate(model, hf_in, eos, do_sample=False, num_beams=beams, num_return_sequences=beams,
                                length_penalty=0.0, early_stopping=False)
     ours = decoding.beam_search(_with_eos(module, eos), params, ours_in, max_decode_length=NEW, num_beams=beams,
                                 alpha=0.0)
     expected = _padded(hf_tokens, eos, module.config.pad_token_id).reshape(-1, beams, NEW)
+    return ours, expected, out.sequences_scores.numpy().reshape(-1, beams)
+
+
+def test_beam_search_is_hf_beam_search_without_length_penalty(family):
+    """Same beams, same order, same scores."""
+    _, model, _, _ = family
+    eos = _an_eos_that_occurs(model, _inputs(family[0], family[2].config)[1])
+    ours, expected, hf_scores = _beams_and_hf_beams(family, eos, beams=3)
     np.testing.assert_array_equal(np.asarray(ours.tokens), expected)
-    np.testing.assert_allclose(np.asarray(ours.scores), out.sequences_scores.numpy().reshape(-1, beams), atol=TOL)
+    np.testing.assert_allclose(np.asarray(ours.scores), hf_scores, atol=TOL)
+
+
+# Per family, an EOS id with which HF's 4-beam search on `_inputs` ends every beam of one row early
+# and cuts other beams at NEW tokens (found by running HF; the test checks it still does).
+EARLY_EOS = {"t5": 10, "bart": 65, "gpt2": 21}
+
+
+def test_beam_search_with_beams_ending_early_is_hf_beam_search(family):
+    """Rows of different input lengths whose beams end at different steps, one row's all before the
+    last step (its finished set fills and stops taking hypotheses early, as HF's early-stop check
+    does), others cut at the maximum length: HF's beams, order and scores."""
+    ours, expected, hf_scores = _beams_and_hf_beams(family, EARLY_EOS[family[0]], beams=4)
+    ended = (expected == EARLY_EOS[family[0]]).any(-1)
+    assert ended.all(1).any() and not ended.all(), f"the case needs rows that end early and beams cut at NEW: {ended}"
+    assert np.diff(-hf_scores, axis=1).min() > 1e-3, "HF's beams are near-ties: their order would be float noise"
+    np.testing.assert_array_equal(np.asarray(ours.tokens), expected)
+    np.testing.assert_allclose(np.asarray(ours.scores), hf_scores, atol=TOL)
 
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 0.9), (0.7, 10, 0.0), (1.3, 8, 0.6), (0.5, 3, 0.95),
