@@ -74,10 +74,9 @@ def test_convert_imports_minilm(tmp_path):
     assert len(leaves) == len(jax.tree.leaves(variables["params"])) and module.config.arch == "encoder"
 
 
-def test_convert_needs_one_direction(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "t5lite.cli", "convert", "--out", str(tmp_path)], capture_output=True,
-                         text=True)
-    assert out.returncode != 0 and "exactly one of --from_hf" in out.stderr
+def test_convert_needs_one_direction(tmp_path, capsys):
+    code, err = _main(capsys, "--out", str(tmp_path))
+    assert code == 2 and "exactly one of --from_hf" in err
 
 
 def _snapshot(folder: Path) -> dict:

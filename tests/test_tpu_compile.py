@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import FAST_COMPILE_FLAG
 
 from t5lite.train import tpu_compile
 
@@ -20,8 +21,14 @@ TINY_FLAGS = ["--gin.model_config.preset='t5_1_1_tiny'", "--gin.TASK_FEATURE_LEN
 CONFIG = "--gin_file=configs/tpu/t5_1_1_base_c4_pretrain.gin"
 
 
+def tpu_env() -> dict:
+    """This environment without the suite's -O0 (conftest.py): TPU programs compile as users compile them."""
+    flags = os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE_FLAG, "")
+    return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
+
+
 def run_python(code: str, env_extra=None) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
+    env = {**tpu_env(), **(env_extra or {})}
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                          cwd=REPO, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -29,9 +36,8 @@ def run_python(code: str, env_extra=None) -> dict:
 
 
 def run_cli(*args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-m", "t5lite.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=900)
+                          env=tpu_env(), timeout=900)
 
 
 def test_collectives_are_counted_with_their_result_bytes():
