@@ -23,8 +23,9 @@ CONFIG = "--gin_file=configs/tpu/t5_1_1_base_c4_pretrain.gin"
 
 def tpu_env() -> dict:
     """This environment without the suite's -O0 (conftest.py): TPU programs compile as users compile them."""
-    flags = os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE_FLAG, "")
-    return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    flags = env.pop("XLA_FLAGS", "").replace(FAST_COMPILE_FLAG, "").strip()
+    return {**env, "XLA_FLAGS": flags} if flags else env   # XLA reads a blank value as a file name
 
 
 def run_python(code: str, env_extra=None) -> dict:
