@@ -4,7 +4,7 @@ Gin flags follow T5X: `--gin_file=F` (repeatable) and `--gin.NAME=VALUE` (a gin 
 strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`). `eval` and `infer` read
 gin/eval.gin or gin/infer.gin first, so a training config serves them as it is:
 
-    t5lite eval --gin_file=configs/local/t5_tiny_finetune_sst2.gin --gin.CHECKPOINT_PATH="'/tmp/ft'"
+    t5lite eval --gin_file=configs/local/t5_tiny_finetune_sst2.gin --gin.MODEL_DIR="'/tmp/ft'"
     t5lite infer --gin_file=configs/local/t5_tiny_pretrain.gin --gin.CHECKPOINT_PATH="'/tmp/pt'" "some text"
 """
 from __future__ import annotations
@@ -77,8 +77,8 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
         _parse_binding(binding)
     required = list(required_macros) + (_referenced_macros(*entry) if entry else [])
     missing = list(dict.fromkeys(m for m in required if not _macro_defined(m)))
-    if missing:
-        hint = " ".join(f"--gin.{m}=..." for m in missing)
+    if missing:   # a macro defaulting to another (CHECKPOINT_PATH = %MODEL_DIR) takes either
+        hint = " ".join(" or ".join(f"--gin.{m}=..." for m in _macro_chain(name)) for name in missing)
         raise ConfigError(f"missing required gin macro(s) {', '.join(missing)}: set them in a gin file or with {hint}")
     if entry:
         check_bound_types(*entry)
@@ -191,8 +191,21 @@ def _referenced_macros(name: str, fn) -> list[str]:
     return found
 
 
+def _macro_chain(name: str) -> list[str]:
+    """`name` and the macros it is bound to in turn (gin/eval.gin: CHECKPOINT_PATH -> MODEL_DIR)."""
+    import gin
+    chain = [name]
+    while _bound(f"%{chain[-1]}") and len(chain) < 10:
+        selector = getattr(gin.query_parameter(f"%{chain[-1]}"), "scoped_selector", "")
+        if not selector.endswith("/gin.macro"):
+            break
+        chain.append(selector.split("/")[0])
+    return chain
+
+
 def _macro_defined(name: str) -> bool:
-    return _bound(f"%{name}")
+    """Bound to a value, directly or through other macros."""
+    return _bound(f"%{_macro_chain(name)[-1]}")
 
 
 def check_task_name(entry: str) -> None:
@@ -227,6 +240,7 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.evaluation import evaluate
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
     _model_from_run_unless_given("eval")
+    _objective_from_training_config()
     check_task_name("eval")
     metrics = evaluate()
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
@@ -280,6 +294,14 @@ def _model_from_run_unless_given(entry: str) -> None:
     import gin
     if not _bound("model_config.preset"):
         gin.bind_parameter(f"{entry}.model", None)
+
+
+def _objective_from_training_config() -> None:
+    """A training config's `train.objective` (a task head, say) is what `t5lite eval` evaluates
+    with, so the model is built and scored as during training; `eval.objective` given wins."""
+    import gin
+    if _bound("train.objective") and not _bound("eval.objective"):
+        gin.bind_parameter("eval.objective", gin.query_parameter("train.objective"))
 
 
 def cmd_infer(args, gin_files, gin_bindings) -> None:
@@ -414,8 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
     train.set_defaults(fn=cmd_train)
     evaluate = sub.add_parser("eval", parents=[common],
-                              help="evaluate a checkpoint on a task split (gin: CHECKPOINT_PATH, "
-                                   "MIXTURE_OR_TASK_NAME, eval.split, eval.data_dir, eval.output_dir)")
+                              help="evaluate a checkpoint on a task split (gin: MODEL_DIR for its latest "
+                                   "checkpoint or CHECKPOINT_PATH, MIXTURE_OR_TASK_NAME, eval.split, "
+                                   "eval.data_dir, eval.output_dir)")
     evaluate.set_defaults(fn=cmd_eval)
     infer = sub.add_parser("infer", parents=[common],
                            help="decode texts with a checkpoint, JSON lines out (gin: CHECKPOINT_PATH, "

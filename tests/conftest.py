@@ -15,6 +15,11 @@ from t5lite.data.vocab import default_cache_dir
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(default_cache_dir(), "jax-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# The test models are tiny, so LLVM's optimisation of each XLA:CPU program costs far more than it
+# saves: -O0 about halves the compile-bound tests (subprocesses inherit it; the multi-device
+# workers add their device count to it). TPU compiles (test_tpu_compile.py) run without it.
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAG}".strip()
 
 from t5lite.models import get_config  # noqa: E402
 

@@ -12,7 +12,8 @@ import os
 import sys
 
 layout, out_path, process_id, port, checkpoint_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+# Added to the flags conftest.py gives every process (-O0).
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402

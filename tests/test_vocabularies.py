@@ -166,6 +166,48 @@ def test_gin_selects_the_kind_the_tasks_use():
         vocab.make_vocabulary("byte_bpe", "/nonexistent/tokenizer.json")
 
 
+def test_default_vocabulary_reads_gin_once_per_configuration_and_follows_every_change(monkeypatch, tmp_path):
+    """DEFAULT_VOCABULARY is in the tokenisation hot path: gin is asked again only after its
+    `vocabulary` bindings changed, yet a macro, a scope, `set_default_vocabulary` and
+    `gin.clear_config` are all followed."""
+    calls = []
+    real = vocab.vocabulary_settings
+    monkeypatch.setattr(vocab, "vocabulary_settings", lambda: calls.append(1) or real())
+    default = vocab.DEFAULT_VOCABULARY
+    kind = lambda: vocab.kind_of(default)
+    try:
+        gin.clear_config()
+        assert kind() == "sentencepiece"
+        calls.clear()
+        for _ in range(5):
+            default.eos_id, default.encode("a few words")
+        assert calls == []                                          # unchanged gin: not asked again
+        gin.parse_config("vocabulary.kind = 'bytes'")
+        assert kind() == "bytes" and default.vocab_size == 384 and len(calls) == 1
+        gin.parse_config("KIND = 'byte_bpe'\nvocabulary.kind = %KIND")
+        assert kind() == "byte_bpe"
+        gin.parse_config("KIND = 'bytes'")                          # only the macro changes
+        assert kind() == "bytes"
+        gin.bind_parameter("vocabulary.kind", "sentencepiece")
+        assert kind() == "sentencepiece"
+        gin.parse_config("narrow/vocabulary.kind = 'bytes'")        # a scope: the active one decides
+        with gin.config_scope("narrow"):
+            assert kind() == "bytes"
+        assert kind() == "sentencepiece"
+        spm_path = default.model_path
+        vocab.set_default_vocabulary(spm_path, extra_ids=10)        # wins over gin
+        assert default.vocab_size == 2010
+        vocab.set_default_vocabulary(None)
+        assert default.vocab_size == 2100
+        gin.clear_config()
+        gin.parse_config("vocabulary.kind = 'bytes'")
+        assert kind() == "bytes"
+    finally:
+        vocab.set_default_vocabulary(None)
+        gin.clear_config()
+    assert kind() == "sentencepiece" and default.vocab_size == 2100
+
+
 # --- identity: a run refuses a vocabulary it was not trained with.
 
 def test_identity_mismatch_is_refused_naming_both(tmp_path, kinds):

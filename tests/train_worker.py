@@ -6,7 +6,8 @@ Trains the micro T5 of conftest.py on TASK with `train()`, resuming from MODEL_D
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+# Added to the flags conftest.py gives every process (-O0).
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=1"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402

@@ -254,19 +254,46 @@ def vocabulary_settings(kind: str = "sentencepiece", path: str | None = None, ex
     return VocabularySettings(kind, path, extra_ids, allow_mismatch)
 
 
-class DefaultVocabulary:
-    """The vocabulary the built-in tasks use, resolved on each use from the gin `vocabulary` settings
-    (or from `set_default_vocabulary`, which wins), built once per setting and cached.
+_SETTINGS_KEY = ("", f"{__name__}.vocabulary")   # the unscoped `vocabulary` entry of gin's bindings table
 
+
+def _gin_vocabulary_state() -> tuple | None:
+    """The literal `vocabulary.*` bindings, read straight from gin's bindings table (gin announces
+    no changes; its call, ~10-100 us, is too slow for every token list). None when the call is
+    needed to be sure: under a gin scope (a scoped binding may apply) or a value given by a macro
+    or a configurable."""
+    if gin.current_scope():
+        return None
+    bindings = gin.config._CONFIG.get(_SETTINGS_KEY, {})
+    if any(isinstance(v, gin.config.ConfigurableReference) for v in bindings.values()):
+        return None
+    return tuple(bindings.items())
+
+
+class DefaultVocabulary:
+    """The vocabulary the built-in tasks use, resolved from the gin `vocabulary` settings (or from
+    `set_default_vocabulary`, which wins), built once per setting and cached.
+
+    It sits in the tokenisation hot path, so the gin settings are read again only when gin's
+    `vocabulary` bindings changed (on every use under a gin scope, or with a macro bound there).
     By default the 2000-piece unigram SentencePiece model (byte fallback) trained on the embedded
     corpus; point it at T5's public `spiece.model`, say, with `vocabulary.path` or
     `set_default_vocabulary`.
     """
     _explicit: VocabularySettings | None = None
     _built: dict = {}
+    _gin_state: tuple | None = None              # the gin state `_gin_settings` was read in
+    _gin_settings: VocabularySettings | None = None
 
     def settings(self) -> VocabularySettings:
-        return DefaultVocabulary._explicit or vocabulary_settings()
+        if DefaultVocabulary._explicit is not None:
+            return DefaultVocabulary._explicit
+        state = _gin_vocabulary_state()
+        if state is None:
+            return vocabulary_settings()
+        if state != DefaultVocabulary._gin_state:
+            DefaultVocabulary._gin_settings, DefaultVocabulary._gin_state = vocabulary_settings(), state
+        return DefaultVocabulary._gin_settings
 
     def _resolve(self):
         s = self.settings()

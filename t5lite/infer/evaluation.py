@@ -8,11 +8,13 @@ model (the inputs are the prompt, the targets its continuation). Each call compu
 - for tasks with a fixed set of answers, the same metrics on rank classification (the label
   whose text the model finds most likely), prefixed `score_`.
 
-`evaluate` is the gin entry point behind `t5lite eval`.
+`evaluate` is the gin entry point behind `t5lite eval`; given the run's training objective it
+evaluates what that objective trained the way training does (a task head: t5lite.infer.classify).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -254,18 +256,21 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
              task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=None, split: str = "validation",
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
-             vocabulary_path: str | None = None, fewshot=None) -> dict[str, float]:
+             vocabulary_path: str | None = None, fewshot=None, objective=None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
     and appends a line to `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
 
     `model` defaults to the run's saved config. With `fewshot` (a `t5lite.infer.fewshot.FewShot`,
     which builds on this module; gin: `eval.fewshot = @FewShot()`) a decoder-only model is
-    evaluated in context, with demonstrations."""
+    evaluated in context, with demonstrations. `objective` is the run's training objective
+    (`t5lite.train.objective.Objective`; `t5lite eval` takes the config's `train.objective`): it
+    builds the module trained and the evaluators training used, so a classification or span
+    head is scored as during training (accuracy, F1, SQuAD EM/F1). None: text-to-text."""
     if vocabulary_path is not None:
         vocab_lib.set_default_vocabulary(vocabulary_path)
     model = predict.model_config_of(checkpoint_path, model)
-    module = models.build(model)
-    params, step, step_dir = predict.load_params(model, checkpoint_path)
+    module = models.build(model) if objective is None else objective.build_model(model)
+    params, step, step_dir = predict.load_params(model, checkpoint_path, module=module)
     output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = registry.get_task_or_mixture(mixture_or_task_name)
@@ -274,9 +279,10 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
         results = {t.name: fewshot.evaluate(t, split, module, params, data_dir=data_dir, max_examples=max_examples,
                                             batch_size=batch_size) for t in tasks if split in t.splits}
     else:
-        results = evaluate_all(evaluators(task, split, task_feature_lengths, batch_size=batch_size,
-                                          data_dir=data_dir, max_examples=max_examples,
-                                          rank_classification=rank_classification), module, params)
+        make_evaluators = (functools.partial(evaluators, rank_classification=rank_classification)
+                           if objective is None else objective.evaluators)
+        results = evaluate_all(make_evaluators(task, split, task_feature_lengths, batch_size=batch_size,
+                                               data_dir=data_dir, max_examples=max_examples), module, params)
     for name, result in results.items():
         folder = os.path.join(output_dir, f"{name}.{split}")
         write_predictions(os.path.join(folder, "predictions.jsonl"), result.predictions)

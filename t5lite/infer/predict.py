@@ -55,9 +55,10 @@ def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelCon
     return load_config(path)
 
 
-def abstract_variables(config: ModelConfig) -> dict:
-    """Shapes of the model's variables, boxed with their logical axis names."""
-    module = models.build(config)
+def abstract_variables(config: ModelConfig, module=None) -> dict:
+    """Shapes of the variables of `module` (default: `build(config)`; a backbone with a task head,
+    say), boxed with their logical axis names."""
+    module = models.build(config) if module is None else module
     names = {"encoder": ["encoder_input_tokens"], "decoder": ["decoder_input_tokens"],
              "encoder_decoder": ["encoder_input_tokens", "decoder_input_tokens"]}[config.arch]
 
@@ -66,9 +67,9 @@ def abstract_variables(config: ModelConfig) -> dict:
     return jax.eval_shape(init)
 
 
-def abstract_params(config: ModelConfig, partitioner=None) -> dict:
+def abstract_params(config: ModelConfig, partitioner=None, module=None) -> dict:
     """Shapes of the parameters, laid out as `partitioner` shards them (else on the first device)."""
-    boxed = abstract_variables(config)
+    boxed = abstract_variables(config, module)
     if partitioner is None:
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         shardings = jax.tree.map(lambda _: device, nn.unbox(boxed))["params"]
@@ -78,12 +79,13 @@ def abstract_params(config: ModelConfig, partitioner=None) -> dict:
                         nn.unbox(boxed)["params"], shardings)
 
 
-def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, vocabulary=None):
-    """(params, step, step directory) of a t5lite checkpoint for the model `config`; refused if the
-    run recorded another vocabulary than `vocabulary` (default: the one the tasks use)."""
+def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, vocabulary=None, module=None):
+    """(params, step, step directory) of a t5lite checkpoint for the model `config` (trained as
+    `module`, default `build(config)`); refused if the run recorded another vocabulary than
+    `vocabulary` (default: the one the tasks use)."""
     step_dir = checkpoints.step_directory(checkpoint_path)
     vocab_lib.check_identity(run_dir(step_dir), vocabulary or vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
-    params = checkpoints.restore_params(step_dir, abstract_params(config, partitioner))
+    params = checkpoints.restore_params(step_dir, abstract_params(config, partitioner, module))
     name = os.path.basename(step_dir)
     return params, int(name) if name.isdigit() else None, step_dir
 
