@@ -1,19 +1,24 @@
 """Training throughput of t5lite vs Hugging Face's PyTorch T5, same config, batch and optimizer.
 
-Prints tokens/s, step time (median over runs) and MFU for t5_small (batch 8, inputs 512,
-targets 114) for both, and their ratio. Both use Adafactor (T5's settings) and float32.
-MFU uses one peak for both rows, measured first: on a CPU the best float32 matmul of JAX and of
-PyTorch over several sizes (t5lite.train.mfu), so neither implementation can exceed 100%.
-    python benchmarks/train_throughput.py [--preset t5_small] [--batch 8] [--steps 5] [--runs 3]
-    python benchmarks/train_throughput.py --preset t5_tiny --batch 4 --inputs 64 --targets 16  # smoke run
+Prints tokens/s, step time (median over runs) and MFU for each preset (default t5_small and
+t5_1_1_small; batch 8, inputs 512, targets 114) for both, and their ratio. Both use Adafactor
+(T5's settings) and float32. The timed runs alternate (t5lite, HF, t5lite, HF, ...) so that load
+from other processes hits both sides alike. MFU uses one peak for both rows, measured first: on a
+CPU the best float32 matmul of JAX and of PyTorch over several sizes (t5lite.train.mfu), so
+neither implementation can exceed 100%. JAX runs on the CPU (JAX_PLATFORMS=cpu), like PyTorch.
+    python benchmarks/train_throughput.py [--presets t5_small t5_1_1_small] [--batch 8] [--steps 3] [--runs 3]
+    python benchmarks/train_throughput.py --presets t5_tiny --batch 4 --inputs 64 --targets 16  # smoke run
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
-import jax
+os.environ["JAX_PLATFORMS"] = "cpu"   # before JAX initialises: never probe an installed TPU runtime
+
+import jax  # noqa: E402
 import numpy as np
 
 from t5lite.models import get_config
@@ -31,15 +36,18 @@ def synthetic_batch(batch: int, inputs: int, targets: int, vocab: int, seed: int
             "decoder_loss_weights": np.ones_like(tgt)}
 
 
-def time_steps(step, steps: int, runs: int) -> list[float]:
-    """Median-able list of seconds per step, one entry per run of `steps` steps."""
-    step()  # compile / warm up
-    out = []
+def time_interleaved(step_fns: list, steps: int, runs: int) -> list[list[float]]:
+    """Seconds per step of each function, one entry per run of `steps` steps; the functions take
+    turns run by run (A, B, A, B, ...), so a burst of outside load does not favour either."""
+    for step in step_fns:
+        step()  # compile / warm up
+    out = [[] for _ in step_fns]
     for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        out.append((time.perf_counter() - start) / steps)
+        for step, times in zip(step_fns, out):
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            times.append((time.perf_counter() - start) / steps)
     return out
 
 
@@ -99,28 +107,32 @@ def peak_flops() -> tuple[float, str]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="t5_small")
+    parser.add_argument("--presets", nargs="+", default=["t5_small", "t5_1_1_small"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--inputs", type=int, default=512)
     parser.add_argument("--targets", type=int, default=114)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    cfg = get_config(args.preset, dropout_rate=0.0)
-    batch = synthetic_batch(args.batch, args.inputs, args.targets, cfg.vocab_size)
-    tokens = args.batch * (args.inputs + args.targets)
-    flops = args.batch * mfu.train_flops_per_example(cfg, args.inputs, args.targets)
     peak, source = peak_flops()
-    rows = []
-    for name, make in (("t5lite (JAX, jit)", t5lite_step_fn), ("HF transformers (PyTorch eager)", hf_step_fn)):
-        seconds = statistics.median(time_steps(make(cfg, batch), args.steps, args.runs))
-        rows.append((name, seconds, tokens / seconds, flops / seconds / (peak * jax.device_count())))
-    print(f"\n{args.preset}: batch {args.batch}, inputs {args.inputs}, targets {args.targets}, float32, Adafactor; "
-          f"{flops:.3g} FLOPs/step; peak {peak:.3g} FLOP/s ({source}); median of {args.runs} runs x {args.steps} steps")
-    print(f"{'implementation':34s} {'s/step':>8s} {'tokens/s':>10s} {'MFU':>7s}")
-    for name, seconds, tps, util in rows:
-        print(f"{name:34s} {seconds:8.3f} {tps:10.0f} {util:7.1%}")
-    print(f"ratio t5lite / HF tokens/s: {rows[0][2] / rows[1][2]:.2f}x")
+    print(f"peak {peak:.3g} FLOP/s ({source}); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    tokens = args.batch * (args.inputs + args.targets)
+    for preset in args.presets:
+        cfg = get_config(preset, dropout_rate=0.0)
+        batch = synthetic_batch(args.batch, args.inputs, args.targets, cfg.vocab_size)
+        flops = args.batch * mfu.train_flops_per_example(cfg, args.inputs, args.targets)
+        names = ("t5lite (JAX, jit)", "HF transformers (PyTorch eager)")
+        times = time_interleaved([t5lite_step_fn(cfg, batch), hf_step_fn(cfg, batch)], args.steps, args.runs)
+        print(f"\n{preset}: batch {args.batch}, inputs {args.inputs}, targets {args.targets}, float32, Adafactor; "
+              f"{flops:.3g} FLOPs/step; median of {args.runs} interleaved runs x {args.steps} steps")
+        print(f"{'implementation':34s} {'s/step':>8s} {'tokens/s':>10s} {'MFU':>7s}")
+        rates = []
+        for name, runs in zip(names, times):
+            seconds = statistics.median(runs)
+            rates.append(tokens / seconds)
+            print(f"{name:34s} {seconds:8.3f} {tokens / seconds:10.0f} "
+                  f"{flops / seconds / (peak * jax.device_count()):7.1%}")
+        print(f"ratio t5lite / HF tokens/s: {rates[0] / rates[1]:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ class Stack(nn.Module):
                  encoded=None, encoder_mask=None, encoder_segment_ids=None, deterministic=True, decode=False):
         cfg = self.config
         slots = self._decode_slots(tokens, causal_attention) if decode else None
+        rows_share_positions = slots is None and positions is None
         if slots is not None:
             # A decoding step: queries sit at each row's write index, keys are every cache slot
             # (unwritten ones are in the future, so the causal mask hides them). No packing.
@@ -166,7 +167,10 @@ class Stack(nn.Module):
                                 causal_attention, k_prefix, q_index, k_index)
         relative = k_positions[:, None, :] - positions[:, :, None]
         if cfg.position_encoding == "t5_relative":
-            bias = bias + L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(relative)
+            # Rows that all count 0, 1, 2, ... share one [1, heads, q, k] bias: the bucket lookup
+            # and its gradient (a scatter-add into the table) run once, not once per row.
+            offsets = relative[:1] if rows_share_positions else relative
+            bias = bias + L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(offsets)
         cross_bias = None
         if self.cross and decode:   # [b_enc, 1, 1, k]: shared by every query of every decode of an input
             cross_bias = L.attention_bias(jnp.ones((encoder_mask.shape[0], 1), bool), encoder_mask)

@@ -19,7 +19,9 @@ def cross_entropy(logits, targets, weights, z_loss: float = 0.0, label_smoothing
     normalizer = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20)) if label_smoothing else 0.0
     log_z = jax.nn.logsumexp(logits, axis=-1)
     log_probs = logits - log_z[..., None]
-    target_log_prob = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    # A one-hot sum, not take_along_axis: its gradient fuses into the softmax's instead of
+    # scattering into a zeroed [batch, length, vocab] array.
+    target_log_prob = jnp.sum(log_probs * jax.nn.one_hot(targets, vocab, dtype=log_probs.dtype), axis=-1)
     if label_smoothing:
         loss = -(confidence * target_log_prob + low * (log_probs.sum(-1) - target_log_prob)) - normalizer
     else:
