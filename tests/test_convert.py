@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is the Hugging Face reference
 transformers = pytest.importorskip("transformers", reason="the Hugging Face reference (extra 'hf')")
 
 from t5lite.interop import hf  # noqa: E402
-from t5lite.train.checkpoints import restore_params  # noqa: E402
+from t5lite.infer.checkpoint_reader import restore_params  # noqa: E402
 
 SMALL = dict(vocab_size=97)
 

@@ -174,7 +174,7 @@ def test_no_gradient_flows_from_the_discriminator_loss_into_the_generator():
 
 def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path):
     from conftest import logged_losses, train_tiny
-    from t5lite.train import checkpoints
+    from t5lite.infer import checkpoint_reader
     model = models.get_config("electra_tiny", vocab_size=2176, dropout_rate=0.0)
     objective = electra.ElectraObjective("electra_tiny_generator")
     args = dict(mixture_or_task_name="embedded_docs_electra_mlm", task_feature_lengths={"inputs": 32},
@@ -192,10 +192,10 @@ def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path
     assert losses[6] < losses[1]
     # The checkpoint holds both networks; the discriminator restores alone as a standalone encoder.
     abstract = jax.eval_shape(lambda: _init(models.build(model)))
-    disc = checkpoints.restore_params(os.path.join(tmp_path, "checkpoints"), {"discriminator": abstract})
+    disc = checkpoint_reader.restore_params(os.path.join(tmp_path, "checkpoints"), {"discriminator": abstract})
     assert set(disc) == {"discriminator"}
     joint = objective.build_model(model)
-    both = checkpoints.restore_params(os.path.join(tmp_path, "checkpoints"), jax.eval_shape(lambda: _init(joint)))
+    both = checkpoint_reader.restore_params(os.path.join(tmp_path, "checkpoints"), jax.eval_shape(lambda: _init(joint)))
     assert set(both) == {"generator", "discriminator"}
     # `t5lite convert --to_hf` exports the discriminator; Hugging Face scores tokens as the joint module does.
     torch = pytest.importorskip("torch", reason="the export check needs torch (extras 'hf')")

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import TINY_LENGTHS, TINY_TASK, logged_losses, shared_data_dir, train_tiny
 from t5lite.errors import CheckpointError, ConfigError
+from t5lite.infer import checkpoint_reader
 from t5lite.train import checkpoints, run_dir
 
 TASK, LENGTHS = TINY_TASK, TINY_LENGTHS
@@ -181,7 +182,7 @@ def test_loading_a_checkpoint_logs_no_missing_metadata_warning(tmp_path, caplog)
     ckpt.save(1, {"params": {"w": jnp.arange(4096.0).reshape(64, 64)}}, {"examples_consumed": 1})
     ckpt.close()
     with caplog.at_level(logging.WARNING):
-        params = checkpoints.restore_params(str(tmp_path), {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
+        params = checkpoint_reader.restore_params(str(tmp_path), {"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)})
     np.testing.assert_array_equal(np.asarray(params["w"]), np.arange(4096.0).reshape(64, 64))
     assert not [r for r in caplog.records if "_CHECKPOINT_METADATA" in r.getMessage()]
 

@@ -27,9 +27,8 @@ from tqdm.auto import tqdm
 from t5lite import models
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
-from t5lite.infer import decoding, scoring
+from t5lite.infer import checkpoint_reader, decoding, scoring
 from t5lite.models.config import ModelConfig, load_config
-from t5lite.train import checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelCon
     Hugging Face models imported with `t5lite convert --from_hf` have one)."""
     if model is not None:
         return model
-    path = os.path.join(run_dir(checkpoints.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
+    path = os.path.join(run_dir(checkpoint_reader.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
     if not os.path.exists(path):
         raise CheckpointError(f"{checkpoint_path}: no {MODEL_CONFIG_FILE} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
@@ -83,9 +82,9 @@ def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, voc
     """(params, step, step directory) of a t5lite checkpoint for the model `config` (trained as
     `module`, default `build(config)`); refused if the run recorded another vocabulary than
     `vocabulary` (default: the one the tasks use)."""
-    step_dir = checkpoints.step_directory(checkpoint_path)
+    step_dir = checkpoint_reader.step_directory(checkpoint_path)
     vocab_lib.check_identity(run_dir(step_dir), vocabulary or vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
-    params = checkpoints.restore_params(step_dir, abstract_params(config, partitioner, module))
+    params = checkpoint_reader.restore_params(step_dir, abstract_params(config, partitioner, module))
     name = os.path.basename(step_dir)
     return params, int(name) if name.isdigit() else None, step_dir
 

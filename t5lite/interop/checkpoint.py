@@ -50,7 +50,7 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     from t5lite import models
     from t5lite.interop import hf
     from t5lite.train import electra
-    from t5lite.train.checkpoints import restore_params, step_directory, stored_param_names
+    from t5lite.infer.checkpoint_reader import restore_params, step_directory, stored_param_names
 
     try:
         step_dir = step_directory(run_dir)

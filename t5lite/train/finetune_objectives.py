@@ -19,10 +19,9 @@ import gin
 import jax.numpy as jnp
 import optax
 
-from t5lite.infer import classify
+from t5lite.infer import checkpoint_reader, classify
 from t5lite.models import heads as H
 from t5lite.models.config import ModelConfig
-from t5lite.train import checkpoints
 from t5lite.train.objective import LossConfig, Objective
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
@@ -54,7 +53,7 @@ class HeadObjective(Objective):
 
     def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
         """The checkpoint's (backbone) params as `params["backbone"]`; None: the head is new."""
-        return {"backbone": checkpoints.restore_params(path, abstract_params["backbone"]), "head": None}
+        return {"backbone": checkpoint_reader.restore_params(path, abstract_params["backbone"]), "head": None}
 
 
 @gin.configurable

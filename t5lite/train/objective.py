@@ -17,9 +17,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from t5lite import models
-from t5lite.infer import evaluation
+from t5lite.infer import checkpoint_reader, evaluation
 from t5lite.models.config import ModelConfig
-from t5lite.train import checkpoints, losses
+from t5lite.train import losses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Objective:
     def initial_params(self, path: str, abstract_params) -> Any:
         """The params a run starts from given `train.initial_checkpoint_path`; a subtree left None
         (a new task head) keeps its fresh init."""
-        return checkpoints.restore_params(path, abstract_params)
+        return checkpoint_reader.restore_params(path, abstract_params)
 
     def evaluators(self, task, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Any]:
         """Train-time evaluators by task name (each `.evaluate(module, params) -> EvalResult`)."""

@@ -26,7 +26,7 @@ from t5lite import models
 from t5lite.data import registry, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError
-from t5lite.infer import evaluation, predict
+from t5lite.infer import checkpoint_reader, evaluation, predict
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
@@ -241,7 +241,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         resuming = ckpt.latest_step() is not None
         vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
         if initial_checkpoint_path and not resuming:
-            vocab_lib.check_identity(predict.run_dir(checkpoints.step_directory(initial_checkpoint_path)), vocabulary,
+            vocab_lib.check_identity(predict.run_dir(checkpoint_reader.step_directory(initial_checkpoint_path)), vocabulary,
                                      allow_mismatch=allow_mismatch)
         optimizer, schedule = optimizer
         shard_index, shard_count = partitioner.data_shard()  # hosts of one data-parallel replica read the same data
@@ -256,7 +256,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             loader.restore(data_state)
             log.info("resumed from step %d in %s", start, ckpt.directory)
         elif initial_checkpoint_path and initial_checkpoint_restore == "full":
-            state = checkpoints.restore_state(initial_checkpoint_path, trainer.abstract_state)
+            state = checkpoint_reader.restore_state(initial_checkpoint_path, trainer.abstract_state)
             start = int(state.step)
             log.info("continuing the train state of %s from its step %d", initial_checkpoint_path, start)
         else:

@@ -1,0 +1,81 @@
+"""Reading a t5lite run's checkpoints (written by `t5lite.train.checkpoints.Checkpointer`).
+
+It lives on the infer floor because inference, evaluation and conversion read checkpoints as
+well as training does, and a floor never imports a higher one: the parameters alone (to infer or
+fine-tune from), their names, or the whole train state (to continue another run's optimizer).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from t5lite.errors import CheckpointError
+
+
+def step_directory(path: str) -> str:
+    """The step directory meant by `path`: itself, or the latest step of a run's `checkpoints/`
+    or of the run directory holding it."""
+    path = os.path.abspath(path)
+    if os.path.isdir(os.path.join(path, "state")):
+        return path
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        path = os.path.join(path, "checkpoints")
+    steps = sorted((int(d) for d in os.listdir(path) if d.isdigit()), reverse=True) if os.path.isdir(path) else []
+    if not steps:
+        raise FileNotFoundError(f"{path!r} holds no t5lite checkpoint (expected a step directory with a `state/` "
+                                "item, a `checkpoints/` directory of them, or the run directory holding that)")
+    return os.path.join(path, str(steps[0]))
+
+
+def step_reader() -> ocp.Checkpointer:
+    """Reads one step directory the way the CheckpointManager wrote it (a composite of items)."""
+    return ocp.Checkpointer(ocp.CompositeCheckpointHandler(state=ocp.PyTreeCheckpointHandler(),
+                                                           data=ocp.JsonCheckpointHandler()))
+
+
+def restore_params(path: str, abstract_params: Any) -> Any:
+    """Only the parameters of a t5lite checkpoint (see `step_directory`), to fine-tune or infer from.
+
+    Shapes must match the model being trained; a mismatch names the parameter.
+    """
+    path = step_directory(path)
+    reader = step_reader()
+    stored_params = reader.metadata(path).item_metadata["state"]["params"]
+    flat_expected = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(abstract_params)}
+    flat_stored = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(stored_params)}
+    for name, expected in flat_expected.items():
+        if name not in flat_stored:
+            raise ValueError(f"checkpoint {path} has no parameter {name} (expected shape {expected.shape}); "
+                             "is it from the same model preset?")
+        if tuple(flat_stored[name].shape) != tuple(expected.shape):
+            raise ValueError(f"checkpoint {path}: parameter {name} has shape {tuple(flat_stored[name].shape)}, "
+                             f"the model expects {tuple(expected.shape)}; does the vocabulary or preset differ?")
+    # Only the `params` subtree is read (partial restore), laid out as `abstract_params`' shardings.
+    item = {"params": abstract_params}
+    restored = reader.restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True)))
+    return restored.state["params"]
+
+
+def stored_param_names(path: str) -> set[str]:
+    """The top-level names of a checkpoint's params (`step_directory`); an ELECTRA run stores
+    "generator" and "discriminator"."""
+    return set(step_reader().metadata(step_directory(path)).item_metadata["state"]["params"])
+
+
+def restore_state(path: str, abstract_state: Any) -> Any:
+    """The whole train state (params, optimizer state, step, rng) of another run's checkpoint
+    (see `step_directory`), laid out as `abstract_state`'s shardings: fine-tuning that continues
+    the pre-training optimizer, as T5X does."""
+    path = step_directory(path)
+    try:
+        restored = step_reader().restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+            item=abstract_state, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_state))))
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"cannot restore the full train state from {path} ({e}); was it trained with the same "
+                              "model and optimizer? Restore only the parameters with "
+                              "train.initial_checkpoint_restore = 'params'") from e
+    return restored.state
