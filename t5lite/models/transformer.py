@@ -170,7 +170,10 @@ class Stack(nn.Module):
             # Rows that all count 0, 1, 2, ... share one [1, heads, q, k] bias: the bucket lookup
             # and its gradient (a scatter-add into the table) run once, not once per row.
             offsets = relative[:1] if rows_share_positions else relative
-            bias = bias + L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(offsets)
+            position_bias = L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(offsets)
+            if rows_share_positions:
+                position_bias = L.broadcast_rows(position_bias, tokens.shape[0])
+            bias = (bias, position_bias)
         cross_bias = None
         if self.cross and decode:   # [b_enc, 1, 1, k]: shared by every query of every decode of an input
             cross_bias = L.attention_bias(jnp.ones((encoder_mask.shape[0], 1), bool), encoder_mask)
@@ -348,7 +351,7 @@ def init_cache(module: nn.Module, params, max_decode_length: int, *, batch_size:
     where `...` is `decoder_input_tokens=tokens` (plus `decoder_causal_attention` for a prefix-LM
     prompt) for a Decoder, and `encoded, encoder_input_tokens, tokens, method="decode"` for an
     EncoderDecoder. The cache holds `index` [b] (each row's next write slot) per stack and
-    `cached_key`/`cached_value` [b, heads, head_dim, len] per attention layer (stacked on a leading layers axis
+    `cached_key`/`cached_value` [b, heads, len, head_dim] per attention layer (stacked on a leading layers axis
     when scanned). After prefilling prompts of different lengths, `set_cache_index` moves each
     row's index back to the end of its own prompt.
     """
