@@ -5,7 +5,6 @@ not change them), scores equal to Hugging Face's log-likelihood of the predictio
 input lines named."""
 import json
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="importing HF models needs torch (extras 'hf')")
