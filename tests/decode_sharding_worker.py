@@ -1,9 +1,10 @@
 """Decodes on 8 simulated CPU devices, for tests/test_infer_sharding.py (run in its own process,
 since the device count is fixed when JAX starts).
 
-Usage: python decode_sharding_worker.py OUT_JSON
-For a T5 and a GPT-2 (random weights), greedy and beam tokens and scores on one device and on
-a (data, fsdp, model) mesh (4, 1, 2), with the layout of a query projection.
+Usage: python decode_sharding_worker.py OUT_JSON CASE...   (CASE: t5/greedy, gpt2/beam, ...)
+For each case, a T5 or a GPT-2 (random weights) decoding greedily or with beams: tokens and
+scores on one device and on a (data, fsdp, model) mesh (4, 1, 2), with the layout of a query
+projection.
 """
 import json
 import os
@@ -45,15 +46,15 @@ def query_layout(params):
 
 
 result = {}
-for name, config in CONFIGS.items():
-    module = models.build(config)
+for case in sys.argv[2:]:
+    name, method = case.split("/")
+    module = models.build(CONFIGS[name])
     params = random_variables(module, scale=1.0)["params"]   # sharp logits: rows decode differently
-    for method in ("greedy", "beam"):
-        for mesh, (shape, devices) in MESHES.items():
-            predictor = Predictor(module, params, Partitioner(shape, devices=jax.devices()[:devices]), method=method,
-                                  max_decode_length=8, num_beams=2)
-            tokens, lengths, scores = predictor(inputs(config.arch))
-            result[f"{name}/{method}/{mesh}"] = {"tokens": tokens.tolist(), "lengths": lengths.tolist(),
-                                                 "scores": scores.tolist(), "layout": query_layout(predictor.params)}
+    for mesh, (shape, devices) in MESHES.items():
+        predictor = Predictor(module, params, Partitioner(shape, devices=jax.devices()[:devices]), method=method,
+                              max_decode_length=8, num_beams=2)
+        tokens, lengths, scores = predictor(inputs(module.config.arch))
+        result[f"{case}/{mesh}"] = {"tokens": tokens.tolist(), "lengths": lengths.tolist(),
+                                    "scores": scores.tolist(), "layout": query_layout(predictor.params)}
 with open(sys.argv[1], "w") as f:
     json.dump(result, f)

@@ -1,9 +1,9 @@
-"""Runs a few train steps on a CPU mesh, for tests/test_partitioning.py (one process per host).
+"""Runs a few train steps on a CPU mesh, for tests/test_partitioning.py (one process per host;
+the test imports `run` and `host_batches` to train its single-device reference in-process).
 
 Usage: python sharding_worker.py MODE OUT_JSON [PROCESS_ID NUM_PROCESSES PORT]
 MODE "mesh": 8 devices, mesh (2, 2, 2) vs a single device; writes both runs' losses.
 MODE "multihost": this process is one of NUM_PROCESSES hosts with 2 devices each.
-MODE "emulated": one process with 4 devices feeding the batch the 2 hosts would have fed.
 MODE "collectives": 8 devices; counts the data-moving collectives in the compiled train step
 per mesh shape and number of microbatches.
 """
@@ -12,21 +12,15 @@ import os
 import re
 import sys
 
-mode, out_path = sys.argv[1], sys.argv[2]
-devices_per_process = {"mesh": 8, "multihost": 2, "emulated": 4, "collectives": 8}[mode]
-# Added to the flags conftest.py gives every process (-O0).
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices_per_process}"
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if __name__ == "__main__":   # the device count is fixed when JAX starts: before importing it
+    devices_per_process = {"mesh": 8, "multihost": 2, "collectives": 8}[sys.argv[1]]
+    # Added to the flags conftest.py gives every process (-O0).
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={devices_per_process}")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
-
-if mode == "multihost":
-    process_id, num_processes, port = map(int, sys.argv[3:6])
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
-                               process_id=process_id)
-
 import numpy as np  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from t5lite.data import get_task  # noqa: E402
 from t5lite.data.loader import Loader  # noqa: E402
@@ -81,22 +75,25 @@ def host_batches(process_index, process_count):
     return [next(it) for _ in range(STEPS)]
 
 
-result = {}
-if mode == "mesh":
-    batches = host_batches(0, 1)
-    result["sharded"], result["sharded_layout"] = run(Partitioner((2, 2, 2)), batches)
-    result["single"], _ = run(Partitioner((1, 1, 1), devices=jax.devices()[:1]), batches)
-elif mode == "multihost":
-    batches = host_batches(jax.process_index(), jax.process_count())
-    result["losses"], result["layout"] = run(Partitioner((-1, 1, 1)), batches)
-    result["process_count"], result["device_count"] = jax.process_count(), jax.device_count()
-elif mode == "collectives":
-    for mesh_shape in ((8, 1, 1), (4, 1, 2)):
-        result[str(mesh_shape)] = {m: count_collectives(mesh_shape, m) for m in (1, 4)}
-else:
-    per_host = [host_batches(i, 2) for i in range(2)]
-    batches = [{k: np.concatenate([per_host[0][s][k], per_host[1][s][k]]) for k in per_host[0][s]}
-               for s in range(STEPS)]
-    result["losses"], result["layout"] = run(Partitioner((-1, 1, 1)), batches)
-with open(out_path, "w") as f:
-    json.dump(result, f)
+def main(mode, out_path, *multihost):
+    result = {}
+    if mode == "mesh":
+        batches = host_batches(0, 1)
+        result["sharded"], result["sharded_layout"] = run(Partitioner((2, 2, 2)), batches)
+        result["single"], _ = run(Partitioner((1, 1, 1), devices=jax.devices()[:1]), batches)
+    elif mode == "multihost":
+        process_id, num_processes, port = map(int, multihost)
+        jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
+                                   process_id=process_id)
+        batches = host_batches(jax.process_index(), jax.process_count())
+        result["losses"], result["layout"] = run(Partitioner((-1, 1, 1)), batches)
+        result["process_count"], result["device_count"] = jax.process_count(), jax.device_count()
+    else:
+        for mesh_shape in ((8, 1, 1), (4, 1, 2)):
+            result[str(mesh_shape)] = {m: count_collectives(mesh_shape, m) for m in (1, 4)}
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

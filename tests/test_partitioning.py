@@ -55,17 +55,21 @@ def _free_port():
 
 
 def test_two_processes_equal_one_process_fed_the_same_global_batch(tmp_path):
+    from sharding_worker import host_batches, run
     port = str(_free_port())
     procs = [_run(["multihost", str(tmp_path / f"host{i}.json"), str(i), "2", port]) for i in range(2)]
-    reference = _run(["emulated", str(tmp_path / "ref.json")])
-    for p in procs + [reference]:
+    # The reference, in this process on one device while the hosts run: the batch the 2 hosts feed.
+    per_host = [host_batches(i, 2) for i in range(2)]
+    batches = [{k: np.concatenate([per_host[0][s][k], per_host[1][s][k]]) for k in per_host[0][s]}
+               for s in range(len(per_host[0]))]
+    reference, _ = run(Partitioner((1, 1, 1)), batches)
+    for p in procs:
         _wait(p)
     hosts = [json.loads((tmp_path / f"host{i}.json").read_text()) for i in range(2)]
-    ref = json.loads((tmp_path / "ref.json").read_text())
     assert [h["process_count"] for h in hosts] == [2, 2] and hosts[0]["device_count"] == 4
     assert hosts[0]["layout"]["num_devices"] == 4
     np.testing.assert_allclose(hosts[0]["losses"], hosts[1]["losses"], rtol=1e-6)
-    np.testing.assert_allclose(hosts[0]["losses"], ref["losses"], rtol=2e-5)
+    np.testing.assert_allclose(hosts[0]["losses"], reference, rtol=2e-5)
 
 
 def test_rules_map_logical_axes_to_mesh_axes():
