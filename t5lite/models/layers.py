@@ -9,7 +9,6 @@ computation runs in `config.dtype`.
 from __future__ import annotations
 
 import functools
-
 import math
 from typing import NamedTuple
 
@@ -359,8 +358,8 @@ class MultiHeadAttention(nn.Module):
                                         ("relpos_buckets", "kv")).astype(dtype)
                 logits = logits + jnp.einsum("bqhd,rd,bqkr->bhqk", q, rel_k, buckets).astype(jnp.float32)
             # Softmax with its normalisation moved after the weighted sum: one divide per output
-            # value [b, q, h, d] instead of one per weight [b, h, q, k] (and none in its gradient).
-            # The max is a constant shift (softmax ignores it), so no gradient flows through it.
+            # value [b, q, h, d] instead of one per weight [b, h, q, k]. Subtracting the row max
+            # only keeps exp finite; softmax ignores the shift, so it needs no gradient.
             exp = jnp.exp(logits - jax.lax.stop_gradient(logits.max(-1, keepdims=True)))
             total = exp.sum(-1).transpose(0, 2, 1)[..., None]                          # [b, q, h, 1]
             weights = nn.Dropout(cfg.dropout_rate)(exp.astype(dtype), deterministic=self.deterministic)
