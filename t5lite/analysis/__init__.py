@@ -1,0 +1,1 @@
+"""Looking inside models and embedding spaces: probes, attention analysis, contextual neighbours, alignment."""
