@@ -331,6 +331,9 @@ class MultiHeadAttention(nn.Module):
                     for x in (k, v))
             if self.decode:
                 k, v = self._cached(k, v, cache_index)
+        if self.has_variable("params", "prefix_key"):   # prefix tuning: trained keys and values before the input's
+            k, v = (jnp.concatenate([_prefix_rows(self.get_variable("params", name), x), x], axis=2)
+                    for name, x in (("prefix_key", k), ("prefix_value", v)))
         if rope:
             q = rotary(q, positions, cfg.rotary_base)
         # DeBERTa scales by sqrt(3 head_dim): three score terms instead of one.
@@ -370,6 +373,12 @@ class MultiHeadAttention(nn.Module):
         out = out.reshape(rows, -1, h, hd)
         out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5)(out)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
+
+
+def _prefix_rows(prefix, like):
+    """A prefix [n, heads, head_dim] as keys or values [rows, heads, n, head_dim] of `like`'s rows and dtype."""
+    prefix = prefix.astype(like.dtype).transpose(1, 0, 2)
+    return jnp.broadcast_to(prefix, (like.shape[0],) + prefix.shape)
 
 
 class MlpBlock(nn.Module):

@@ -282,6 +282,119 @@ class PromptTuning(Method):
         return trained, trained_specs
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefixTuning(Method):
+    """Prefix tuning (Li and Liang 2021, as peft's PrefixTuningConfig): per layer, `num_virtual_tokens`
+    trained keys and values stand in front of an attention's own (params `.../prefix_key`,
+    `.../prefix_value` [n, heads, head_dim], put there by `combine`), and every token attends to
+    them. The trained tree's `prefix` is peft's prefix encoder: `embedding` [n, layers * 2 * d], or
+    with `prefix_projection` `embedding` [n, d_model] -> `transform_0` (d_model -> `encoder_hidden_size`,
+    default d_model) -> tanh -> `transform_2` (-> layers * 2 * d), the reparameterisation of Li and
+    Liang; d = heads * head_dim. As in Hugging Face's cache, the prefix takes positions 0..n-1 and
+    the tokens' positions are shifted by n.
+
+    Which attentions get it is peft's choice: a decoder-only model's self-attentions (layer i the
+    rows 2i, 2i + 1); of an encoder-decoder (T5, BART) only the decoder's self-attentions, layer i
+    the rows 4i, 4i + 1 modulo 2 * layers (peft duplicates the rows for the cross-attentions, then
+    gives the cross-attentions no prefix, and the encoder none). An encoder-only model's
+    self-attentions, layer i the rows 2i, 2i + 1."""
+    num_virtual_tokens: int = 20
+    prefix_projection: bool = False
+    encoder_hidden_size: int | None = None
+    modules_to_save: tuple[str, ...] = ("head",)
+    merges = False   # `combine` adds the prefixes beside the base params
+
+    def __post_init__(self):
+        if self.num_virtual_tokens < 1:
+            raise ConfigError(f"PrefixTuning.num_virtual_tokens={self.num_virtual_tokens}: expected at least 1")
+        if self.encoder_hidden_size is not None and self.encoder_hidden_size < 1:
+            raise ConfigError(f"PrefixTuning.encoder_hidden_size={self.encoder_hidden_size}: expected at least 1")
+
+    @staticmethod
+    def sites(arch: str, encoder_layers: int, decoder_layers: int) -> list[tuple[str, int, int]]:
+        """(stack, layer, the key's row among the prefix rows; the value's is the next) of each
+        prefixed self-attention. peft's num_layers is an encoder-decoder's encoder layers."""
+        if arch != "encoder_decoder":
+            return [(arch, i, 2 * i) for i in range(decoder_layers if arch == "decoder" else encoder_layers)]
+        if decoder_layers > encoder_layers:
+            raise ConfigError(f"PrefixTuning on an encoder-decoder gives the decoder peft's prefixes for "
+                              f"{encoder_layers} layers (the encoder's), but the decoder has {decoder_layers}")
+        return [("decoder", i, 4 * i % (2 * encoder_layers)) for i in range(decoder_layers)]
+
+    @classmethod
+    def num_rows(cls, config: ModelConfig) -> int:
+        """peft's num_layers * 2: the prefix rows (each heads * head_dim wide)."""
+        if config.share_layers:
+            raise ConfigError("PrefixTuning needs a prefix per layer; ALBERT shares one layer (share_layers=True)")
+        cls.sites(config.arch, config.num_encoder_layers, config.num_decoder_layers)   # refuses what peft cannot
+        return 2 * (config.num_decoder_layers if config.arch == "decoder" else config.num_encoder_layers)
+
+    def init(self, rng, params, specs, config: ModelConfig) -> tuple[dict, dict]:
+        """peft's init: torch.nn.Embedding's N(0, 1), torch.nn.Linear's U(+-1/sqrt(fan_in)) for weights and biases."""
+        trained, trained_specs = super().init(rng, params, specs, config)
+        width = self.num_rows(config) * config.num_heads * config.head_dim
+        keys = jax.random.split(rng, 5)
+        n = self.num_virtual_tokens
+        if not self.prefix_projection:
+            trained["prefix"] = {"embedding": jax.random.normal(keys[0], (n, width), jnp.float32)}
+            trained_specs["prefix"] = {"embedding": P("prompt_tokens", "joined_kv")}
+            return trained, trained_specs
+        d, hidden = config.d_model, self.encoder_hidden_size or config.d_model
+        linear = lambda k1, k2, n_in, n_out: {
+            "kernel": jax.random.uniform(k1, (n_in, n_out), jnp.float32, -n_in ** -0.5, n_in ** -0.5),
+            "bias": jax.random.uniform(k2, (n_out,), jnp.float32, -n_in ** -0.5, n_in ** -0.5)}
+        trained["prefix"] = {"embedding": jax.random.normal(keys[0], (n, d), jnp.float32),
+                             "transform_0": linear(keys[1], keys[2], d, hidden),
+                             "transform_2": linear(keys[3], keys[4], hidden, width)}
+        trained_specs["prefix"] = {"embedding": P("prompt_tokens", "embed"),
+                                   "transform_0": {"kernel": P("embed", "mlp"), "bias": P("mlp")},
+                                   "transform_2": {"kernel": P("mlp", "joined_kv"), "bias": P("joined_kv")}}
+        return trained, trained_specs
+
+    @staticmethod
+    def rows(prefix: dict):
+        """The prefix encoder's output [n, layers * 2 * d]: what peft saves as `prompt_embeddings`."""
+        if "transform_0" not in prefix:
+            return prefix["embedding"]
+        hidden = jnp.tanh(prefix["embedding"] @ prefix["transform_0"]["kernel"] + prefix["transform_0"]["bias"])
+        return hidden @ prefix["transform_2"]["kernel"] + prefix["transform_2"]["bias"]
+
+    def combine(self, frozen, trained) -> dict:
+        """The base params (with any trained head) plus `prefix_key` and `prefix_value` in each
+        prefixed attention (stacked on the layers axis when the layers are scanned)."""
+        flat = flatten_dict(super().combine(frozen, trained))
+        at = next(p[:-2] for p in flat if p[-2:] == ("token_embedder", "embedding"))   # "backbone" under a head
+        layers = {stack: _num_layers(flat, at + (stack,)) for stack in ("encoder", "decoder")}
+        arch = "encoder_decoder" if all(layers.values()) else "decoder" if layers["decoder"] else "encoder"
+        rows = self.rows(trained["prefix"])
+        for stack in layers:
+            sites = [(layer, row) for s, layer, row in self.sites(arch, layers["encoder"], layers["decoder"])
+                     if s == stack]
+            if not sites:
+                continue
+            scanned = at + (stack, "layers", "self_attention", "key", "kernel") in flat
+            heads, head_dim = flat[at + (stack, "layers" if scanned else "layers_0", "self_attention", "key",
+                                         "kernel")].shape[-2:]
+            per_row = rows.reshape(rows.shape[0], -1, heads, head_dim)
+            for name, offset in (("prefix_key", 0), ("prefix_value", 1)):
+                if scanned:
+                    flat[at + (stack, "layers", "self_attention", name)] = jnp.stack(
+                        [per_row[:, row + offset] for _, row in sites])
+                else:
+                    for layer, row in sites:
+                        flat[at + (stack, f"layers_{layer}", "self_attention", name)] = per_row[:, row + offset]
+        return unflatten_dict(flat)
+
+
+def _num_layers(flat: dict, stack: tuple) -> int:
+    """A stack's layers in a flat param tree: looped `layers_<i>`, or the leading axis of scanned `layers`."""
+    looped = {p[len(stack)] for p in flat if p[:len(stack)] == stack and p[len(stack)].startswith("layers_")}
+    if looped:
+        return len(looped)
+    scanned = flat.get(stack + ("layers", "self_attention", "key", "kernel"))
+    return 0 if scanned is None else scanned.shape[0]
+
+
 def count(tree) -> int:
     """Number of scalars in a param tree (peft's `get_nb_trainable_parameters` counts these)."""
     return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
@@ -316,4 +429,5 @@ def lora_interceptor(rate: float):
     return intercept
 
 
-METHODS = {"LoRA": LoRA, "BitFit": BitFit, "PromptTuning": PromptTuning}   # by name, as a PEFT run records its method
+METHODS = {"LoRA": LoRA, "BitFit": BitFit, "PromptTuning": PromptTuning}
+METHODS["PrefixTuning"] = PrefixTuning   # by name, as a PEFT run records its method

@@ -96,17 +96,18 @@ class Stack(nn.Module):
     causal: bool = False
     cross: bool = False
 
-    def _embed(self, tokens, positions, token_types, deterministic, prompt=None):
+    def _embed(self, tokens, positions, token_types, deterministic, prompt=None, n_prefix=0):
         cfg = self.config
         x = self.token_embedder(tokens)
         if prompt is not None:   # the soft prompt stands in for its placeholder tokens' embeddings
             x = x.at[:, :prompt.shape[0]].set(prompt.astype(x.dtype))
         if cfg.scale_embeddings:
             x = x * cfg.d_model ** 0.5
-        if cfg.position_encoding == "learned" and tokens.shape[-1] > cfg.max_position_embeddings:
+        if cfg.position_encoding == "learned" and n_prefix + tokens.shape[-1] > cfg.max_position_embeddings:
             # A learned table would clamp the positions past its end (NaN or garbage): refuse.
-            raise ConfigError(f"sequences of {tokens.shape[-1]} tokens, but the model's learned position table has "
-                              f"max_position_embeddings={cfg.max_position_embeddings} rows; shorten the feature "
+            after = f" after a prefix of {n_prefix}" if n_prefix else ""
+            raise ConfigError(f"sequences of {tokens.shape[-1]} tokens{after}, but the model's learned position "
+                              f"table has max_position_embeddings={cfg.max_position_embeddings} rows; shorten the feature "
                               "lengths (TASK_FEATURE_LENGTHS, max_decode_length) or use a preset with more positions")
         if cfg.position_encoding in ("learned", "sinusoidal"):
             x = x + L.AbsolutePositionEmbedding(cfg, name="position_embedder")(positions)
@@ -171,10 +172,16 @@ class Stack(nn.Module):
                 positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
             k_positions = positions
             q_mask = k_mask = self._padding_mask(tokens, segment_ids)
+        n_prefix = _prefix_length(self.variables.get("params", {}))
+        if n_prefix:   # prefix tuning: the prefix sits at positions 0..n-1, before the tokens, seen by all
+            positions, k_positions = positions + n_prefix, jnp.concatenate(
+                [jnp.broadcast_to(jnp.arange(n_prefix), (tokens.shape[0], n_prefix)), k_positions + n_prefix], 1)
 
-        x = self._embed(tokens, positions, token_types, deterministic, prompt)
+        x = self._embed(tokens, positions, token_types, deterministic, prompt, n_prefix)
         bias = L.attention_bias(q_mask, k_mask, self.causal, segment_ids, segment_ids,
                                 causal_attention, k_prefix, q_index, k_index)
+        if n_prefix:
+            bias = jnp.concatenate([jnp.zeros(bias.shape[:3] + (n_prefix,), bias.dtype), bias], -1)
         relative = k_positions[:, None, :] - positions[:, :, None]
         if cfg.position_encoding == "t5_relative":
             # Rows that all count 0, 1, 2, ... share one [1, heads, q, k] bias: the bucket lookup
@@ -217,6 +224,15 @@ def _with_prompt_slots(cfg: ModelConfig, n: int, tokens, token_types, segment_id
     return (front(tokens, placeholder), front(token_types, 0), front(segment_ids, segment_ids[:, :1] if
             segment_ids is not None else 0), None if positions is None else front(positions + n, jnp.arange(n)),
             front(causal_attention, causal_attention[:, :1] if causal_attention is not None else 0))
+
+
+def _prefix_length(params) -> int:
+    """The virtual tokens of a stack's prefix-tuning keys (`prefix_key` [.., n, heads, head_dim]), or 0."""
+    for layer in params.values():
+        prefix = layer.get("self_attention", {}).get("prefix_key") if isinstance(layer, dict) else None
+        if prefix is not None:
+            return prefix.shape[-3]
+    return 0
 
 
 def without_prompt(x, tokens):

