@@ -3,7 +3,7 @@ DeBERTa-v2/v3, GPT-2 and BART.
 
     module, variables = load("path/to/hf_folder")      # config.json + model.safetensors / pytorch_model.bin
     save(module_or_config, variables, "out_dir")       # a folder transformers' from_pretrained reads
-    load("path/to/hf_folder", adapter="path/to/peft_adapter")   # a peft LoRA merged in (a prompt added)
+    load("path/to/hf_folder", adapter="path/to/peft_adapter")   # a peft LoRA merged in (a prompt, prefix added)
     method, trained = load_adapter("path/to/peft_adapter", module)   # ... or kept apart, to train on
     save_adapter(module, method, trained, "out_dir")   # a folder peft.PeftModel.from_pretrained reads
 
@@ -118,8 +118,8 @@ def _param_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
 def load(path: str, adapter: str | None = None, **config_overrides) -> tuple[nn.Module, dict]:
     """Reads a Hugging Face model folder -> (module, {"params": ...}).
 
-    `adapter`: a peft LoRA adapter folder for this base, merged into the params (`load_adapter`
-    keeps it apart). `config_overrides` replace t5lite config fields (e.g. `scan_layers=True`,
+    `adapter`: a peft adapter folder for this base: a LoRA merged into the params, a prompt or
+    prefix added beside them (`load_adapter` keeps it apart). `config_overrides` replace t5lite config fields (e.g. `scan_layers=True`,
     `dtype="bfloat16"`, `dropout_rate=0.0`); they must not change parameter shapes.
     """
     hf_config = files.read_config(path)
@@ -187,7 +187,7 @@ def save(module_or_config: nn.Module | ModelConfig, variables: dict, out_dir: st
 
 
 def load_adapter(path: str, module: nn.Module):
-    """A peft LoRA or prompt-tuning folder for `module`'s (looped) params -> (the method, trained
+    """A peft LoRA, prefix- or prompt-tuning folder for `module`'s (looped) params -> (the method, trained
     tree); `method.combine(params, trained)` applies it."""
     config = module.config
     if config.scan_layers:
@@ -198,7 +198,7 @@ def load_adapter(path: str, module: nn.Module):
 
 def save_adapter(module_or_config: nn.Module | ModelConfig, method, trained: dict, out_dir: str,
                  base_model_name_or_path: str = "") -> str:
-    """Writes a t5lite LoRA or prompt as a peft adapter folder (adapter_config.json + adapter_model.safetensors)."""
+    """Writes a t5lite LoRA, prefix or prompt as a peft adapter folder (adapter_config.json + adapter_model.safetensors)."""
     config = module_or_config if isinstance(module_or_config, ModelConfig) else module_or_config.config
     if config.scan_layers:
         raise HFConversionError("save the adapter of a looped model (scan_layers=False)")

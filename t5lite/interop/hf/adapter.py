@@ -1,4 +1,4 @@
-"""Hugging Face peft LoRA and prompt-tuning adapters <-> t5lite (t5lite.models.peft).
+"""Hugging Face peft LoRA, prefix-tuning and prompt-tuning adapters <-> t5lite (t5lite.models.peft).
 
 A peft adapter folder is `adapter_config.json` (r, lora_alpha, use_rslora, target_modules, ...)
 plus `adapter_model.safetensors` with `base_model.model.<module>.lora_A.weight` [r, in] and
@@ -8,6 +8,7 @@ B [r, n, *out] = lora_B.weight.T (GPT-2's c_attn: n = 3, query | key | value).
 
 A peft prompt-tuning folder (peft_type PROMPT_TUNING) holds `prompt_embeddings` [n, d], t5lite's
 `params/<stack>/prompt`; t5lite prompts one stack, so peft's `num_transformer_submodules` is 1.
+A prefix-tuning folder (PREFIX_TUNING) holds the same name for the prefix rows [n, layers * 2 * d].
 """
 from __future__ import annotations
 
@@ -52,9 +53,11 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
     {"prompt": ...}}} for prompt tuning) of a peft adapter folder's contents."""
     if adapter_config.get("peft_type") == "PROMPT_TUNING":
         return _prompt_from_peft(adapter_config, tensors, shapes, where)
+    if adapter_config.get("peft_type") == "PREFIX_TUNING":
+        return _prefix_from_peft(adapter_config, tensors, shapes, where)
     if adapter_config.get("peft_type") != "LORA":
-        raise HFConversionError(f"{where}: peft_type {adapter_config.get('peft_type')!r}; t5lite imports LoRA "
-                                "and prompt-tuning adapters")
+        raise HFConversionError(f"{where}: peft_type {adapter_config.get('peft_type')!r}; t5lite imports LoRA, "
+                                "prefix-tuning and prompt-tuning adapters")
     for field, ok in (("bias", "none"), ("use_dora", False), ("modules_to_save", None)):
         if adapter_config.get(field, ok) not in (ok, [], None):
             raise HFConversionError(f"{where}: {field}={adapter_config[field]!r} is not supported; t5lite imports "
@@ -117,11 +120,59 @@ def _prompt_to_peft(config: ModelConfig, method: peft.PromptTuning, trained: dic
     return adapter_config, {"prompt_embeddings": prompt}
 
 
+def _layers_of(shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Layers per stack of a looped model's param shapes."""
+    return {stack: len({k.split("/")[1] for k in shapes if k.startswith(f"{stack}/layers_")})
+            for stack in ("encoder", "decoder")}
+
+
+def _prefix_from_peft(adapter_config: dict, tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]],
+                      where: str) -> tuple[peft.PrefixTuning, dict]:
+    """peft saves the prefix encoder's output (`prompt_embeddings` [n, layers * 2 * d], any
+    projection applied), which t5lite takes as the embedding of a PrefixTuning without projection."""
+    if "prompt_embeddings" not in tensors:
+        raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} holds no prompt_embeddings; {RESAVE}")
+    layers = _layers_of(shapes)
+    arch = "encoder_decoder" if all(layers.values()) else "decoder" if layers["decoder"] else "encoder"
+    submodules = adapter_config.get("num_transformer_submodules") or 1
+    if submodules != (2 if arch == "encoder_decoder" else 1):
+        raise HFConversionError(f"{where}: num_transformer_submodules={submodules}, but peft gives a {arch} model "
+                                f"{2 if arch == 'encoder_decoder' else 1}; was the adapter trained on another model?")
+    rows = np.asarray(tensors["prompt_embeddings"], np.float32)
+    stack = "decoder" if arch == "decoder" else "encoder"
+    key = shapes[f"{stack}/layers_0/self_attention/key/kernel"]
+    want = 2 * layers[stack] * key[-2] * key[-1]
+    if rows.ndim != 2 or rows.shape[1] != want:
+        raise HFConversionError(f"{where}: prompt_embeddings {rows.shape}, but the model's prefix rows are "
+                                f"[num_virtual_tokens, {want}] (2 x {layers[stack]} layers x {key[-2]} heads x "
+                                f"{key[-1]}); was the adapter trained on another model?")
+    return peft.PrefixTuning(num_virtual_tokens=rows.shape[0]), {"params": {}, "prefix": {"embedding": rows}}
+
+
+def _prefix_to_peft(config: ModelConfig, method: peft.PrefixTuning, trained: dict,
+                    base_model_name_or_path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """The prefix encoder's output as peft saves it; peft loads it without the projection
+    (prefix_projection=False), as its own inference mode does."""
+    if trained.get("params"):
+        raise HFConversionError("a prefix-tuning run that also trains base parameters (a task head: "
+                                "modules_to_save) has no peft adapter equivalent in t5lite yet")
+    rows = np.ascontiguousarray(np.asarray(peft.PrefixTuning.rows(trained["prefix"]), np.float32))
+    adapter_config = dict(peft_type="PREFIX_TUNING", task_type=_PROMPT_TASKS[config.arch],
+                          num_virtual_tokens=method.num_virtual_tokens, token_dim=config.num_heads * config.head_dim,
+                          num_transformer_submodules=2 if config.arch == "encoder_decoder" else 1,
+                          num_attention_heads=config.num_heads, num_layers=peft.PrefixTuning.num_rows(config) // 2,
+                          encoder_hidden_size=config.num_heads * config.head_dim, prefix_projection=False,
+                          inference_mode=True, base_model_name_or_path=base_model_name_or_path)
+    return adapter_config, {"prompt_embeddings": rows}
+
+
 def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.PromptTuning, trained: dict,
             base_model_name_or_path: str = "") -> tuple[dict, dict[str, np.ndarray]]:
-    """(adapter_config.json's fields, adapter_model.safetensors' tensors) of a t5lite LoRA or prompt."""
+    """(adapter_config.json's fields, adapter_model.safetensors' tensors) of a t5lite LoRA, prefix or prompt."""
     if isinstance(method, peft.PromptTuning):
         return _prompt_to_peft(config, method, trained, base_model_name_or_path)
+    if isinstance(method, peft.PrefixTuning):
+        return _prefix_to_peft(config, method, trained, base_model_name_or_path)
     if trained.get("params"):
         raise HFConversionError("a LoRA run that also trains base parameters (a task head: modules_to_save) has no "
                                 "peft adapter equivalent in t5lite yet; merge it into a full checkpoint instead")
