@@ -119,3 +119,54 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
     theirs = peft.PeftModel.from_pretrained(fresh, out).eval()
     np.testing.assert_allclose(_apply(module, method.combine(base, trained), features), _torch(theirs, torch_inputs),
                                rtol=RTOL, atol=ATOL)
+
+
+def _log_probs(logits):
+    return np.asarray(jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), -1))
+
+
+@pytest.mark.parametrize("family", ["t5", "gpt2"])
+def test_prefix_tuning_decodes_with_the_kv_cache_as_the_full_pass(family, tmp_path):
+    """Greedy decoding (and beam search's best beam) with the KV cache gives the argmax tokens (and
+    the log-probability) of a full forward pass over the prompt and the decoded tokens."""
+    from conftest import random_variables
+    from t5lite.infer import decoding
+    from t5lite.infer.predict import decoded_lengths
+    _, _, module, _, _, features = _setup(family, tmp_path)
+    base = nn.unbox(random_variables(module, scale=0.5))["params"]   # HF's tiny init decodes padding only
+    method = P.PrefixTuning(num_virtual_tokens=N, prefix_projection=True)
+    trained, _ = method.init(jax.random.PRNGKey(1), base, P.logical_specs(module), module.config)
+    params = method.combine(base, trained)
+    steps = 6
+    if family == "t5":
+        inputs = {"encoder_input_tokens": jnp.asarray(features["encoder_input_tokens"])}
+    else:
+        prompt = features["decoder_input_tokens"][:, :5].copy()
+        prompt[1, 3:] = 0   # prompts of 5 and 3 tokens (GPT-2's pad id is 0 here)
+        inputs = {"decoder_prompt_tokens": jnp.asarray(prompt), "decoder_prompt_lengths": jnp.asarray([5, 3])}
+    greedy = decoding.greedy(module, params, inputs, max_decode_length=steps)
+    beams = decoding.beam_search(module, params, inputs, max_decode_length=steps, num_beams=3, alpha=0.0)
+    plain = decoding.greedy(module, base, inputs, max_decode_length=steps)
+    assert not np.array_equal(greedy.tokens, plain.tokens)   # the prefix changes what is decoded
+
+    def full_pass(row, tokens):   # (argmax [steps], log-prob of `tokens`) of one uncached forward pass
+        tokens = np.asarray(tokens)
+        if family == "t5":
+            dec = np.concatenate([[0], tokens[:-1]])[None]
+            logits = _apply(module, params, dict(encoder_input_tokens=features["encoder_input_tokens"][row:row + 1],
+                                                 decoder_input_tokens=dec))[0]
+        else:
+            given = prompt[row, :int(inputs["decoder_prompt_lengths"][row])]
+            ids = np.concatenate([given, tokens[:-1]])[None]
+            logits = _apply(module, params, dict(decoder_input_tokens=ids))[0, len(given) - 1:]
+        lp = _log_probs(logits)
+        return logits.argmax(-1), lp[np.arange(len(tokens)), tokens].sum()
+
+    until_eos = lambda tokens: np.asarray(tokens)[:decoded_lengths(np.asarray(tokens)[None], 1)[0]]
+    for row in range(2):
+        tokens = until_eos(greedy.tokens[row])
+        argmax, log_prob = full_pass(row, tokens)
+        np.testing.assert_array_equal(argmax, tokens)
+        np.testing.assert_allclose(greedy.scores[row], log_prob, rtol=1e-4)
+        best = until_eos(beams.tokens[row, 0])
+        np.testing.assert_allclose(beams.scores[row, 0], full_pass(row, best)[1], rtol=1e-4)
