@@ -1,5 +1,5 @@
 """Prefix tuning (t5lite.models.peft.PrefixTuning) against Hugging Face peft's PrefixTuning on the
-same weights and the same prefix encoder: T5's and GPT-2's logits, with and without
+same weights and the same prefix encoder: T5's, GPT-2's and BERT's logits, with and without
 `prefix_projection`, padding masked; peft adapter folders both ways; the trained-parameter count
 equals peft's `get_nb_trainable_parameters`; KV-cache decoding gives the tokens of the full
 forward pass; training leaves the base bit-identical."""
@@ -47,7 +47,16 @@ def _gpt2():
             dict(decoder_input_tokens=ids))
 
 
-FAMILIES = {"t5": _t5, "gpt2": _gpt2}
+def _bert():
+    config = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=40)
+    ids = _ids((2, 11), 3, 2)
+    ids[1, -4:] = 0
+    return (transformers.BertForMaskedLM(config), "FEATURE_EXTRACTION",
+            dict(input_ids=ids, attention_mask=(ids != 0).astype(np.int64)), dict(encoder_input_tokens=ids))
+
+
+FAMILIES = {"t5": _t5, "gpt2": _gpt2, "bert": _bert}
 
 
 def _setup(family, tmp_path, **overrides):
@@ -81,10 +90,11 @@ def _to_peft_encoder(prefix, encoder):
 
 
 @pytest.mark.parametrize("projection", [False, True], ids=["embedding", "projection"])
-@pytest.mark.parametrize("family", ["t5", "gpt2"])
+@pytest.mark.parametrize("family", ["t5", "gpt2", "bert"])
 def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection, tmp_path):
     model, task, module, base, torch_inputs, features = _setup(family, tmp_path)
-    plain = _torch(model, torch_inputs)
+    real = (torch_inputs["input_ids"] != 0)[..., None] if family == "bert" else True   # padding's logits: unused
+    plain = np.where(real, _torch(model, torch_inputs), 0)
     config = peft.PrefixTuningConfig(task_type=task, num_virtual_tokens=N, prefix_projection=projection,
                                      encoder_hidden_size=24 if projection else None)
     peft_model = peft.get_peft_model(model, config).eval()
@@ -96,29 +106,30 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
     jax.tree.map(lambda x, s: len(s) == x.ndim or pytest.fail(f"{s} for {x.shape}"), trained, specs,
                  is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec))
     _to_peft_encoder(trained["prefix"], peft_model.prompt_encoder["default"])
-    ref = _torch(peft_model, torch_inputs)
-    ours = _apply(module, method.combine(base, trained), features)
+    ref = np.where(real, _torch(peft_model, torch_inputs), 0)
+    ours = np.where(real, _apply(module, method.combine(base, trained), features), 0)
     assert not np.allclose(ref, plain, rtol=RTOL, atol=ATOL)   # the prefix shows
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
     # Scanned layers take the same prefixes, stacked.
     scanned_module, scanned = hf.load(str(tmp_path / "base"), scan_layers=True)
-    np.testing.assert_allclose(_apply(scanned_module, method.combine(scanned["params"], trained), features), ref,
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(np.where(real, _apply(scanned_module, method.combine(scanned["params"], trained),
+                                                     features), 0), ref, rtol=RTOL, atol=ATOL)
     # peft's folder read by t5lite (peft saves the prefix encoder's output: the projection applied).
     peft_model.save_pretrained(str(tmp_path / "peft_prefix"))
     loaded_method, loaded = hf.load_adapter(str(tmp_path / "peft_prefix"), module)
     assert loaded_method == P.PrefixTuning(num_virtual_tokens=N)
-    np.testing.assert_allclose(_apply(module, loaded_method.combine(base, loaded), features), ref,
+    np.testing.assert_allclose(np.where(real, _apply(module, loaded_method.combine(base, loaded), features), 0), ref,
                                rtol=RTOL, atol=ATOL)
     _, with_adapter = hf.load(str(tmp_path / "base"), adapter=str(tmp_path / "peft_prefix"))
-    np.testing.assert_allclose(_apply(module, with_adapter["params"], features), ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(np.where(real, _apply(module, with_adapter["params"], features), 0), ref,
+                               rtol=RTOL, atol=ATOL)
     # t5lite's folder read by peft.PeftModel.from_pretrained.
     trained = jax.tree.map(lambda x: x * 0.5 + 0.1, trained)
     out = hf.save_adapter(module, method, trained, str(tmp_path / "ours_prefix"), str(tmp_path / "base"))
     fresh = type(model).from_pretrained(str(tmp_path / "base")).eval()
     theirs = peft.PeftModel.from_pretrained(fresh, out).eval()
-    np.testing.assert_allclose(_apply(module, method.combine(base, trained), features), _torch(theirs, torch_inputs),
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(np.where(real, _apply(module, method.combine(base, trained), features), 0),
+                               np.where(real, _torch(theirs, torch_inputs), 0), rtol=RTOL, atol=ATOL)
 
 
 def _log_probs(logits):
