@@ -319,8 +319,12 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
     writable.ensure_new_dir(args.out, "--out")
     if args.from_hf:
         config = checkpoint.hf_to_t5lite(args.from_hf, args.out, args.peft_adapter)
-        print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
-              f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+        if os.path.exists(os.path.join(args.out, "peft.json")):
+            print(f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; "
+                  "evaluate or infer with the run")
+        else:
+            print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
+                  f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
     elif args.merge:
         checkpoint.merge_peft_run(args.merge, args.out)
         print(f"wrote the merged full checkpoint {args.out}")
@@ -404,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--out", required=True, help="the directory to write: new or empty (never overwritten)")
     convert.add_argument("--peft_adapter", default=None,
                          help="with --from_hf: a peft LoRA adapter folder (adapter_config.json + "
-                              "adapter_model.safetensors) to merge into the imported base")
+                              "adapter_model.safetensors) to merge into the imported base, or a prefix-tuning "
+                              "one: OUT is then a PEFT run on OUT/base")
     convert.add_argument("--merge", default=None,
                          help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
     convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")

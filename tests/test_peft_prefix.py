@@ -3,6 +3,8 @@ same weights and the same prefix encoder: T5's, GPT-2's and BERT's logits, with 
 `prefix_projection`, padding masked; peft adapter folders both ways; the trained-parameter count
 equals peft's `get_nb_trainable_parameters`; KV-cache decoding gives the tokens of the full
 forward pass; training leaves the base bit-identical."""
+import os
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -181,3 +183,108 @@ def test_prefix_tuning_decodes_with_the_kv_cache_as_the_full_pass(family, tmp_pa
         np.testing.assert_allclose(greedy.scores[row], log_prob, rtol=1e-4)
         best = until_eos(beams.tokens[row, 0])
         np.testing.assert_allclose(beams.scores[row, 0], full_pass(row, best)[1], rtol=1e-4)
+
+
+def test_prefix_tuning_train_steps_keep_the_base_bit_identical(tmp_path):
+    """PrefixTuning (with the projection) on GPT-2 through TrainTask: the state is the prefix
+    encoder alone (peft's count), AdamW's state is two moments per trained leaf and nothing for
+    the base, the base stays bit-identical while every prefix leaf moves, and 2 accumulated
+    microbatches give the gradient of the whole batch."""
+    import optax
+    from t5lite.train.partitioning import Partitioner
+    from t5lite.train.trainer import TrainTask
+    _, _, module, base, _, _ = _setup("gpt2", tmp_path)
+    config = module.config.replace(dropout_rate=0.0)
+    rng = np.random.RandomState(0)
+    tokens = rng.randint(1, V, (4, 9))
+    batch = {"decoder_input_tokens": tokens[:, :-1], "decoder_target_tokens": tokens[:, 1:],
+             "decoder_loss_weights": np.ones((4, 8))}
+    batch = {k: jnp.asarray(v, jnp.float32 if "weights" in k else jnp.int32) for k, v in batch.items()}
+    method = P.PrefixTuning(num_virtual_tokens=3, prefix_projection=True, encoder_hidden_size=16)
+    states = {}
+    for microbatches in (1, 2):
+        task = TrainTask(config, optax.adam(1e-2), optax.constant_schedule(1e-2), Partitioner(),
+                         {k: 8 for k in batch}, num_microbatches=microbatches, peft=method)
+        frozen = task.init_base(0, base)
+        before = jax.tree.map(np.asarray, frozen)
+        state = task.init_state(0, frozen)
+        assert task.num_params == P.count(state.params) == 3 * 32 + 32 * 16 + 16 + 16 * 192 + 192
+        assert sum(x.size for x in jax.tree.leaves(state.opt_state) if x.ndim) == 2 * task.num_params
+        start = jax.tree.map(np.asarray, state.params)
+        step = task.jit_train_step(frozen)
+        for _ in range(3):
+            state, metrics = step(state, batch)
+        assert np.isfinite(metrics["loss"])
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), b), frozen, before)
+        moved = jax.tree.map(lambda a, b: not np.array_equal(np.asarray(a), b), state.params, start)
+        assert jax.tree.leaves(moved) and all(jax.tree.leaves(moved))
+        states[microbatches] = state.params
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), states[1], states[2])
+
+
+def test_prefix_tuning_run_resumes_infers_and_converts_both_ways(tmp_path, micro_config):
+    """A prefix-tuning run on a tiny T5 base: its checkpoint holds only the prefix encoder (little
+    optimizer state), it resumes, inference reads it as the base plus the prefix; `convert --to_hf`
+    writes a base and a peft folder that peft runs to the same logits, and `convert --from_hf BASE
+    --peft_adapter DIR` reads that folder back as a PEFT run on the imported base; `--merge` is refused."""
+    import orbax.checkpoint as ocp
+    from conftest import train_tiny
+    from t5lite import cli
+    from t5lite.errors import CheckpointError
+    from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
+    from t5lite.interop import checkpoint as interop_checkpoint
+    from t5lite.models import build
+    base_dir, run = tmp_path / "base", tmp_path / "prefix"
+    train_tiny(base_dir, micro_config, 1)
+    method = P.PrefixTuning(num_virtual_tokens=3, prefix_projection=True, encoder_hidden_size=8)
+    train_tiny(run, micro_config, 3, peft=method, initial_checkpoint_path=str(base_dir), num_microbatches=2)
+    step_dir = checkpoint_reader.step_directory(str(run / "checkpoints"))
+    stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir, "state")).item_metadata
+    assert set(stored["params"]) == {"params", "prefix"} and not stored["params"]["params"]
+    trained_size = P.count(stored["params"])
+    assert trained_size == 3 * 32 + 32 * 8 + 8 + 8 * (2 * 32) + 2 * 32   # 1 encoder layer: 2 rows of 2 x 16
+    assert P.count(stored["opt_state"]) <= 2 * trained_size + 16   # Adafactor: one (factored) accumulator each
+    train_tiny(run, micro_config, 5, peft=method, initial_checkpoint_path=str(base_dir))
+    assert checkpoint_reader.step_directory(str(run / "checkpoints")).endswith("5")
+    params, _, _ = predict.load_params(micro_config, str(run))
+    assert params["decoder"]["layers_0"]["self_attention"]["prefix_key"].shape == (3, 2, 16)
+    module = build(micro_config)
+    enc = np.array([[5, 6, 7, 1, 0, 0], [9, 10, 11, 12, 13, 1]])
+    tokens, _, _ = predict.Predictor(module, params, max_decode_length=4)({"encoder_input_tokens": enc})
+    dec = np.concatenate([np.zeros((2, 1), int), np.asarray(tokens)[:, :-1]], 1)
+    features = dict(encoder_input_tokens=enc, decoder_input_tokens=dec)
+    ours = _apply(module, params, features)
+    with pytest.raises(CheckpointError, match="does not merge"):
+        interop_checkpoint.merge_peft_run(str(run), str(tmp_path / "merged"))
+    cli.main(["convert", "--to_hf", str(run), "--out", str(tmp_path / "hf")])
+    hf_base = transformers.T5ForConditionalGeneration.from_pretrained(str(tmp_path / "hf" / "base")).eval()
+    theirs = peft.PeftModel.from_pretrained(hf_base, str(tmp_path / "hf" / "adapter")).eval()
+    ref = _torch(theirs, dict(input_ids=enc, attention_mask=(enc != 0).astype(np.int64), decoder_input_ids=dec))
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    imported = tmp_path / "imported"
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf" / "base"), "--peft_adapter", str(tmp_path / "hf" / "adapter"),
+              "--out", str(imported)])
+    assert peft_checkpoint.read(str(imported))["method"] == "PrefixTuning"
+    params, _, _ = predict.load_params(micro_config, str(imported))
+    np.testing.assert_allclose(_apply(module, params, features), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_prefix_tuning_config_errors():
+    from t5lite.models import get_config
+    with pytest.raises(ConfigError, match="num_virtual_tokens"):
+        P.PrefixTuning(num_virtual_tokens=0)
+    with pytest.raises(ConfigError, match="ALBERT"):
+        P.PrefixTuning.num_rows(get_config("albert_tiny"))
+    with pytest.raises(ConfigError, match="decoder has 3"):
+        P.PrefixTuning.num_rows(get_config("t5_tiny", num_encoder_layers=2, num_decoder_layers=3))
+
+
+def test_prefix_tuning_gin_file_binds_the_method():
+    import gin
+    from conftest import REPO
+    from t5lite.train import trainer  # noqa: F401  registers PrefixTuning
+    gin.clear_config()
+    gin.parse_config_file(str(REPO / "gin" / "peft" / "prefix_tuning.gin"))
+    method = gin.query_parameter("train.peft").scoped_configurable_fn()
+    assert method == P.PrefixTuning(num_virtual_tokens=20)
+    gin.clear_config()

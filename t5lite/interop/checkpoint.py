@@ -35,18 +35,39 @@ def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
 def hf_to_t5lite(hf_dir: str, out_dir: str, adapter_dir: str | None = None) -> ModelConfig:
     """Imports a Hugging Face model folder as a t5lite run directory (step 0), with a peft LoRA
     adapter folder merged in if given, and the folder's tokenizer as the run's vocabulary
-    (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer)."""
+    (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer). A prefix-tuning adapter makes OUT a
+    PEFT run (`prefix_run_from_hf`)."""
     from t5lite.interop import hf
     note = {"converted_from": os.path.abspath(hf_dir)}
     if adapter_dir is not None:
         note["peft_adapter"] = os.path.abspath(adapter_dir)
-        if hf.adapter_lib.read(adapter_dir)[0].get("peft_type") == "PROMPT_TUNING":
+        peft_type = hf.adapter_lib.read(adapter_dir)[0].get("peft_type")
+        if peft_type == "PREFIX_TUNING":
+            return prefix_run_from_hf(hf_dir, out_dir, adapter_dir)
+        if peft_type == "PROMPT_TUNING":
             raise hf.HFConversionError(f"{adapter_dir} is a prompt-tuning adapter: a prompt is an input, not a weight, "
                                        "so it does not merge into a checkpoint; use hf.load(BASE, adapter=DIR) or "
                                        "hf.load_adapter in Python")
     config = _write_run(*hf.load(hf_dir, adapter=adapter_dir), out_dir, note)
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return config
+
+
+def prefix_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConfig:
+    """A peft prefix-tuning folder as a PEFT run, as training would write it: the imported base in
+    `OUT/base`, and OUT holding the prefix (step 0) with `peft.json` naming that base. A prefix
+    is keys and values, not a weight of the base, so it does not merge into a full checkpoint."""
+    from t5lite.infer import peft_checkpoint
+    from t5lite.interop import hf
+    base_dir = os.path.join(out_dir, "base")
+    module, variables = hf.load(hf_dir)
+    _write_run(module, variables, base_dir, {"converted_from": os.path.abspath(hf_dir)})
+    vocab_lib.record_tokenizer(base_dir, hf_dir)
+    method, trained = hf.load_adapter(adapter_dir, module)
+    _write_run(module, {"params": trained}, out_dir, {"peft_adapter": os.path.abspath(adapter_dir)})
+    peft_checkpoint.check_or_record(out_dir, method, base_dir, variables["params"], resuming=False)
+    vocab_lib.record_tokenizer(out_dir, hf_dir)
+    return module.config
 
 
 def _write_run(module, variables, out_dir: str, note: dict) -> ModelConfig:
@@ -84,8 +105,9 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
     if record is None:
         raise CheckpointError(f"{run_dir} is not a PEFT run (no {peft_checkpoint.FILE}); its checkpoint is full already")
     if not peft_checkpoint.method_of(record).merges:
-        raise CheckpointError(f"{run_dir} is a {record['method']} run: its prompt is an input, not a weight of the "
-                              "base, so it does not merge; evaluate and infer with the run itself")
+        raise CheckpointError(f"{run_dir} is a {record['method']} run: its prompt or prefix is an input of the "
+                              "model, not a weight of the base, so it does not merge; evaluate and infer with the run "
+                              "itself")
     config = read_model_config(predict.run_dir(step_dir))
     abstract = predict.abstract_params(config)
     params = peft_checkpoint.restore_merged(step_dir, predict.run_dir(step_dir), record, abstract)
@@ -94,7 +116,8 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
 
 def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> ModelConfig:
     """Exports a t5lite run (its latest checkpoint) as a Hugging Face model folder; of an ELECTRA
-    run, the discriminator (the run's model; t5lite.train.electra); of a LoRA run, the base folder
+    run, the discriminator (the run's model; t5lite.train.electra); of a LoRA, prefix- or
+    prompt-tuning run, the base folder
     `OUT/base` and the peft adapter folder `OUT/adapter` (`peft.PeftModel.from_pretrained` loads it
     onto the base)."""
     from t5lite.interop import hf
@@ -140,7 +163,8 @@ def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:
     from t5lite.infer import peft_checkpoint, predict
     from t5lite.interop import hf
     method = peft_checkpoint.method_of(record)
-    if not isinstance(method, (peft_checkpoint.peft.LoRA, peft_checkpoint.peft.PromptTuning)):
+    if not isinstance(method, (peft_checkpoint.peft.LoRA, peft_checkpoint.peft.PromptTuning,
+                               peft_checkpoint.peft.PrefixTuning)):
         raise hf.HFConversionError(f"{step_dir}: a {record['method']} run has no peft adapter format in t5lite; "
                                    "write a full checkpoint with `t5lite convert --merge RUN --out DIR`, then "
                                    "--to_hf that")
