@@ -1,5 +1,5 @@
 """Prefix tuning (t5lite.models.peft.PrefixTuning) against Hugging Face peft's PrefixTuning on the
-same weights and the same prefix encoder: T5's, GPT-2's and BERT's logits, with and without
+same weights and the same prefix encoder: T5's, BART's, GPT-2's and BERT's logits, with and without
 `prefix_projection`, padding masked; peft adapter folders both ways; the trained-parameter count
 equals peft's `get_nb_trainable_parameters`; KV-cache decoding gives the tokens of the full
 forward pass; training leaves the base bit-identical."""
@@ -58,7 +58,18 @@ def _bert():
             dict(input_ids=ids, attention_mask=(ids != 0).astype(np.int64)), dict(encoder_input_tokens=ids))
 
 
-FAMILIES = {"t5": _t5, "gpt2": _gpt2, "bert": _bert}
+def _bart():
+    config = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=3, decoder_layers=3,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64, max_position_embeddings=40, pad_token_id=1)
+    enc, dec = _ids((2, 12), 3, 4), _ids((2, 7), 3, 5)
+    enc[1, -3:] = 1   # BART's pad id is 1
+    return (transformers.BartForConditionalGeneration(config), "SEQ_2_SEQ_LM",
+            dict(input_ids=enc, attention_mask=(enc != 1).astype(np.int64), decoder_input_ids=dec),
+            dict(encoder_input_tokens=enc, decoder_input_tokens=dec))
+
+
+FAMILIES = {"t5": _t5, "gpt2": _gpt2, "bert": _bert, "bart": _bart}
 
 
 def _setup(family, tmp_path, **overrides):
@@ -92,7 +103,7 @@ def _to_peft_encoder(prefix, encoder):
 
 
 @pytest.mark.parametrize("projection", [False, True], ids=["embedding", "projection"])
-@pytest.mark.parametrize("family", ["t5", "gpt2", "bert"])
+@pytest.mark.parametrize("family", ["t5", "gpt2", "bert", "bart"])
 def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection, tmp_path):
     model, task, module, base, torch_inputs, features = _setup(family, tmp_path)
     real = (torch_inputs["input_ids"] != 0)[..., None] if family == "bert" else True   # padding's logits: unused
