@@ -245,6 +245,7 @@ def test_prefix_tuning_run_resumes_infers_and_converts_both_ways(tmp_path, micro
     from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
     from t5lite.interop import checkpoint as interop_checkpoint
     from t5lite.models import build
+    from t5lite.train.partitioning import Partitioner
     base_dir, run = tmp_path / "base", tmp_path / "prefix"
     train_tiny(base_dir, micro_config, 1)
     method = P.PrefixTuning(num_virtual_tokens=3, prefix_projection=True, encoder_hidden_size=8)
@@ -262,6 +263,9 @@ def test_prefix_tuning_run_resumes_infers_and_converts_both_ways(tmp_path, micro
     module = build(micro_config)
     enc = np.array([[5, 6, 7, 1, 0, 0], [9, 10, 11, 12, 13, 1]])
     tokens, _, _ = predict.Predictor(module, params, max_decode_length=4)({"encoder_input_tokens": enc})
+    sharded, _, _ = predict.Predictor(module, params, Partitioner((1, 1, 1), devices=jax.devices()[:1]),
+                                      max_decode_length=4)({"encoder_input_tokens": enc})
+    np.testing.assert_array_equal(tokens, sharded)
     dec = np.concatenate([np.zeros((2, 1), int), np.asarray(tokens)[:, :-1]], 1)
     features = dict(encoder_input_tokens=enc, decoder_input_tokens=dec)
     ours = _apply(module, params, features)
@@ -278,6 +282,33 @@ def test_prefix_tuning_run_resumes_infers_and_converts_both_ways(tmp_path, micro
     assert peft_checkpoint.read(str(imported))["method"] == "PrefixTuning"
     params, _, _ = predict.load_params(micro_config, str(imported))
     np.testing.assert_allclose(_apply(module, params, features), ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("preset,pooling", [("bert_tiny", "first"), ("t5_tiny", "mean"), ("gpt2_tiny", "last")])
+def test_prefix_tuning_under_a_task_head(preset, pooling):
+    """With a task head the prefixes sit in the backbone's attentions and the head trains too
+    (peft's modules_to_save); the count is the prefix rows plus the head."""
+    from t5lite.models import get_config, heads as H
+    from t5lite.models.with_head import WithHead
+    config = get_config(preset)
+    model = WithHead(config, H.SequenceClassificationHead(config, num_labels=3), pooling)
+    ids = jnp.asarray(np.random.RandomState(0).randint(3, 90, (2, 6)))
+    features = dict(encoder_input_tokens=ids) if config.arch != "decoder" else dict(decoder_input_tokens=ids)
+    if config.arch == "encoder_decoder":
+        features["decoder_input_tokens"] = ids
+    base = nn.unbox(model.init(jax.random.PRNGKey(0), **features))["params"]
+    specs = P.logical_specs(model, {k: v.shape[1] for k, v in features.items()})
+    method = P.PrefixTuning(num_virtual_tokens=4)
+    trained, _ = method.init(jax.random.PRNGKey(1), base, specs, config)
+    assert set(trained["params"]) == {"head"}
+    rows = 2 * (config.num_decoder_layers if config.arch == "decoder" else config.num_encoder_layers)
+    assert P.count(trained) == 4 * rows * config.num_heads * config.head_dim + P.count(trained["params"])
+    params = method.combine(base, trained)
+    stack = "decoder" if config.arch == "decoder" else "encoder"   # a T5 classifier runs (and has) its encoder only
+    assert params["backbone"][stack]["layers_0"]["self_attention"]["prefix_key"].shape == (
+        4, config.num_heads, config.head_dim)
+    with_prefix = model.apply({"params": params}, **features)
+    assert with_prefix.shape == (2, 3) and not np.allclose(with_prefix, model.apply({"params": base}, **features))
 
 
 def test_prefix_tuning_config_errors():

@@ -297,7 +297,8 @@ class PrefixTuning(Method):
     rows 2i, 2i + 1); of an encoder-decoder (T5, BART) only the decoder's self-attentions, layer i
     the rows 4i, 4i + 1 modulo 2 * layers (peft duplicates the rows for the cross-attentions, then
     gives the cross-attentions no prefix, and the encoder none). An encoder-only model's
-    self-attentions, layer i the rows 2i, 2i + 1."""
+    self-attentions, layer i the rows 2i, 2i + 1, as are an encoder-decoder's encoder's when the
+    params hold the encoder only (a T5 backbone under a classification head)."""
     num_virtual_tokens: int = 20
     prefix_projection: bool = False
     encoder_hidden_size: int | None = None
