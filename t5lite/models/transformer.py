@@ -19,6 +19,8 @@ see `init_cache` below for the API.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -107,8 +109,9 @@ class Stack(nn.Module):
             # A learned table would clamp the positions past its end (NaN or garbage): refuse.
             after = f" after a prefix of {n_prefix}" if n_prefix else ""
             raise ConfigError(f"sequences of {tokens.shape[-1]} tokens{after}, but the model's learned position "
-                              f"table has max_position_embeddings={cfg.max_position_embeddings} rows; shorten the feature "
-                              "lengths (TASK_FEATURE_LENGTHS, max_decode_length) or use a preset with more positions")
+                              f"table has max_position_embeddings={cfg.max_position_embeddings} rows; shorten the "
+                              "feature lengths (TASK_FEATURE_LENGTHS, max_decode_length) or use a preset with more "
+                              "positions")
         if cfg.position_encoding in ("learned", "sinusoidal"):
             x = x + L.AbsolutePositionEmbedding(cfg, name="position_embedder")(positions)
         if cfg.type_vocab_size:
@@ -229,7 +232,7 @@ def _with_prompt_slots(cfg: ModelConfig, n: int, tokens, token_types, segment_id
 def _prefix_length(params) -> int:
     """The virtual tokens of a stack's prefix-tuning keys (`prefix_key` [.., n, heads, head_dim]), or 0."""
     for layer in params.values():
-        prefix = layer.get("self_attention", {}).get("prefix_key") if isinstance(layer, dict) else None
+        prefix = layer.get("self_attention", {}).get("prefix_key") if isinstance(layer, Mapping) else None
         if prefix is not None:
             return prefix.shape[-3]
     return 0

@@ -119,8 +119,9 @@ def load(path: str, adapter: str | None = None, **config_overrides) -> tuple[nn.
     """Reads a Hugging Face model folder -> (module, {"params": ...}).
 
     `adapter`: a peft adapter folder for this base: a LoRA merged into the params, a prompt or
-    prefix added beside them (`load_adapter` keeps it apart). `config_overrides` replace t5lite config fields (e.g. `scan_layers=True`,
-    `dtype="bfloat16"`, `dropout_rate=0.0`); they must not change parameter shapes.
+    prefix added beside them (`load_adapter` keeps it apart). `config_overrides` replace t5lite
+    config fields (e.g. `scan_layers=True`, `dtype="bfloat16"`, `dropout_rate=0.0`); they must not
+    change parameter shapes.
     """
     hf_config = files.read_config(path)
     family = _family(path, hf_config)      # before reading gigabytes of weights
@@ -198,7 +199,8 @@ def load_adapter(path: str, module: nn.Module):
 
 def save_adapter(module_or_config: nn.Module | ModelConfig, method, trained: dict, out_dir: str,
                  base_model_name_or_path: str = "") -> str:
-    """Writes a t5lite LoRA, prefix or prompt as a peft adapter folder (adapter_config.json + adapter_model.safetensors)."""
+    """Writes a t5lite LoRA, prefix or prompt as a peft adapter folder (adapter_config.json +
+    adapter_model.safetensors)."""
     config = module_or_config if isinstance(module_or_config, ModelConfig) else module_or_config.config
     if config.scan_layers:
         raise HFConversionError("save the adapter of a looped model (scan_layers=False)")

@@ -48,9 +48,10 @@ def _module_of(name: str, modules) -> str | None:
 
 
 def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.ndarray],
-              shapes: dict[str, tuple[int, ...]], where: str = "adapter") -> tuple[peft.LoRA, dict]:
+              shapes: dict[str, tuple[int, ...]], where: str = "adapter") -> tuple[peft.Method, dict]:
     """(the method, the trained tree: {"params": {}, "lora": ...} for LoRA, {"params": {<stack>:
-    {"prompt": ...}}} for prompt tuning) of a peft adapter folder's contents."""
+    {"prompt": ...}}} for prompt tuning, {"params": {}, "prefix": ...} for prefix tuning) of a peft
+    adapter folder's contents."""
     if adapter_config.get("peft_type") == "PROMPT_TUNING":
         return _prompt_from_peft(adapter_config, tensors, shapes, where)
     if adapter_config.get("peft_type") == "PREFIX_TUNING":
@@ -166,8 +167,8 @@ def _prefix_to_peft(config: ModelConfig, method: peft.PrefixTuning, trained: dic
     return adapter_config, {"prompt_embeddings": rows}
 
 
-def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.PromptTuning, trained: dict,
-            base_model_name_or_path: str = "") -> tuple[dict, dict[str, np.ndarray]]:
+def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.PromptTuning | peft.PrefixTuning,
+            trained: dict, base_model_name_or_path: str = "") -> tuple[dict, dict[str, np.ndarray]]:
     """(adapter_config.json's fields, adapter_model.safetensors' tensors) of a t5lite LoRA, prefix or prompt."""
     if isinstance(method, peft.PromptTuning):
         return _prompt_to_peft(config, method, trained, base_model_name_or_path)
