@@ -311,6 +311,33 @@ def test_prefix_tuning_under_a_task_head(preset, pooling):
     assert with_prefix.shape == (2, 3) and not np.allclose(with_prefix, model.apply({"params": base}, **features))
 
 
+@pytest.mark.parametrize("family", ["t5", "gpt2"])
+def test_prefix_tuning_packed_examples_each_see_the_prefix(family, tmp_path):
+    """Two examples packed in one row (segment ids, positions restarting at 0) give the logits each
+    gives alone: every segment sees the whole prefix at the same offsets (those checked against peft)."""
+    _, _, module, base, _, _ = _setup(family, tmp_path)
+    method = P.PrefixTuning(num_virtual_tokens=N)
+    trained, _ = method.init(jax.random.PRNGKey(2), base, P.logical_specs(module), module.config)
+    params = method.combine(base, trained)
+    a, b = _ids((1, 5), 2, 7), _ids((1, 4), 2, 8)
+    packed = lambda x, y: np.concatenate([x, y], 1)
+    segments = packed(np.ones_like(a), 2 * np.ones_like(b))
+    positions = packed(np.arange(5)[None], np.arange(4)[None])
+    if family == "gpt2":
+        alone = [_apply(module, params, dict(decoder_input_tokens=x)) for x in (a, b)]
+        both = _apply(module, params, dict(decoder_input_tokens=packed(a, b), decoder_segment_ids=segments,
+                                           decoder_positions=positions))
+    else:
+        enc_a, enc_b = _ids((1, 6), 2, 9), _ids((1, 3), 2, 10)
+        alone = [_apply(module, params, dict(encoder_input_tokens=e, decoder_input_tokens=d))
+                 for e, d in ((enc_a, a), (enc_b, b))]
+        both = _apply(module, params, dict(
+            encoder_input_tokens=packed(enc_a, enc_b), decoder_input_tokens=packed(a, b),
+            encoder_segment_ids=packed(np.ones_like(enc_a), 2 * np.ones_like(enc_b)), decoder_segment_ids=segments,
+            encoder_positions=packed(np.arange(6)[None], np.arange(3)[None]), decoder_positions=positions))
+    np.testing.assert_allclose(both, np.concatenate(alone, 1), rtol=RTOL, atol=ATOL)
+
+
 def test_prefix_tuning_config_errors():
     from t5lite.models import get_config
     with pytest.raises(ConfigError, match="num_virtual_tokens"):
