@@ -69,27 +69,26 @@ def padded(features: Sequence[np.ndarray], distances: Sequence[np.ndarray]):
     return h, gold, np.array([len(f) for f in features], np.int32)
 
 
+@jax.jit
+def _step(b, state, h, gold, lengths, learning_rate):
+    updates, state = optax.adam(learning_rate).update(jax.grad(loss)(b, h, gold, lengths), state, b)
+    return optax.apply_updates(b, updates), state
+
+
 def fit(features: Sequence[np.ndarray], distances: Sequence[np.ndarray], rank: int = 32, epochs: int = 30,
         batch_size: int = 20, learning_rate: float = 1e-3, seed: int = 0) -> np.ndarray:
     """B [rank, d] by Adam on shuffled mini-batches of sentences (H&M: Adam at 1e-3, batches of 20,
     B initialised uniformly in [-0.05, 0.05])."""
     h, gold, lengths = padded(features, distances)
     b = jax.random.uniform(jax.random.key(seed), (rank, h.shape[-1]), minval=-0.05, maxval=0.05)
-    optimizer = optax.adam(learning_rate)
-
-    @jax.jit
-    def step(b, state, *batch):
-        updates, state = optimizer.update(jax.grad(loss)(b, *batch), state, b)
-        return optax.apply_updates(b, updates), state
-
-    state = optimizer.init(b)
+    state = optax.adam(learning_rate).init(b)
     size = min(batch_size, len(lengths))
     rng = np.random.default_rng(seed)
     for _ in range(epochs):     # full batches only, so one shape compiles
         order = rng.permutation(len(lengths))
         for start in range(0, len(order) - size + 1, size):
             idx = order[start:start + size]
-            b, state = step(b, state, h[idx], gold[idx], lengths[idx])
+            b, state = _step(b, state, h[idx], gold[idx], lengths[idx], learning_rate)
     return np.asarray(b)
 
 
