@@ -400,10 +400,10 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
 
 def cmd_attention(args, gin_files, gin_bindings) -> None:
     import os
-    from t5lite.analysis import attention, words
+    from t5lite.analysis import attention, forward, words
     subject = _subject(args, "data_dir")
-    sentences = words.read_conll(os.path.join(args.data_dir, f"en_ewt/en_ewt-ud-{args.split}.conllu"),
-                                 args.sentences)
+    sentences = forward.fitting(subject, words.read_conll(
+        os.path.join(args.data_dir, f"en_ewt/en_ewt-ud-{args.split}.conllu"), args.sentences))
     results, weights = attention.analyse(subject, sentences)
     print("wrote " + ", ".join(attention.write(subject, results, weights, sentences, args.out, args.example)))
 

@@ -77,7 +77,8 @@ def dependency_accuracy(word_weights: Sequence[np.ndarray], sentences: Sequence[
 
 
 def analyse(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> tuple[dict, list]:
-    """(results, per-sentence attention [layers, heads, q, k]) for CoNLL-U `sentences`."""
+    """(results, per-sentence attention [layers, heads, q, k]) for CoNLL-U `sentences` (those that
+    fit the model's positions: see `forward.fitting`)."""
     arch = subject.module.config.arch
     encoded = [words.encode(subject.vocabulary, s.words, arch) for s in sentences]
     _, weights = forward.run(subject, encoded, attention=True)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5lite.analysis import words
 from t5lite.analysis.loading import Subject
 from t5lite.analysis.words import Encoded
 from t5lite.errors import ConfigError
@@ -47,6 +48,14 @@ def _run(module, variables, tokens, attention: bool):
     return jnp.stack(states).astype(jnp.float32), weights
 
 
+def fitting(subject: Subject, sentences: Sequence[words.Sentence]) -> list[words.Sentence]:
+    """The sentences whose subwords fit the model's learned positions."""
+    config = subject.module.config
+    limit = config.max_position_embeddings if config.position_encoding == "learned" else None
+    return [s for s in sentences if limit is None
+            or len(words.encode(subject.vocabulary, s.words, config.arch).tokens) <= limit]
+
+
 def _batches(encoded: Sequence[Encoded], batch_size: int, limit: int) -> Iterator[tuple[list[int], np.ndarray]]:
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].tokens))
     for start in range(0, len(order), batch_size):
@@ -66,7 +75,7 @@ def run(subject: Subject, encoded: Sequence[Encoded], attention: bool = False, b
     longest = max(len(e.tokens) for e in encoded)
     if subject.module.config.position_encoding == "learned" and longest > limit:
         raise ConfigError(f"a sentence has {longest} subwords, more than the model's {limit} positions; "
-                          "leave such sentences out (fewer or shorter sentences)")
+                          "leave such sentences out (t5lite.analysis.forward.fitting)")
     states, weights = [None] * len(encoded), [None] * len(encoded)
     for chosen, tokens in _batches(encoded, batch_size, limit):
         hidden, probs = _run(subject.module, subject.variables, jnp.asarray(tokens), attention)

@@ -28,6 +28,7 @@ def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], wo
     if pool not in POOLS:
         raise ConfigError(f"--pool {pool!r}: choose from {', '.join(POOLS)}")
     target = word.lower()
+    sentences = forward.fitting(subject, sentences)
     chosen = [s for s in sentences if target in (w.lower() for w in s.words)] if pool == "same" else list(sentences)
     if not any(target in (w.lower() for w in s.words) for s in chosen):
         raise DataError(f"--neighbours {word!r} does not occur in the corpus; pick a word it has")

@@ -8,6 +8,7 @@ much a probe reads from the architecture and the word identities alone.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Sequence
 
@@ -21,15 +22,8 @@ PROBES = ("pos", "ner", "structural")
 UD = "en_ewt/en_ewt-ud-{}.conllu"
 UNER = "uner_en_ewt/en_ewt-ud-{}.iob2"
 # The split each probe trains on and the one it reports (UNER's train split has no entity layer).
+log = logging.getLogger("t5lite")
 SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test"), "ner": (UNER, "dev", "test")}
-
-
-def fitting(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> list[words.Sentence]:
-    """The sentences whose subwords fit the model's positions."""
-    config = subject.module.config
-    limit = config.max_position_embeddings if config.position_encoding == "learned" else None
-    return [s for s in sentences if limit is None
-            or len(words.encode(subject.vocabulary, s.words, config.arch).tokens) <= limit]
 
 
 def word_vectors(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> list[np.ndarray]:
@@ -89,13 +83,14 @@ def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos",
     cache = {}
     for name in probes:
         pattern, train_split, test_split = SPLITS[name]
-        data = [fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
+        data = [forward.fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
                 for split, limit in ((train_split, train_sentences), (test_split, test_sentences))]
         results[name] = {}
         for s in subjects:
             key = (s.name, pattern)
             if key not in cache:
                 cache[key] = [word_vectors(s, part) for part in data]
+            log.info("%s probe of %s on %d + %d sentences", name, s.name, *map(len, data))
             if name == "structural":
                 results[name][s.name] = distances(*data, *cache[key], rank, epochs, seed)
             else:
