@@ -26,7 +26,7 @@ def _minilm():
     return str(minilm.get_model_path())
 
 
-def test_attention_probabilities_match_hf_output_attentions():
+def test_attention_probabilities_and_states_match_hf_on_minilm():
     torch = pytest.importorskip("torch", reason="HF torch is the reference")
     transformers = pytest.importorskip("transformers", reason="HF torch is the reference")
     from t5lite.analysis import forward, loading
@@ -34,17 +34,58 @@ def test_attention_probabilities_match_hf_output_attentions():
     subject = loading.load(path)
     sentences = _ud(3)
     encoded = [words.encode(subject.vocabulary, s.words, "encoder") for s in sentences]
-    _, ours = forward.run(subject, encoded, attention=True)
+    states, ours = forward.run(subject, encoded, attention=True)
     hf_model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager")
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-    for s, e, w in zip(sentences, encoded, ours):
+    for s, e, h, w in zip(sentences, encoded, states, ours):
         batch = tokenizer(list(s.words), is_split_into_words=True, return_tensors="pt")
         np.testing.assert_array_equal(batch["input_ids"][0].numpy(), e.tokens)   # the same subwords
         with torch.no_grad():
-            want = hf_model(**batch, output_attentions=True).attentions
+            want = hf_model(**batch, output_attentions=True, output_hidden_states=True)
         assert w.shape == (6, 12, len(e.tokens), len(e.tokens))
         for layer in range(6):
-            np.testing.assert_allclose(w[layer], want[layer][0].numpy(), rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(w[layer], want.attentions[layer][0].numpy(), rtol=1e-4, atol=1e-6)
+        for layer in range(7):   # 0: the embedding layer's output
+            np.testing.assert_allclose(h[layer], want.hidden_states[layer][0].numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _hf_tiny(transformers, family, path):
+    """A tiny random Hugging Face GPT-2 or T5 saved to `path`."""
+    if family == "t5":
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+            relative_attention_max_distance=20, initializer_factor=2.0, decoder_start_token_id=0, pad_token_id=0))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=40, initializer_range=0.5))
+    model.save_pretrained(path)
+    return type(model).from_pretrained(path, attn_implementation="eager").eval()   # eager: it returns attentions
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5"])
+def test_states_and_attention_of_decoders_and_t5_encoders_match_hf(family, tmp_path):
+    """Every family: layer states (0 = embeddings) and attention against HF's hidden states and
+    `output_attentions` (T5: relative position bias; GPT-2: causal)."""
+    torch = pytest.importorskip("torch", reason="HF torch is the reference")
+    transformers = pytest.importorskip("transformers", reason="HF torch is the reference")
+    from t5lite.analysis import forward, loading
+    from t5lite.interop import hf
+    torch.manual_seed(0)
+    model = _hf_tiny(transformers, family, tmp_path)
+    subject = loading.Subject(*hf.load(str(tmp_path), **loading.READABLE), vocabulary=None, name=family)
+    tokens = np.random.default_rng(0).integers(3, 97, size=(2, 9))
+    encoded = [words.Encoded(t.astype(np.int32), np.arange(9), np.arange(1, 10), np.zeros(9, bool))
+               for t in (tokens[0], tokens[1, :6])]
+    states, weights = forward.run(subject, encoded, attention=True)
+    for e, h, w in zip(encoded, states, weights):
+        ids = torch.tensor(e.tokens[None].astype(np.int64))
+        with torch.no_grad():
+            stack = model.encoder if family == "t5" else model.transformer
+            want = stack(input_ids=ids, output_hidden_states=True, output_attentions=True)
+        assert h.shape == (3, len(e.tokens), 32) and w.shape == (2, 4, len(e.tokens), len(e.tokens))
+        for layer in range(2):   # HF's last hidden state is after the final norm; ours before it
+            np.testing.assert_allclose(h[layer], want.hidden_states[layer][0].numpy(), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(w[layer], want.attentions[layer][0].numpy(), rtol=1e-4, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- structural probe
@@ -218,6 +259,26 @@ def _tiny_bert_folder(folder):
     return folder
 
 
+def test_a_converted_run_loads_as_its_hugging_face_folder(tmp_path):
+    """A t5lite run (here `t5lite convert --from_hf` of a folder) reads as the folder does: the same
+    vocabulary (the run's recorded tokenizer), states and attention; its control is the same shape."""
+    from t5lite.analysis import forward, loading
+    from t5lite.interop import checkpoint
+    folder = _tiny_bert_folder(tmp_path / "bert")
+    checkpoint.hf_to_t5lite(str(folder), str(tmp_path / "run"))
+    from_folder, from_run = loading.load(str(folder)), loading.load(str(tmp_path / "run"))
+    assert from_run.name == "run"
+    encoded = [words.encode(s.vocabulary, ("the", "play", "was", "long", "."), "encoder")
+               for s in (from_folder, from_run)]
+    np.testing.assert_array_equal(encoded[0].tokens, encoded[1].tokens)
+    (a,), (wa,) = forward.run(from_folder, encoded[:1], attention=True)
+    (b,), (wb,) = forward.run(from_run, encoded[1:], attention=True)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(wa, wb)
+    (c,), _ = forward.run(loading.untrained(from_run, seed=1), encoded[1:])   # the folder is seed 0's
+    assert c.shape == b.shape and not np.allclose(c, b)
+
+
 def _cli(capsys, *args) -> tuple[int, str]:
     """(exit code, stderr) of `t5lite ARGS`, run in this process."""
     from t5lite import cli
@@ -250,14 +311,16 @@ def test_probe_attention_and_neighbours_commands_write_json_and_png(tmp_path, ca
     assert (out / "attention_heads.png").stat().st_size > 0
 
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("we play a game . they play music .\nthe play was long .\n")
+    corpus.write_text("we play a game . they play music .\nthe play was long .\nwe play a game .\n")
     code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(out), "--neighbours", "play", "--corpus",
                      str(corpus), "--k", "2")
     assert code == 0, err
     result = json.loads((out / "neighbours.json").read_text())
     assert [o["sentence"] for o in result["occurrences"]] == ["we play a game .", "they play music .",
-                                                               "the play was long ."]
-    assert all(len(o["neighbours"]) == 2 for o in result["occurrences"])
+                                                               "the play was long .", "we play a game ."]
+    first = result["occurrences"][0]["neighbours"]
+    assert len(first) == 2 and first[0]["sentence"] == "we play a game ." and first[0]["cosine"] == pytest.approx(1)
+    assert all(n["word"] == "play" for o in result["occurrences"] for n in o["neighbours"])
 
 
 def test_probe_without_data_dir_says_which_flag(tmp_path, capsys):
