@@ -279,6 +279,27 @@ def test_a_converted_run_loads_as_its_hugging_face_folder(tmp_path):
     assert c.shape == b.shape and not np.allclose(c, b)
 
 
+def test_a_fine_tuned_run_loads_its_backbone_without_the_head(tmp_path):
+    """Fine-tuned runs store {"backbone", "head"}: the analysis reads the backbone."""
+    import shutil
+
+    from t5lite.analysis import forward, loading
+    from t5lite.models.config import save_config
+    from t5lite.train.checkpoints import Checkpointer
+    folder = _tiny_bert_folder(tmp_path / "bert")
+    hf_model = loading.load(str(folder))
+    run = tmp_path / "tuned"
+    ckpt = Checkpointer(str(run / "checkpoints"), save_every=1, async_save=False)
+    ckpt.save(0, {"params": {"backbone": hf_model.variables["params"], "head": {"kernel": np.ones((32, 3))}}}, {},
+              force=True)
+    ckpt.close()
+    save_config(hf_model.module.config, str(run / "model_config.json"))
+    shutil.copytree(folder, run / "tokenizer", ignore=shutil.ignore_patterns("*.json", "*.safetensors"))
+    tuned = loading.load(str(run))
+    encoded = [words.encode(tuned.vocabulary, ("a", "play", "."), "encoder")]
+    np.testing.assert_array_equal(forward.run(tuned, encoded)[0][0], forward.run(hf_model, encoded)[0][0])
+
+
 def _cli(capsys, *args) -> tuple[int, str]:
     """(exit code, stderr) of `t5lite ARGS`, run in this process."""
     from t5lite import cli

@@ -40,7 +40,8 @@ def _vocabulary(path: str | None, folder: str | None):
 
 def load(path: str, vocabulary: str | None = None, name: str | None = None) -> Subject:
     """A Hugging Face model folder (config.json + weights, its tokenizer beside them) or a t5lite
-    run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one).
+    run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one); of a
+    fine-tuned run, the backbone without its task head.
     `name` labels the results (default: the folder's name)."""
     from t5lite.infer import checkpoint_reader, predict
     from t5lite.interop import hf
@@ -53,9 +54,15 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
             raise ConfigError(f"--model {path}: the folder has no tokenizer t5lite reads; pass --vocabulary FILE")
         return Subject(module, variables, vocab, name or os.path.basename(os.path.normpath(path)))
     config = predict.model_config_of(path, None)
-    run = predict.run_dir(checkpoint_reader.step_directory(path))
+    step_dir = checkpoint_reader.step_directory(path)
+    run = predict.run_dir(step_dir)
     vocab = _vocabulary(vocabulary, os.path.join(run, vocab_lib.TOKENIZER_DIR)) or vocab_lib.DEFAULT_VOCABULARY
-    params, _, _ = predict.load_params(config, path, vocabulary=vocab)
+    if "backbone" in checkpoint_reader.stored_param_names(step_dir):   # fine-tuned: the backbone, not the head
+        vocab_lib.check_identity(run, vocab, config.vocab_size)
+        abstract = {"backbone": predict.abstract_params(config)}
+        params = checkpoint_reader.restore_params(step_dir, abstract)["backbone"]
+    else:
+        params, _, _ = predict.load_params(config, path, vocabulary=vocab)
     if config.scan_layers:
         params = models.unscan_params(params)
     return Subject(models.build(config.replace(**READABLE)), {"params": params}, vocab_lib.resolved(vocab),
