@@ -88,6 +88,19 @@ def test_states_and_attention_of_decoders_and_t5_encoders_match_hf(family, tmp_p
             np.testing.assert_allclose(w[layer], want.attentions[layer][0].numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_attention_probabilities_are_stored_only_when_asked(micro_config):
+    """Init and ordinary applies keep their variables as they were; the "attention" collection
+    exists only where a caller makes it mutable."""
+    import jax
+    from t5lite.models import build
+    module = build(micro_config)
+    tokens = np.ones((1, 4), np.int32)
+    variables = module.init(jax.random.key(0), encoder_input_tokens=tokens, decoder_input_tokens=tokens)
+    assert set(variables) == {"params"}
+    _, state = module.apply(variables, tokens, method="encode", mutable=["attention"])
+    assert np.asarray(state["attention"]["encoder"]["layers_0"]["self_attention"]["weights"][0]).shape == (1, 2, 4, 4)
+
+
 # ----------------------------------------------------------------------------- structural probe
 
 def _numpy_structural(b, feats, heads_list, punct_list):
