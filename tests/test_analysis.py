@@ -334,6 +334,7 @@ def test_probe_attention_and_neighbours_commands_write_json_and_png(tmp_path, ca
     assert code == 0, err
     result = json.loads((out / "probe.json").read_text())
     assert set(result["pos"]) == {"bert", "bert (untrained)"}
+    assert result["sentences_read"]["pos"] == {"train": 12, "test": 6}
     assert len(result["pos"]["bert"]["accuracy"]) == 3 and len(result["structural"]["bert"]["uuas"]) == 3
     assert (out / "probe.png").stat().st_size > 0
 
@@ -360,3 +361,16 @@ def test_probe_attention_and_neighbours_commands_write_json_and_png(tmp_path, ca
 def test_probe_without_data_dir_says_which_flag(tmp_path, capsys):
     code, err = _cli(capsys, "probe", "--model", str(tmp_path), "--out", str(tmp_path / "out"))
     assert code == 2 and "give --data_dir" in err
+
+
+def test_analysis_mistakes_are_one_line_errors(tmp_path, capsys):
+    model = _tiny_bert_folder(tmp_path / "bert")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("we play a game .\n")
+    common = ("--model", str(model), "--out", str(tmp_path / "out"))
+    for args, message in [(("--neighbours", "theatre", "--corpus", str(corpus)), "does not occur in the corpus"),
+                          (("--neighbours", "play", "--corpus", str(corpus), "--layer", "3"), "layers 0 (embeddings) to 2"),
+                          (("--data_dir", str(tmp_path), "--probes", "pos,syntax"), "choose from pos,ner,structural"),
+                          (("--data_dir", str(tmp_path), "--model", str(tmp_path / "nowhere")), "does not exist")]:
+        code, err = _cli(capsys, "probe", *common, *args)
+        assert code == 2 and message in err, (args, err)

@@ -82,10 +82,10 @@ def analyse(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> tu
     arch = subject.module.config.arch
     encoded = [words.encode(subject.vocabulary, s.words, arch) for s in sentences]
     _, weights = forward.run(subject, encoded, attention=True)
-    totals, queries = collections.Counter(), 0
+    totals, queries = {}, 0
     for w, e, s in zip(weights, encoded, sentences):
         for name, value in head_statistics(w, token_roles(e, s, arch)).items():
-            totals[name] = totals[name] + value
+            totals[name] = totals.get(name, 0) + value
         queries += w.shape[-2]
     heads = {name: np.round(totals[name] / queries, 4).astype(float).tolist() for name in STATISTICS}
     results = {"model": subject.name, "sentences": len(sentences), "query_tokens": queries,

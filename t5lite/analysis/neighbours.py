@@ -52,7 +52,8 @@ def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], wo
             {"sentence": " ".join(chosen[places[n][0]].words), "index": places[n][1],
              "word": chosen[places[n][0]].words[places[n][1]], "cosine": round(float(cosine[row, n]), 4)}
             for n in best]})
-    return {"model": subject.name, "word": word, "layer": layer % layers, "pool": pool, "occurrences": occurrences}
+    return {"model": subject.name, "word": word, "layer": layer % layers, "pool": pool, "sentences_read": len(chosen),
+            "occurrences": occurrences}
 
 
 def write(result: dict, out: str) -> str:

@@ -73,7 +73,8 @@ def distances(train, test, train_vecs, test_vecs, rank: int, epochs: int, seed: 
 def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos", "structural"),
         train_sentences: int = 500, test_sentences: int = 200, rank: int = 32, epochs: int = 30,
         l2: float = 1e-3, control: bool = True, seed: int = 0) -> dict:
-    """{probe: {model name: {score: [per layer]}}} for the model and (with `control`) its untrained twin."""
+    """{probe: {model name: {score: [per layer]}}} for the model and (with `control`) its untrained
+    twin, and under "sentences_read" each probe's sentences that fit the model."""
     unknown = sorted(set(probes) - set(PROBES))
     if unknown or not probes:
         raise ConfigError(f"--probes {','.join(probes)}: choose from {','.join(PROBES)}")
@@ -86,6 +87,7 @@ def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos",
         data = [forward.fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
                 for split, limit in ((train_split, train_sentences), (test_split, test_sentences))]
         results[name] = {}
+        results.setdefault("sentences_read", {})[name] = {"train": len(data[0]), "test": len(data[1])}
         for s in subjects:
             key = (s.name, pattern)
             if key not in cache:
