@@ -15,7 +15,7 @@ import numpy as np
 from t5lite.analysis import words
 from t5lite.analysis.loading import Subject
 from t5lite.analysis.words import Encoded
-from t5lite.errors import ConfigError
+from t5lite.errors import ConfigError, DataError
 from t5lite.models.transformer import Stack, TransformerLayer
 
 _BUCKET = 32
@@ -71,6 +71,8 @@ def _batches(encoded: Sequence[Encoded], batch_size: int, limit: int) -> Iterato
 def run(subject: Subject, encoded: Sequence[Encoded], attention: bool = False, batch_size: int = 16):
     """Per sentence: states [layers + 1, tokens, d_model] (float32 numpy) and, with `attention`,
     probabilities [layers, heads, tokens, tokens] (query, key)."""
+    if not encoded:
+        raise DataError("no sentence to read: none was given, or none fits the model's positions")
     limit = subject.module.config.max_position_embeddings
     longest = max(len(e.tokens) for e in encoded)
     if subject.module.config.position_encoding == "learned" and longest > limit:

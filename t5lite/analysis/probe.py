@@ -18,11 +18,12 @@ from t5lite.analysis import forward, linear, loading, structural, words
 from t5lite.data.tasks.tagging import UNER_TAGS, UPOS_TAGS
 from t5lite.errors import ConfigError
 
+log = logging.getLogger("t5lite")
+
 PROBES = ("pos", "ner", "structural")
 UD = "en_ewt/en_ewt-ud-{}.conllu"
 UNER = "uner_en_ewt/en_ewt-ud-{}.iob2"
 # The split each probe trains on and the one it reports (UNER's train split has no entity layer).
-log = logging.getLogger("t5lite")
 SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test"), "ner": (UNER, "dev", "test")}
 
 
