@@ -221,7 +221,7 @@ def test_head_statistics_and_word_attention_match_loops():
     encoded = words.Encoded(np.array([101, 7, 8, 9, 10, 11, 102]), np.array([1, 2, 4, 5]), np.array([2, 4, 5, 6]),
                             np.array([1, 0, 0, 0, 0, 0, 1], bool))
     weights = rng.dirichlet(np.ones(7), size=(2, 3, 7))          # [L, H, q, k], rows sum to 1
-    got = attention.head_statistics(weights, attention.token_roles(encoded, sentence, "encoder"))
+    got = attention.head_statistics(weights, attention.token_roles(encoded, sentence))
     for l in range(2):
         for h in range(3):
             w = weights[l, h]

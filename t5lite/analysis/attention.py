@@ -21,7 +21,7 @@ from t5lite.errors import ConfigError
 STATISTICS = ("cls", "sep", "next", "previous", "punctuation", "entropy")
 
 
-def token_roles(encoded: words.Encoded, sentence: words.Sentence, arch: str) -> dict[str, np.ndarray]:
+def token_roles(encoded: words.Encoded, sentence: words.Sentence) -> dict[str, np.ndarray]:
     """Boolean [tokens] masks of the tokens each statistic sums attention over."""
     n = len(encoded.tokens)
     prefix = np.arange(n) < encoded.starts[0]
@@ -84,7 +84,7 @@ def analyse(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> tu
     _, weights = forward.run(subject, encoded, attention=True)
     totals, queries = {}, 0
     for w, e, s in zip(weights, encoded, sentences):
-        for name, value in head_statistics(w, token_roles(e, s, arch)).items():
+        for name, value in head_statistics(w, token_roles(e, s)).items():
             totals[name] = totals.get(name, 0) + value
         queries += w.shape[-2]
     heads = {name: np.round(totals[name] / queries, 4).astype(float).tolist() for name in STATISTICS}
