@@ -1,4 +1,4 @@
-"""`t5lite` command line: train | eval | infer | convert | tasks | prepare | compile.
+"""`t5lite` command line: train | eval | infer | convert | tasks | prepare | compile | probe | attention.
 
 Gin flags follow T5X: `--gin_file=F` (repeatable) and `--gin.NAME=VALUE` (a gin binding, so
 strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`). `eval` and `infer` read
@@ -378,6 +378,40 @@ def cmd_compile(args, gin_files, gin_bindings) -> None:
         raise SystemExit(2)
 
 
+def _subject(args, needs: str | None):
+    """The model of `t5lite probe` / `attention`, once the flag `needs` names is given and --out is writable."""
+    from t5lite.analysis import loading
+    if needs and not getattr(args, needs):
+        raise ConfigError(f"t5lite {args.command}: give --{needs}" + (
+            " DIR (the folder with en_ewt/ and uner_en_ewt/)" if needs == "data_dir" else " FILE"))
+    writable.ensure_writable_dir(args.out, "--out")
+    return loading.load(args.model, args.vocabulary, args.name)
+
+
+def cmd_probe(args, gin_files, gin_bindings) -> None:
+    from t5lite.analysis import neighbours, probe, words
+    subject = _subject(args, "corpus" if args.neighbours else "data_dir")
+    if args.neighbours:
+        read = words.read_conll if args.corpus.endswith(".conllu") else words.read_text
+        result = neighbours.neighbours(subject, read(args.corpus, args.corpus_sentences), args.neighbours,
+                                       args.layer, args.k, args.pool)
+        print(f"wrote {neighbours.write(result, args.out)}")
+        return
+    results = probe.run(subject, args.data_dir, args.probes.split(","), args.train_sentences, args.test_sentences,
+                        args.rank, args.epochs, args.l2, not args.no_control, args.seed)
+    print("wrote " + ", ".join(probe.write(results, args.out)))
+
+
+def cmd_attention(args, gin_files, gin_bindings) -> None:
+    import os
+    from t5lite.analysis import attention, forward, words
+    subject = _subject(args, "data_dir")
+    sentences = forward.fitting(subject, words.read_conll(
+        os.path.join(args.data_dir, f"en_ewt/en_ewt-ud-{args.split}.conllu"), args.sentences))
+    results, weights = attention.analyse(subject, sentences)
+    print("wrote " + ", ".join(attention.write(subject, results, weights, sentences, args.out, args.example)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true",
@@ -448,6 +482,46 @@ def build_parser() -> argparse.ArgumentParser:
                           help="TPU slice: a shape (v5e:2x2, v5e:4x4, v4:2x2x4) or an accelerator type (v4-32, v5p-64)")
     compile_.add_argument("--num_slices", type=int, default=1, help="slices joined over DCN (data axis)")
     compile_.set_defaults(fn=cmd_compile)
+    analysis = argparse.ArgumentParser(add_help=False)
+    analysis.add_argument("--model", required=True,
+                          help="a Hugging Face model folder (config.json + weights + tokenizer) or a t5lite run / "
+                               "checkpoint directory")
+    analysis.add_argument("--vocabulary", default=None,
+                          help="the model's vocabulary file, if its folder or run does not record one")
+    analysis.add_argument("--name", default=None, help="the model's name in the results (default: its folder's)")
+    analysis.add_argument("--data_dir", default=None,
+                          help="the folder with en_ewt/*.conllu (UD English-EWT) and uner_en_ewt/*.iob2")
+    analysis.add_argument("--out", required=True, help="the folder to write the JSON and PNG into")
+    probe = sub.add_parser("probe", parents=[common, analysis],
+                           help="per-layer linear (POS, NER) and structural (dependency distance) probes of a frozen "
+                                "model against its untrained control; or, with --neighbours, a word's contextual "
+                                "nearest neighbours")
+    probe.add_argument("--probes", default="pos,structural", help="comma-separated: pos, ner, structural")
+    probe.add_argument("--train_sentences", type=int, default=500, help="sentences the probes train on")
+    probe.add_argument("--test_sentences", type=int, default=200, help="sentences the probes are scored on")
+    probe.add_argument("--rank", type=int, default=32, help="the structural probe's rank k")
+    probe.add_argument("--epochs", type=int, default=30, help="the structural probe's epochs")
+    probe.add_argument("--l2", type=float, default=1e-3, help="the linear probes' L2 weight")
+    probe.add_argument("--no_control", action="store_true", help="skip the untrained control model")
+    probe.add_argument("--seed", type=int, default=0, help="the control's initialisation and the probes' seed")
+    probe.add_argument("--neighbours", default=None, metavar="WORD",
+                       help="instead of probing: each occurrence of WORD in --corpus and its nearest neighbours")
+    probe.add_argument("--corpus", default=None,
+                       help="with --neighbours: a CoNLL-U file or plain text (sentences cut after . ! ?)")
+    probe.add_argument("--corpus_sentences", type=int, default=None, help="with --neighbours: read only this many")
+    probe.add_argument("--layer", type=int, default=-1,
+                       help="with --neighbours: the layer (0 = embeddings, negative from the top)")
+    probe.add_argument("--k", type=int, default=5, help="with --neighbours: neighbours per occurrence")
+    probe.add_argument("--pool", default="same", choices=["same", "all"],
+                       help="with --neighbours: among the word's other occurrences, or among all words")
+    probe.set_defaults(fn=cmd_probe)
+    attention = sub.add_parser("attention", parents=[common, analysis],
+                               help="per-head attention statistics (Clark et al. 2019), dependency heads and "
+                                    "heatmaps of a frozen model on UD sentences")
+    attention.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="the UD split to read")
+    attention.add_argument("--sentences", type=int, default=200, help="the first N sentences of the split")
+    attention.add_argument("--example", type=int, default=0, help="which of them the heatmaps show")
+    attention.set_defaults(fn=cmd_attention)
     return parser
 
 

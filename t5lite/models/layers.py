@@ -365,6 +365,9 @@ class MultiHeadAttention(nn.Module):
             # only keeps exp finite; softmax ignores the shift, so it needs no gradient.
             exp = jnp.exp(logits - jax.lax.stop_gradient(logits.max(-1, keepdims=True)))
             total = exp.sum(-1).transpose(0, 2, 1)[..., None]                          # [b, q, h, 1]
+            # t5lite.analysis reads the probabilities; init (every collection mutable) stores none.
+            if self.is_mutable_collection("attention") and not self.is_initializing():
+                self.sow("attention", "weights", exp / exp.sum(-1, keepdims=True))
             weights = nn.Dropout(cfg.dropout_rate)(exp.astype(dtype), deterministic=self.deterministic)
             out = jnp.einsum("bhqk,bhkd->bqhd", weights, v)
             if shaw:

@@ -1,0 +1,134 @@
+"""`t5lite attention`: what each self-attention head attends to, after Clark et al. (2019), "What
+does BERT look at?". Per layer and head, averaged over every query token: the attention mass on
+[CLS], on [SEP] (or EOS), on the next and the previous token, on punctuation (the subwords of UD's
+PUNCT words), and the entropy of the head's distribution. Per dependency relation (UD's universal
+relation, subtypes folded in), the head whose word-level attention most often points from a
+dependent to its head word, against the best fixed-offset baseline; word-level attention sums the
+head word's subwords and averages over the dependent's. And heatmaps of one sentence's heads.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+
+from t5lite.analysis import forward, loading, words
+from t5lite.errors import ConfigError
+
+STATISTICS = ("cls", "sep", "next", "previous", "punctuation", "entropy")
+
+
+def token_roles(encoded: words.Encoded, sentence: words.Sentence) -> dict[str, np.ndarray]:
+    """Boolean [tokens] masks of the tokens each statistic sums attention over."""
+    n = len(encoded.tokens)
+    prefix = np.arange(n) < encoded.starts[0]
+    punct = np.zeros(n, bool)
+    for start, stop, tag in zip(encoded.starts, encoded.stops, sentence.tags):
+        punct[start:stop] = tag == "PUNCT"
+    return {"cls": encoded.special & prefix, "sep": encoded.special & ~prefix, "punctuation": punct}
+
+
+def head_statistics(weights: np.ndarray, roles: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Sums over the query tokens of one sentence's weights [layers, heads, q, k]: {statistic: [L, H]}."""
+    n = weights.shape[-1]
+    sums = {name: weights[..., mask].sum((-1, -2)) for name, mask in roles.items()}
+    sums["next"] = np.einsum("lhii->lh", weights[..., :-1, 1:]) if n > 1 else np.zeros(weights.shape[:2])
+    sums["previous"] = np.einsum("lhii->lh", weights[..., 1:, :-1]) if n > 1 else np.zeros(weights.shape[:2])
+    sums["entropy"] = -np.sum(weights * np.log(np.where(weights > 0, weights, 1.0)), (-1, -2))
+    return sums
+
+
+def word_attention(weights: np.ndarray, encoded: words.Encoded) -> np.ndarray:
+    """[..., q, k] token attention -> [..., words, words]: summed over the attended word's
+    subwords, averaged over the attending word's."""
+    to_words = np.stack([weights[..., a:b].sum(-1) for a, b in zip(encoded.starts, encoded.stops)], -1)
+    return np.stack([to_words[..., a:b, :].mean(-2) for a, b in zip(encoded.starts, encoded.stops)], -2)
+
+
+def relation(name: str) -> str:
+    return name.split(":")[0]
+
+
+def dependency_accuracy(word_weights: Sequence[np.ndarray], sentences: Sequence[words.Sentence]) -> dict:
+    """Per relation: how often each head's most-attended word from a dependent is its head word;
+    the best head (layer and head 1-based), its accuracy, the count, and the best fixed offset."""
+    correct, count, offsets = {}, collections.Counter(), collections.defaultdict(collections.Counter)
+    for w, s in zip(word_weights, sentences):
+        guesses = w.argmax(-1)                                   # [L, H, words]
+        for i, (head, rel) in enumerate(zip(s.heads, s.relations)):
+            if head == 0:
+                continue
+            rel = relation(rel)
+            correct[rel] = correct.get(rel, 0) + (guesses[..., i] == head - 1)
+            count[rel] += 1
+            offsets[rel][head - 1 - i] += 1
+    result = {}
+    for rel in sorted(count, key=count.get, reverse=True):
+        acc = correct[rel] / count[rel]
+        layer, head = np.unravel_index(np.argmax(acc), acc.shape)
+        offset, hits = offsets[rel].most_common(1)[0]
+        result[rel] = {"count": count[rel], "layer": int(layer) + 1, "head": int(head) + 1,
+                       "accuracy": float(acc[layer, head]), "baseline_offset": int(offset),
+                       "baseline_accuracy": hits / count[rel]}
+    return result
+
+
+def analyse(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> tuple[dict, list]:
+    """(results, per-sentence attention [layers, heads, q, k]) for CoNLL-U `sentences` (those that
+    fit the model's positions: see `forward.fitting`)."""
+    arch = subject.module.config.arch
+    encoded = [words.encode(subject.vocabulary, s.words, arch) for s in sentences]
+    _, weights = forward.run(subject, encoded, attention=True)
+    totals, queries = {}, 0
+    for w, e, s in zip(weights, encoded, sentences):
+        for name, value in head_statistics(w, token_roles(e, s)).items():
+            totals[name] = totals.get(name, 0) + value
+        queries += w.shape[-2]
+    heads = {name: np.round(totals[name] / queries, 4).astype(float).tolist() for name in STATISTICS}
+    results = {"model": subject.name, "sentences": len(sentences), "query_tokens": queries,
+               "heads": heads, "heads_layout": "[layer][head], both from 0",
+               "relations": dependency_accuracy([word_attention(w, e) for w, e in zip(weights, encoded)],
+                                                sentences)}
+    return results, weights
+
+
+def heatmaps(weights: np.ndarray, labels: Sequence[str], path: str, title: str) -> None:
+    """One panel per layer (rows) and head (columns) of a sentence's attention [L, H, q, k]."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    layers, heads, n, _ = weights.shape
+    fig, axes = plt.subplots(layers, heads, figsize=(1.6 * heads + 1, 1.6 * layers + 1), squeeze=False)
+    for (l, h), ax in np.ndenumerate(np.array(axes, dtype=object)):
+        ax.imshow(weights[l, h], cmap="Blues", vmin=0, vmax=1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if l == 0:
+            ax.set_title(f"head {h + 1}", fontsize=8)
+        if h == 0:
+            ax.set_ylabel(f"layer {l + 1}", fontsize=8)
+    if n <= 40:   # the tokens along the first panel, where they fit
+        axes[0][0].set_yticks(range(n), labels, fontsize=4)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(subject: loading.Subject, results: dict, weights: Sequence[np.ndarray], sentences, out: str,
+          example: int = 0) -> list[str]:
+    """attention.json and attention_heads.png (sentence `example`'s heads) under `out`."""
+    if not 0 <= example < len(sentences):
+        raise ConfigError(f"--example {example}: choose one of the {len(sentences)} sentences (0 to {len(sentences) - 1})")
+    os.makedirs(out, exist_ok=True)
+    encoded = words.encode(subject.vocabulary, sentences[example].words, subject.module.config.arch)
+    labels = [subject.vocabulary.decode([int(t)]) for t in encoded.tokens]
+    results = results | {"heatmap_sentence": " ".join(sentences[example].words)}
+    with open(os.path.join(out, "attention.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    png = os.path.join(out, "attention_heads.png")
+    heatmaps(weights[example], labels, png, f"{subject.name}: {' '.join(sentences[example].words)[:100]}")
+    return [os.path.join(out, "attention.json"), png]

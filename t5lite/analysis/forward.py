@@ -1,0 +1,91 @@
+"""One frozen forward pass over a set of sentences: every layer's token states (the embedding
+layer's output as layer 0) and, when asked, every self-attention head's probabilities. Batches
+are padded to a few lengths so each shape compiles once.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterator, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5lite.analysis import words
+from t5lite.analysis.loading import Subject
+from t5lite.analysis.words import Encoded
+from t5lite.errors import ConfigError, DataError
+from t5lite.models.transformer import Stack, TransformerLayer
+
+_BUCKET = 32
+
+
+def _captured(module: nn.Module, method_name: str) -> bool:
+    return (isinstance(module, Stack) and method_name == "_embed") or (
+        isinstance(module, TransformerLayer) and method_name == "__call__")
+
+
+def _layer_index(name: str) -> int:
+    return int(name.rsplit("_", 1)[-1]) if name[-1].isdigit() else 0
+
+
+@functools.partial(jax.jit, static_argnames=("module", "attention"))
+def _run(module, variables, tokens, attention: bool):
+    arch = module.config.arch
+    stack = "decoder" if arch == "decoder" else "encoder"
+    features = {f"{stack}_input_tokens": tokens}
+    _, state = module.apply(variables, **features, method="encode", capture_intermediates=_captured,
+                            mutable=["intermediates", "attention"] if attention else ["intermediates"])
+    captured = state["intermediates"][stack]
+    layer_names = sorted((n for n in captured if n != "_embed"), key=_layer_index)
+    # A shared (ALBERT) layer is one name with one output per call.
+    states = [captured["_embed"][0]] + [out for n in layer_names for out, _ in captured[n]["__call__"]]
+    weights = None
+    if attention:
+        sown = state["attention"][stack]
+        weights = jnp.stack([w for n in layer_names for w in sown[n]["self_attention"]["weights"]])
+    return jnp.stack(states).astype(jnp.float32), weights
+
+
+def fitting(subject: Subject, sentences: Sequence[words.Sentence]) -> list[words.Sentence]:
+    """The sentences whose subwords fit the model's learned positions."""
+    config = subject.module.config
+    limit = config.max_position_embeddings if config.position_encoding == "learned" else None
+    return [s for s in sentences if limit is None
+            or len(words.encode(subject.vocabulary, s.words, config.arch).tokens) <= limit]
+
+
+def _batches(encoded: Sequence[Encoded], batch_size: int, limit: int) -> Iterator[tuple[list[int], np.ndarray]]:
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].tokens))
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        longest = max(len(encoded[i].tokens) for i in chosen)
+        width = max(longest, min(-(-longest // _BUCKET) * _BUCKET, limit))
+        tokens = np.zeros((batch_size, width), np.int32)
+        for row, i in enumerate(chosen):
+            tokens[row, :len(encoded[i].tokens)] = encoded[i].tokens
+        yield chosen, tokens
+
+
+def run(subject: Subject, encoded: Sequence[Encoded], attention: bool = False, batch_size: int = 16):
+    """Per sentence: states [layers + 1, tokens, d_model] (float32 numpy) and, with `attention`,
+    probabilities [layers, heads, tokens, tokens] (query, key)."""
+    if not encoded:
+        raise DataError("no sentence to read: none was given, or none fits the model's positions")
+    limit = subject.module.config.max_position_embeddings
+    longest = max(len(e.tokens) for e in encoded)
+    if subject.module.config.position_encoding == "learned" and longest > limit:
+        raise ConfigError(f"a sentence has {longest} subwords, more than the model's {limit} positions; "
+                          "leave such sentences out (t5lite.analysis.forward.fitting)")
+    states, weights = [None] * len(encoded), [None] * len(encoded)
+    for chosen, tokens in _batches(encoded, batch_size, limit):
+        hidden, probs = _run(subject.module, subject.variables, jnp.asarray(tokens), attention)
+        hidden = np.asarray(hidden)
+        probs = None if probs is None else np.asarray(probs)
+        for row, i in enumerate(chosen):
+            n = len(encoded[i].tokens)
+            states[i] = hidden[:, row, :n]
+            if probs is not None:
+                weights[i] = probs[:, row, :, :n, :n]
+    return states, (weights if attention else None)

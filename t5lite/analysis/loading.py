@@ -1,0 +1,81 @@
+"""The model an analysis looks into: a Hugging Face folder or a t5lite run, frozen, with its
+vocabulary, laid out so every layer can be read (looped layers, no remat, attention probabilities
+materialised), and the same shape freshly initialised as the control.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t5lite import models
+from t5lite.data import vocab as vocab_lib
+from t5lite.errors import ConfigError, DataNotFoundError
+
+# What reading the layers needs; none of these changes a parameter's shape or an output.
+READABLE = dict(scan_layers=False, remat_policy="none", attention_impl="einsum", dropout_rate=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """A frozen model: `module.apply(variables, ...)`, the vocabulary its inputs are written in."""
+    module: nn.Module
+    variables: dict
+    vocabulary: object
+    name: str
+
+
+def _is_hf_folder(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "config.json"))
+
+
+def _vocabulary(path: str | None, folder: str | None):
+    """`path` (--vocabulary) when given, else the tokenizer found in `folder`, else None."""
+    path = path or (vocab_lib.tokenizer_file(folder) if folder else None)
+    return None if path is None else vocab_lib.make_vocabulary(vocab_lib.kind_of_file(path), path)
+
+
+def load(path: str, vocabulary: str | None = None, name: str | None = None) -> Subject:
+    """A Hugging Face model folder (config.json + weights, its tokenizer beside them) or a t5lite
+    run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one); of a
+    fine-tuned run, the backbone without its task head.
+    `name` labels the results (default: the folder's name)."""
+    from t5lite.infer import checkpoint_reader, predict
+    from t5lite.interop import hf
+    if not os.path.exists(path):
+        raise DataNotFoundError(f"--model {path!r} does not exist; give a Hugging Face model folder or a t5lite run")
+    if _is_hf_folder(path):
+        module, variables = hf.load(path, **READABLE)
+        vocab = _vocabulary(vocabulary, path)
+        if vocab is None:
+            raise ConfigError(f"--model {path}: the folder has no tokenizer t5lite reads; pass --vocabulary FILE")
+        return Subject(module, variables, vocab, name or os.path.basename(os.path.normpath(path)))
+    config = predict.model_config_of(path, None)
+    step_dir = checkpoint_reader.step_directory(path)
+    run = predict.run_dir(step_dir)
+    vocab = _vocabulary(vocabulary, os.path.join(run, vocab_lib.TOKENIZER_DIR)) or vocab_lib.DEFAULT_VOCABULARY
+    if "backbone" in checkpoint_reader.stored_param_names(step_dir):   # fine-tuned: the backbone, not the head
+        vocab_lib.check_identity(run, vocab, config.vocab_size)
+        abstract = {"backbone": predict.abstract_params(config)}
+        params = checkpoint_reader.restore_params(step_dir, abstract)["backbone"]
+    else:
+        params, _, _ = predict.load_params(config, path, vocabulary=vocab)
+    if config.scan_layers:
+        params = models.unscan_params(params)
+    return Subject(models.build(config.replace(**READABLE)), {"params": params}, vocab_lib.resolved(vocab),
+                   name or os.path.basename(os.path.normpath(run)))
+
+
+def untrained(subject: Subject, seed: int = 0) -> Subject:
+    """The control: the same configuration with freshly initialised parameters."""
+    config = subject.module.config
+    name = "decoder_input_tokens" if config.arch == "decoder" else "encoder_input_tokens"
+    features = {name: jnp.ones((1, 8), jnp.int32)}
+    if config.arch == "encoder_decoder":
+        features["decoder_input_tokens"] = features["encoder_input_tokens"]
+    variables = nn.unbox(subject.module.init(jax.random.key(seed), **features))
+    return dataclasses.replace(subject, variables={"params": variables["params"]},
+                               name=f"{subject.name} (untrained)")

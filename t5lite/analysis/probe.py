@@ -1,0 +1,126 @@
+"""`t5lite probe`: what each layer of a frozen model holds, read by probes trained on its word
+vectors (each word's first subword; layer 0 is the embedding layer's output). Linear probes tag
+UPOS (UD English-EWT train -> test) and named entities (Universal NER: dev -> test); the
+structural probe (t5lite.analysis.structural) recovers dependency trees (UD train -> test). Every
+probe is trained again on the same shape of model freshly initialised: the control, which says how
+much a probe reads from the architecture and the word identities alone.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Sequence
+
+import numpy as np
+
+from t5lite.analysis import forward, linear, loading, structural, words
+from t5lite.data.tasks.tagging import UNER_TAGS, UPOS_TAGS
+from t5lite.errors import ConfigError
+
+log = logging.getLogger("t5lite")
+
+PROBES = ("pos", "ner", "structural")
+UD = "en_ewt/en_ewt-ud-{}.conllu"
+UNER = "uner_en_ewt/en_ewt-ud-{}.iob2"
+# The split each probe trains on and the one it reports (UNER's train split has no entity layer).
+SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test"), "ner": (UNER, "dev", "test")}
+
+
+def word_vectors(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> list[np.ndarray]:
+    """Per sentence [layers + 1, words, d_model]: each word's first subword in every layer."""
+    encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
+    states, _ = forward.run(subject, encoded)
+    return [h[:, e.starts] for h, e in zip(states, encoded)]
+
+
+def _tag_ids(sentences, names) -> np.ndarray:
+    index = {name: i for i, name in enumerate(names)}
+    return np.array([index[t] for s in sentences for t in s.tags], np.int32)
+
+
+def tagging(train, test, train_vecs, test_vecs, names, l2: float) -> dict:
+    """Accuracy per layer of a softmax-regression probe (and, for BIO tags, on entity words alone)."""
+    y_train, y_test = _tag_ids(train, names), _tag_ids(test, names)
+    entity = y_test != names.index("O") if "O" in names else None
+    result = {"accuracy": []} | ({"entity_word_accuracy": []} if entity is not None else {})
+    for layer in range(train_vecs[0].shape[0]):
+        x_train = np.concatenate([v[layer] for v in train_vecs])
+        x_test = np.concatenate([v[layer] for v in test_vecs])
+        guess = linear.predict_proba(linear.fit(x_train, y_train, len(names), l2=l2), x_test).argmax(-1)
+        result["accuracy"].append(float(np.mean(guess == y_test)))
+        if entity is not None:
+            result["entity_word_accuracy"].append(float(np.mean(guess[entity] == y_test[entity])))
+    return result
+
+
+def distances(train, test, train_vecs, test_vecs, rank: int, epochs: int, seed: int) -> dict:
+    """UUAS, distance Spearman and test loss per layer of the structural probe."""
+    gold_train = [structural.tree_distances(s.heads) for s in train]
+    gold_test = [structural.tree_distances(s.heads) for s in test]
+    punct = [[t == "PUNCT" for t in s.tags] for s in test]
+    result = {"uuas": [], "spearman": [], "loss": []}
+    for layer in range(train_vecs[0].shape[0]):
+        b = structural.fit([v[layer] for v in train_vecs], gold_train, rank=rank, epochs=epochs, seed=seed)
+        test_layer = [v[layer] for v in test_vecs]
+        predicted = structural.predict(b, test_layer)
+        result["uuas"].append(structural.uuas(predicted, [s.heads for s in test], punct))
+        result["spearman"].append(structural.distance_spearman(predicted, gold_test))
+        h, gold, lengths = structural.padded(test_layer, gold_test)
+        result["loss"].append(float(structural.loss(b, h, gold, lengths)))
+    return result
+
+
+def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos", "structural"),
+        train_sentences: int = 500, test_sentences: int = 200, rank: int = 32, epochs: int = 30,
+        l2: float = 1e-3, control: bool = True, seed: int = 0) -> dict:
+    """{probe: {model name: {score: [per layer]}}} for the model and (with `control`) its untrained
+    twin, and under "sentences_read" each probe's sentences that fit the model."""
+    unknown = sorted(set(probes) - set(PROBES))
+    if unknown or not probes:
+        raise ConfigError(f"--probes {','.join(probes)}: choose from {','.join(PROBES)}")
+    subjects = [subject] + ([loading.untrained(subject, seed)] if control else [])
+    results = {"model": subject.name, "layers": "0 = embeddings, k = the output of layer k", "settings": dict(
+        train_sentences=train_sentences, test_sentences=test_sentences, rank=rank, epochs=epochs, l2=l2, seed=seed)}
+    cache = {}
+    for name in probes:
+        pattern, train_split, test_split = SPLITS[name]
+        data = [forward.fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
+                for split, limit in ((train_split, train_sentences), (test_split, test_sentences))]
+        results[name] = {}
+        results.setdefault("sentences_read", {})[name] = {"train": len(data[0]), "test": len(data[1])}
+        for s in subjects:
+            key = (s.name, pattern)
+            if key not in cache:
+                cache[key] = [word_vectors(s, part) for part in data]
+            log.info("%s probe of %s on %d + %d sentences", name, s.name, *map(len, data))
+            if name == "structural":
+                results[name][s.name] = distances(*data, *cache[key], rank, epochs, seed)
+            else:
+                results[name][s.name] = tagging(*data, *cache[key], UPOS_TAGS if name == "pos" else UNER_TAGS, l2)
+    return results
+
+
+def write(results: dict, out: str) -> list[str]:
+    """probe.json and probe.png (each probe's scores per layer, model against control) under `out`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "probe.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    panels = [(p, score) for p in PROBES if p in results for score in next(iter(results[p].values()))
+              if score != "loss"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    for ax, (p, score) in zip(axes[0], panels):
+        for model, scores in results[p].items():
+            ax.plot(range(len(scores[score])), scores[score], marker="o", label=model,
+                    linestyle="--" if model.endswith("(untrained)") else "-")
+        ax.set(title=f"{p}: {score}", xlabel="layer (0 = embeddings)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(results["model"])
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "probe.png"), dpi=110)
+    plt.close(fig)
+    return [os.path.join(out, "probe.json"), os.path.join(out, "probe.png")]

@@ -1,0 +1,96 @@
+"""Sentences as words (with UD's tags and trees when the file has them) and their subword inputs:
+each word encoded on its own, as BERT and Hugging Face's `run_ner` split words, so every word owns
+a span of subwords ([CLS] first and [SEP] last for encoders, EOS last for T5-style encoders).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+import numpy as np
+
+from t5lite.data import vocab as vocab_lib
+from t5lite.data.objectives.masking import special_ids
+from t5lite.data.sources import Conll, Malformed
+from t5lite.errors import DataError, DataNotFoundError
+
+SENTENCE_ENDS = frozenset({".", "!", "?"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+    words: tuple[str, ...]
+    tags: tuple[str, ...] = ()          # UPOS (CoNLL-U) or BIO entity tags (IOB2)
+    heads: tuple[int, ...] = ()         # CoNLL-U: each word's head, 1-based, 0 for the root
+    relations: tuple[str, ...] = ()     # CoNLL-U: each word's dependency relation
+
+
+def _column(path: str, column: int) -> list[tuple[list[str], list[str]]]:
+    rows = []
+    for where, row in Conll(tag_column=column)(path):
+        if isinstance(row, Malformed):
+            raise DataError(f"{path}: {row.reason} (near line {where}); fix the file")
+        rows.append((row["words"], row["tags"]))
+    return rows
+
+
+def read_conll(path: str, limit: int | None = None) -> list[Sentence]:
+    """The first `limit` sentences of a CoNLL-U file (UPOS, heads, relations) or of an IOB2 file
+    (Universal NER: word in column 2, tag in column 3)."""
+    if not os.path.isfile(path):
+        raise DataNotFoundError(f"{path} does not exist; point --data_dir at the folder holding en_ewt/ and "
+                                "uner_en_ewt/ (Universal Dependencies English-EWT and its Universal NER layer)")
+    if not path.endswith(".conllu"):
+        return [Sentence(tuple(w), tuple(t)) for w, t in _column(path, 2)[:limit]]
+    upos, heads, relations = (_column(path, c)[:limit] for c in (3, 6, 7))
+    return [Sentence(tuple(w), tuple(t), tuple(int(h) for h in hs), tuple(r))
+            for (w, t), (_, hs), (_, r) in zip(upos, heads, relations)]
+
+
+def read_text(path: str, limit: int | None = None, max_words: int = 64) -> list[Sentence]:
+    """Plain text (WikiText's layout: space-separated tokens): each line cut into sentences after
+    ".", "!" and "?", and into pieces of at most `max_words` words."""
+    if not os.path.isfile(path):
+        raise DataNotFoundError(f"--corpus {path} does not exist; give a CoNLL-U file or a text file")
+    sentences = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            current = []
+            for word in line.split():
+                current.append(word)
+                if word in SENTENCE_ENDS or len(current) == max_words:
+                    sentences.append(Sentence(tuple(current)))
+                    current = []
+            if current:
+                sentences.append(Sentence(tuple(current)))
+            if limit is not None and len(sentences) >= limit:
+                return sentences[:limit]
+    return sentences
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    tokens: np.ndarray                  # [n] int32 model inputs
+    starts: np.ndarray                  # [words] first subword of each word
+    stops: np.ndarray                   # [words] one past its last subword
+    special: np.ndarray                 # [n] bool: a token no word owns ([CLS], [SEP], EOS)
+
+
+def encode(vocabulary, words: Sequence[str], arch: str) -> Encoded:
+    """`words` as model inputs: [CLS] w1 .. wn [SEP] (encoders), w1 .. wn EOS (encoder-decoders'
+    encoders), w1 .. wn (decoders). A word with no subword of its own gets the UNK id, so every
+    word has a representation. Byte-level BPE words after the first get their leading space."""
+    byte_bpe = vocab_lib.kind_of(vocabulary) == "byte_bpe"
+    pieces = [list(vocabulary.encode(" " + w if byte_bpe and i else w)) or [vocabulary.unk_id]
+              for i, w in enumerate(words)]
+    ids = special_ids(vocabulary) if arch == "encoder" else None
+    prefix = [ids["cls"]] if ids else []
+    suffix = [ids["sep"]] if ids else [vocabulary.eos_id] if arch == "encoder_decoder" else []
+    lengths = np.array([len(p) for p in pieces])
+    starts = len(prefix) + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    tokens = np.asarray(prefix + [t for p in pieces for t in p] + suffix, np.int32)
+    special = np.zeros(len(tokens), bool)
+    special[:len(prefix)] = True
+    special[len(tokens) - len(suffix):] = True
+    return Encoded(tokens, starts, starts + lengths, special)

