@@ -85,10 +85,24 @@ def fit(source: WordVectors, target: WordVectors, pairs, method: str = "procrust
     raise DataError(f"alignment method {method!r} is unknown; use 'procrustes' or 'linear'")
 
 
+def _neighbourhood(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
+    """Per unit query row, its mean cosine to its k nearest unit key rows, in chunks (vocabularies are large)."""
+    return np.concatenate([_mean_top_k(queries[i:i + chunk] @ keys.T, k) for i in range(0, len(queries), chunk)])
+
+
+def _csls_argmax(queries: np.ndarray, keys: np.ndarray, r_queries: np.ndarray, r_keys: np.ndarray,
+                 chunk: int = 1024) -> np.ndarray:
+    """Per unit query row, the key row of best CSLS, in chunks (never the whole score matrix)."""
+    return np.concatenate([np.argmax(2 * queries[i:i + chunk] @ keys.T - r_queries[i:i + chunk, None] - r_keys[None],
+                                     axis=1) for i in range(0, len(queries), chunk)])
+
+
 def _mutual_nearest(mapped: np.ndarray, target: np.ndarray, k: int) -> list[tuple[int, int]]:
     """Pairs (i, j) where j is i's best target by CSLS and i is j's best source (MUSE's S2T&T2S)."""
-    score = csls(mapped, target, k)
-    forward, backward = score.argmax(1), score.argmax(0)
+    mapped, target = _unit(mapped).astype(np.float32), _unit(target).astype(np.float32)
+    r_source, r_target = _neighbourhood(mapped, target, k), _neighbourhood(target, mapped, k)
+    forward = _csls_argmax(mapped, target, r_source, r_target)
+    backward = _csls_argmax(target, mapped, r_target, r_source)
     return [(i, int(j)) for i, j in enumerate(forward) if backward[j] == i]
 
 
@@ -106,11 +120,6 @@ def refine(source: WordVectors, target: WordVectors, w: np.ndarray, rounds: int 
     return w
 
 
-def _neighbourhood(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 4096) -> np.ndarray:
-    """Per unit query row, its mean cosine to its k nearest unit key rows, in chunks (vocabularies are large)."""
-    return np.concatenate([_mean_top_k(queries[i:i + chunk] @ keys.T, k) for i in range(0, len(queries), chunk)])
-
-
 def translate(source: WordVectors, target: WordVectors, w: np.ndarray, words: Sequence[str], topn: int = 5,
               method: str = "nn", k: int = 10) -> dict[str, list[str]]:
     """Each source word's `topn` target words under the map, by cosine or CSLS over the whole target
@@ -120,7 +129,7 @@ def translate(source: WordVectors, target: WordVectors, w: np.ndarray, words: Se
         raise DataError(f"{', '.join(map(repr, missing))} not in the source vocabulary")
     if method not in ("nn", "csls"):
         raise DataError(f"retrieval method {method!r} is unknown; use 'nn' or 'csls'")
-    mapped, target_unit = _unit(source.unit() @ w), target.unit()
+    mapped, target_unit = _unit(source.unit() @ w).astype(np.float32), target.unit().astype(np.float32)
     cosine = mapped[[source.index[word] for word in words]] @ target_unit.T
     if method == "csls":
         cosine = 2 * cosine - _mean_top_k(cosine, k)[:, None] - _neighbourhood(target_unit, mapped, k)[None, :]
