@@ -29,9 +29,11 @@ def _nearest(unit: np.ndarray, words, positive: list[int], negative: list[int], 
     query = (unit[positive].sum(0) - unit[negative].sum(0)) / (len(positive) + len(negative))
     query = query / (np.linalg.norm(query) or 1.0)
     scores = unit @ query
-    order = np.argsort(-scores, kind="stable")
     excluded = set(positive) | set(negative)
-    return [(words[i], float(scores[i])) for i in order[:topn + len(excluded)] if i not in excluded][:topn]
+    wanted = min(topn + len(excluded), len(scores))
+    best = np.argpartition(-scores, wanted - 1)[:wanted]           # the top rows without sorting them all
+    best = best[np.argsort(-scores[best], kind="stable")]
+    return [(words[i], float(scores[i])) for i in best if i not in excluded][:topn]
 
 
 def _vocabulary(vectors: WordVectors, restrict_vocab: int, case_insensitive: bool) -> dict[str, int]:
