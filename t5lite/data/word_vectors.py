@@ -1,0 +1,130 @@
+"""Static word vectors on disk: word2vec text and binary files and GloVe text files, in and out.
+
+Row order is the file's (for the released files: most frequent first), which analogy evaluation
+relies on when it restricts the vocabulary to the first N words."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+from etils import epath
+
+from t5lite.errors import DataError
+
+FORMATS = ("auto", "word2vec", "word2vec_binary", "glove")
+
+
+@dataclasses.dataclass(frozen=True)
+class WordVectors:
+    """Words and their vectors, row i of `vectors` belonging to `words[i]`."""
+    words: tuple[str, ...]
+    vectors: np.ndarray
+
+    def __post_init__(self):
+        if self.vectors.ndim != 2 or len(self.words) != len(self.vectors):
+            raise ValueError(f"{len(self.words)} words for vectors of shape {self.vectors.shape}")
+
+    @functools.cached_property
+    def index(self) -> dict[str, int]:
+        """Word -> row; a word listed twice keeps its first row, as gensim does."""
+        index = {}
+        for i, word in enumerate(self.words):
+            index.setdefault(word, i)
+        return index
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.index
+
+    def __getitem__(self, word: str) -> np.ndarray:
+        return self.vectors[self.index[word]]
+
+    def unit(self) -> np.ndarray:
+        """The rows scaled to length 1 (a zero row stays zero)."""
+        norms = np.linalg.norm(self.vectors, axis=1, keepdims=True)
+        return self.vectors / np.where(norms == 0, 1, norms)
+
+
+def _detect(path: epath.Path) -> str:
+    if path.suffix == ".bin":
+        return "word2vec_binary"
+    with path.open("rb") as f:
+        first = f.readline().split()
+    return "word2vec" if len(first) == 2 and all(field.isdigit() for field in first) else "glove"
+
+
+def _parse_rows(lines, dim: int | None, path, limit: int | None):
+    words, rows = [], []
+    for line_number, line in enumerate(lines, 1):
+        if limit is not None and len(words) >= limit:
+            break
+        fields = line.rstrip(" ").split(" ")
+        if len(fields) < 2:
+            continue
+        dim = dim or len(fields) - 1
+        if len(fields) - 1 != dim:
+            raise DataError(f"{path}: line {line_number} has {len(fields) - 1} numbers, not {dim}; "
+                            "is the file complete and in word2vec or GloVe text format?")
+        words.append(fields[0])
+        rows.append(np.asarray(fields[1:], dtype=np.float32))
+    return words, rows, dim
+
+
+def _load_text(path: epath.Path, has_header: bool, limit: int | None) -> WordVectors:
+    lines = iter(path.read_bytes().decode("utf-8", errors="replace").splitlines())
+    dim = None
+    if has_header:
+        count, dim = map(int, next(lines).split())
+        limit = count if limit is None else min(limit, count)
+    words, rows, dim = _parse_rows(lines, dim, path, limit)
+    if not rows:
+        raise DataError(f"{path} holds no word vectors; pass a word2vec (.txt/.bin) or GloVe text file")
+    return WordVectors(tuple(words), np.stack(rows))
+
+
+def _load_binary(path: epath.Path, limit: int | None) -> WordVectors:
+    data = path.read_bytes()
+    header_end = data.find(b"\n")
+    header = data[:header_end].split()
+    if len(header) != 2 or not all(field.isdigit() for field in header):
+        raise DataError(f"{path} does not start with a `count dim` line; is it a word2vec binary file?")
+    count, dim = map(int, header)
+    count = count if limit is None else min(count, limit)
+    words, vectors, at = [], np.empty((count, dim), np.float32), header_end + 1
+    for row in range(count):
+        space = data.find(b" ", at)
+        if space < 0 or space + 1 + 4 * dim > len(data):
+            raise DataError(f"{path} ends after {row} of {count} vectors; the file is truncated")
+        words.append(data[at:space].decode("utf-8", errors="replace").lstrip("\n"))
+        vectors[row] = np.frombuffer(data, np.float32, dim, space + 1)
+        at = space + 1 + 4 * dim
+    return WordVectors(tuple(words), vectors)
+
+
+def load_word_vectors(path, format: str = "auto", limit: int | None = None) -> WordVectors:
+    """Read word2vec text (a `count dim` header line), word2vec binary or GloVe text (no header);
+    `format="auto"` tells them apart by the `.bin` suffix and the header. `limit` keeps the first rows."""
+    if format not in FORMATS:
+        raise DataError(f"word vector format {format!r} is unknown; use one of {', '.join(FORMATS)}")
+    path = epath.Path(path)
+    if not path.exists():
+        raise DataError(f"word vector file {path} does not exist")
+    format = _detect(path) if format == "auto" else format
+    if format == "word2vec_binary":
+        return _load_binary(path, limit)
+    return _load_text(path, has_header=format == "word2vec", limit=limit)
+
+
+def save_word2vec(vectors: WordVectors, path, binary: bool = False) -> None:
+    """Write the word2vec format (text or binary) that gensim and the original tools read."""
+    header = f"{len(vectors)} {vectors.vectors.shape[1]}\n".encode()
+    if binary:
+        body = b"".join(word.encode() + b" " + row.astype("<f4").tobytes() + b"\n"
+                        for word, row in zip(vectors.words, vectors.vectors))
+    else:
+        body = "".join(word + " " + " ".join(repr(float(x)) for x in row) + "\n"
+                       for word, row in zip(vectors.words, vectors.vectors)).encode()
+    epath.Path(path).write_bytes(header + body)
