@@ -2,6 +2,7 @@
 student initialisation from teacher layers, and a tiny end-to-end run with a frozen teacher."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -13,6 +14,7 @@ import pytest
 from conftest import assert_close, train_tiny
 
 from t5lite import models
+from t5lite.data import get_task
 from t5lite.infer import predict
 from t5lite.errors import ConfigError
 from t5lite.train import distillation
@@ -223,3 +225,29 @@ def test_student_layers_from_a_checkpoint_feed_the_student(tmp_path):
     with pytest.raises(ConfigError, match="only its depth"):
         objective.initial_params(str(tmp_path / "teacher"), predict.abstract_params(wider))
     assert os.path.exists(tmp_path / "teacher" / "model_config.json")
+
+
+def test_sequence_level_distillation_task_trains_on_the_teachers_beam_outputs(tmp_path):
+    from conftest import shared_data_dir
+    from t5lite.data import vocab
+    from t5lite.train import sequence_distillation
+    data_dir = os.path.join(shared_data_dir(), "summarization", "cnn_dailymail")
+    teacher_cfg = models.get_config("t5_tiny", dropout_rate=0.0)
+    train_tiny(tmp_path / "teacher", teacher_cfg, 1)
+    out = str(tmp_path / "teacher_targets")
+    decode = dict(num_beams=2, max_input_length=32, max_decode_length=6, batch_size=4)
+    path = sequence_distillation.write_teacher_targets(str(tmp_path / "teacher"), "cnn_dailymail", "validation", out,
+                                                       data_dir=data_dir, max_examples=3, **decode)
+    written = [json.loads(line) for line in open(path)]
+    base = list(itertools.islice(get_task("cnn_dailymail").get_dataset("validation", data_dir=data_dir), 3))
+    assert [r["inputs"] for r in written] == [ex["inputs_pretokenized"] for ex in base]
+    beams = list(predict.infer([ex["inputs_pretokenized"] for ex in base], checkpoint_path=str(tmp_path / "teacher"),
+                               method="beam", progress=False, **decode))
+    assert [r["targets"] for r in written] == [b["prediction"] for b in beams]
+    task = sequence_distillation.register_teacher_task("test_cnn_dailymail_teacher", "cnn_dailymail",
+                                                       splits=("validation",))
+    examples = list(task.get_dataset("validation", data_dir=out))
+    eos = vocab.DEFAULT_VOCABULARY.eos_id
+    for ex, r in zip(examples, written):
+        assert list(ex["targets"]) == list(vocab.DEFAULT_VOCABULARY.encode(r["targets"])) + [eos]
+        assert ex["inputs_pretokenized"] == r["inputs"]
