@@ -251,3 +251,34 @@ def test_sequence_level_distillation_task_trains_on_the_teachers_beam_outputs(tm
     for ex, r in zip(examples, written):
         assert list(ex["targets"]) == list(vocab.DEFAULT_VOCABULARY.encode(r["targets"])) + [eos]
         assert ex["inputs_pretokenized"] == r["inputs"]
+
+
+@pytest.mark.parametrize("files,expected", [
+    (["configs/local/minilm_distill_sst2.gin"],
+     dict(temperature=2.0, alphas=dict(ce=0.5, hard=0.5, mse=0.0, cos=0.0, hidden=0.0, attention=0.0),
+          student_layers=[0, 2, 4], positions="inputs")),
+    (["configs/local/bert_tiny_pretrain.gin", "gin/objectives/distilbert.gin"],
+     dict(temperature=2.0, alphas=dict(ce=5.0, hard=2.0, mse=0.0, cos=1.0, hidden=0.0, attention=0.0),
+          student_layers=[0, 2, 4, 7, 9, 11], positions="inputs")),
+])
+def test_distillation_gin_presets_are_distilberts(files, expected):
+    import gin
+    from conftest import REPO
+    from t5lite import cli
+    from t5lite.train import trainer
+    from t5lite.train.finetune_objectives import ClassificationObjective
+    gin.clear_config()
+    try:
+        finetune = "sst2" in files[0]
+        bindings = ["MODEL_DIR = '/tmp/x'", "TEACHER_PATH = '/tmp/teacher'"] + (
+            ["INITIAL_CHECKPOINT_PATH = '/tmp/base'", "DATA_DIR = 'data'"] if finetune else [])
+        cli.parse_gin([str(REPO / f) for f in files], bindings, entry=("train", trainer.train))
+        objective = gin.query_parameter("train.objective").scoped_configurable_fn()
+        assert isinstance(objective, DistillationObjective) and objective.teacher_path == "/tmp/teacher"
+        assert {k: getattr(objective, k) for k in expected if k != "student_layers"} == {
+            k: v for k, v in expected.items() if k != "student_layers"}
+        assert list(objective.student_layers) == expected["student_layers"]
+        wrapped = ClassificationObjective if finetune else MlmObjective
+        assert isinstance(objective.objective, wrapped)
+    finally:
+        gin.clear_config()
