@@ -162,11 +162,11 @@ def _capture(module: nn.Module, method_name: str) -> bool:
 
 class _Recorded:
     """Stands in for a module inside an objective's loss: `apply` runs the real module, keeps its
-    result and intermediates, and (`frozen`) runs it without dropout. Other attributes are the
-    module's."""
+    result and (`hidden`, `scores`) its hidden states and attention scores, and (`frozen`) runs it
+    without dropout. Other attributes are the module's."""
 
-    def __init__(self, module, frozen: bool, scores: bool):
-        self._module, self._frozen, self._scores, self.calls = module, frozen, scores, []
+    def __init__(self, module, frozen: bool, hidden: bool, scores: bool):
+        self._module, self._frozen, self._hidden, self._scores, self.calls = module, frozen, hidden, scores, []
 
     def __getattr__(self, name):
         return getattr(self._module, name)
@@ -175,8 +175,13 @@ class _Recorded:
         if self._frozen:
             kwargs = {**kwargs, "enable_dropout": False}
             kwargs.pop("rngs", None)
-        mutable = ["intermediates"] + (["attention_scores"] if self._scores else [])
-        result, state = self._module.apply(variables, *args, capture_intermediates=_capture, mutable=mutable, **kwargs)
+        mutable = (["intermediates"] if self._hidden else []) + (["attention_scores"] if self._scores else [])
+        if not mutable:
+            result = self._module.apply(variables, *args, **kwargs)
+            self.calls.append((result, {}))
+            return result
+        result, state = self._module.apply(variables, *args, capture_intermediates=self._hidden and _capture,
+                                           mutable=mutable, **kwargs)
         self.calls.append((result, state))
         return result
 
@@ -368,13 +373,14 @@ class DistillationObjective(Objective):
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss: LossConfig, frozen=None):
         tinybert = bool(self.alphas["hidden"] or self.alphas["attention"])
-        student = _Recorded(module, frozen=False, scores=bool(self.alphas["attention"]))
+        hidden, scores = bool(tinybert or self.alphas["cos"]), bool(self.alphas["attention"])
+        student = _Recorded(module, frozen=False, hidden=hidden, scores=scores)
         hard, metrics = self.objective.loss_and_metrics(student, params, batch, rng, normalizers, loss)
         if not self.has_teacher:
             return hard, metrics
         if frozen is None:
             raise ConfigError("DistillationObjective needs the teacher's params as the step's frozen input")
-        teacher = _Recorded(self._teacher()[1], frozen=True, scores=bool(self.alphas["attention"]))
+        teacher = _Recorded(self._teacher()[1], frozen=True, hidden=hidden, scores=scores)
         self.objective.loss_and_metrics(teacher, frozen, batch, rng, normalizers, loss)
         (s_result, s_state), (t_result, t_state) = student.calls[-1], teacher.calls[-1]
         t_result, t_state = jax.lax.stop_gradient((t_result, t_state))
