@@ -183,7 +183,7 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
     meter = cost.CostMeter(None)
     metrics = evaluate()
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
-    print("cost (estimated, FLOPs not counted):", cost.summary(meter.totals()))
+    print("cost (estimated):", cost.summary(meter.totals()))
 
 
 def _numbered_lines(path: str) -> list[tuple[int, str]]:

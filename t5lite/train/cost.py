@@ -160,6 +160,7 @@ class CostMeter:
 
 
 def summary(totals: dict[str, float]) -> str:
-    """One line for logs: FLOPs, device-hours, kWh, kg CO2e, USD."""
-    return (f"{totals['flops']:.3g} FLOPs, {totals['device_hours']:.3g} device-hours, {totals['energy_kwh']:.3g} kWh, "
+    """One line for logs: FLOPs (when counted), device-hours, kWh, kg CO2e, USD."""
+    flops = f"{totals['flops']:.3g} FLOPs, " if totals["flops"] else ""
+    return (f"{flops}{totals['device_hours']:.3g} device-hours, {totals['energy_kwh']:.3g} kWh, "
             f"{totals['co2e_kg']:.3g} kg CO2e, ${totals['usd']:.3g}")
