@@ -37,6 +37,9 @@ def test_device_defaults_are_looked_up_by_device_kind_and_gin_settings_win():
     configured = cost.cost_model(device_power_watts=300.0, price_per_device_hour=2.0, device_kind="Some accelerator",
                                  devices=4)
     assert (configured.device_power_watts, configured.price_per_device_hour, configured.devices) == (300.0, 2.0, 4)
+    unknown = cost.cost_model(device_kind="Some accelerator")    # the run goes on; the estimate says why it is 0
+    assert (unknown.device_power_watts, unknown.price_per_device_hour) == (0.0, 0.0)
+    assert "cost.device_power_watts" in unknown.source
     half = cost.cost_model(device_power_watts=50.0, device_kind="TPU v4")
     assert half.device_power_watts == 50.0 and half.price_per_device_hour == cost.DEVICES["tpu v4"].price_per_hour
     with pytest.raises(ConfigError, match="cost.pue"):

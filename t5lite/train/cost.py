@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import time
 
@@ -28,6 +29,8 @@ import jax
 from etils import epath
 
 from t5lite.errors import ConfigError
+
+log = logging.getLogger("t5lite")
 
 COST_FILE = "cost.json"
 FORMULA = ("energy_kwh = device_power_watts * devices * hours * pue / 1000; co2e_kg = energy_kwh * "
@@ -58,6 +61,9 @@ DEVICES = {
                           "power: no published figure, 200 W per chip assumed; price: $1.20 per chip-hour on-demand "
                           "(Google Cloud TPU v5e pricing)"),
     "tpu v5e": Device(200.0, 1.20, "as 'tpu v5 lite' (the same chip)"),
+    "tpu v6 lite": Device(300.0, 2.70,
+                          "power: no published figure, 300 W per chip assumed; price: $2.70 per chip-hour on-demand "
+                          "(Google Cloud TPU v6e pricing)"),
     "tpu v5": Device(300.0, 4.20,
                      "power: no published figure, 300 W per chip assumed; price: $4.20 per chip-hour on-demand "
                      "(Google Cloud TPU v5p pricing)"),
@@ -109,11 +115,16 @@ def cost_model(device_power_watts: float | None = None, pue: float = DEFAULT_PUE
                grid_kg_co2e_per_kwh: float = DEFAULT_GRID, price_per_device_hour: float | None = None,
                device_kind: str | None = None, devices: int | None = None) -> CostModel:
     """The settings of this run's estimate: given ones win, the rest come from `DEVICES` for the
-    detected (or given) device kind; `devices` defaults to all JAX devices of the run."""
+    detected (or given) device kind (a kind without a row: 0, with a warning); `devices` defaults
+    to all JAX devices of the run."""
     kind = device_kind or jax.devices()[0].device_kind
     source = "configured"
     if device_power_watts is None or price_per_device_hour is None:
-        row = lookup(kind)
+        try:
+            row = lookup(kind)
+        except ConfigError as e:   # a run never fails for want of a cost estimate
+            log.warning("%s; its energy and price are reported as 0", e)
+            row = Device(0.0, 0.0, str(e))
         device_power_watts = row.power_watts if device_power_watts is None else device_power_watts
         price_per_device_hour = row.price_per_hour if price_per_device_hour is None else price_per_device_hour
         source = row.source
