@@ -179,8 +179,11 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
     _model_from_run_unless_given("eval")
     _objective_from_training_config()
     check_task_name("eval")
+    from t5lite.train import cost
+    meter = cost.CostMeter(None)
     metrics = evaluate()
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    print("cost (estimated):", cost.summary(meter.totals()))
 
 
 def _numbered_lines(path: str) -> list[tuple[int, str]]:

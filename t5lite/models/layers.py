@@ -269,6 +269,9 @@ class MultiHeadAttention(nn.Module):
     slower, 1.2 s of gpt2_small's 3.9 s prefill). Cross-attention keys may have fewer rows than the queries (`rows // key rows`
     consecutive query rows per key row): the samples or beams of one input then read its encoder
     keys and values once, instead of one repeated copy per decode.
+
+    With the "attention_scores" collection mutable, each call also sows its pre-softmax scores
+    [b, h, q, k] (biases and masks added) there, for distillation losses that match them.
     """
     config: ModelConfig
     deterministic: bool = True
@@ -345,6 +348,8 @@ class MultiHeadAttention(nn.Module):
         if disentangled:
             biases += (self._disentangled_bias(q, k, relative, rel_embeddings, query_proj, key_proj, scale),)
 
+        if self.is_mutable_collection("attention_scores") and not self.is_initializing():   # TinyBERT distillation
+            self.sow("attention_scores", "scores", sum(biases, jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32)))
         dropout = cfg.dropout_rate if not self.deterministic else 0.0
         if cfg.attention_impl == "jax" and not shaw and dropout == 0.0:
             out = jax.nn.dot_product_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),

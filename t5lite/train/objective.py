@@ -109,6 +109,21 @@ class Objective:
         """Train-time evaluators by task name (each `.evaluate(module, params) -> EvalResult`)."""
         return evaluation.evaluators(task, split, task_feature_lengths, **kwargs)
 
+    # An objective may read arrays it never trains (a distillation teacher): the trainer loads them
+    # once, passes them to every step as `loss_and_metrics(..., frozen=...)`, never updates them and
+    # keeps them out of the optimizer state and the checkpoint.
+    def load_frozen(self, partitioner) -> Any | None:
+        """The objective's frozen arrays, laid out by `partitioner`; None: it has none."""
+        return None
+
+    def extra_flops_per_example(self, encoder_length: int, decoder_length: int) -> float:
+        """FLOPs per example beyond the trained model's forward and backward (a teacher's forward)."""
+        return 0.0
+
+    def reference_models(self, frozen) -> dict[str, tuple[Any, Any]]:
+        """{name: (module, params)} evaluated once when a run starts, beside the trained model."""
+        return {}
+
 
 def token_metrics(token_loss, z, logits, targets, weights, total, prefix: str = "") -> dict[str, Any]:
     """Per-real-token mean loss, z-loss and accuracy, and the number of target tokens."""

@@ -8,6 +8,7 @@ so a diverging run never saves a non-finite state (nor rotates out its last fini
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -32,9 +33,9 @@ from t5lite.errors import ConfigError, T5liteError, require_positive
 from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint, predict
 from t5lite.models import peft as peft_lib
 from t5lite.models.config import ModelConfig
-from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
+from t5lite.train import checkpoints, cost, mfu, preemption, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
-from t5lite.train import electra, encoder_objectives, finetune_objectives  # noqa: F401
+from t5lite.train import distillation, electra, encoder_objectives, finetune_objectives  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -153,18 +154,20 @@ class TrainTask:
         """What `module.apply` takes: the state's params, or for PEFT the base combined with them."""
         return params if self.peft is None else self.peft.combine(frozen, params)
 
-    def _loss(self, params, frozen, *args):
+    def _loss(self, params, frozen, *args, teacher=None):
+        extra = {} if teacher is None else {"frozen": teacher}
         if self.peft is None:
-            return self.objective.loss_and_metrics(self.model, params, *args)
+            return self.objective.loss_and_metrics(self.model, params, *args, **extra)
         params, context = self.peft.for_training(frozen, params)
         with context:
-            return self.objective.loss_and_metrics(self.model, params, *args)
+            return self.objective.loss_and_metrics(self.model, params, *args, **extra)
 
-    def train_step(self, state: TrainState, batch: dict, frozen=None) -> tuple[TrainState, dict]:
-        """One update; `frozen` is a PEFT run's base params (gradients flow to `state.params` only)."""
+    def train_step(self, state: TrainState, batch: dict, frozen=None, teacher=None) -> tuple[TrainState, dict]:
+        """One update; `frozen` is a PEFT run's base params, `teacher` the objective's frozen arrays
+        (`Objective.load_frozen`); gradients flow to `state.params` only."""
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         normalizers = self.objective.normalizers(batch, self.loss)
-        grad_fn = jax.grad(self._loss, argnums=0, has_aux=True)
+        grad_fn = functools.partial(jax.grad(self._loss, argnums=0, has_aux=True), teacher=teacher)
         if self.num_microbatches == 1:
             grads, sums = grad_fn(state.params, frozen, batch, rng, normalizers, self.loss)
         else:
@@ -196,25 +199,28 @@ class TrainTask:
         rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
         return jax.lax.with_sharding_constraint(rows, self.partitioner.batch_sharding(x.ndim))
 
-    def jit_train_step(self, frozen=None):
+    def jit_train_step(self, frozen=None, teacher=None):
         """`step(state, batch) -> (state, metrics)`, jitted (`.lower(state, batch)` compiles it from
-        shapes). A PEFT run's `frozen` base is an input of the program, not donated and never a
-        constant baked into it."""
+        shapes). A PEFT run's `frozen` base and an objective's `teacher` are inputs of the program,
+        not donated and never constants baked into it."""
         batch_sharding = {k: self.partitioner.batch_sharding() for k in self.feature_lengths}
-        if self.peft is None:
+        if self.peft is None and teacher is None:
             return jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding),
                            out_shardings=(self.state_shardings, None), donate_argnums=(0,))
-        step = jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding, self.base_shardings),
+        teacher_shardings = None if teacher is None else jax.tree.map(lambda x: x.sharding, teacher)
+        base_shardings = None if self.peft is None else self.base_shardings
+        step = jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding, base_shardings,
+                                                      teacher_shardings),
                        out_shardings=(self.state_shardings, None), donate_argnums=(0,))
-        run = lambda state, batch: step(state, batch, frozen)
-        run.lower = lambda state, batch: step.lower(state, batch, frozen)
+        run = lambda state, batch: step(state, batch, frozen, teacher)
+        run.lower = lambda state, batch: step.lower(state, batch, frozen, teacher)
         return run
 
     def flops_per_step(self, global_batch_size: int) -> float:
         """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
-        return global_batch_size * mfu.train_flops_per_example(
-            self.config, self.feature_lengths.get("encoder_input_tokens", 0),
-            self.feature_lengths.get("decoder_input_tokens", 0))
+        lengths = (self.feature_lengths.get("encoder_input_tokens", 0), self.feature_lengths.get("decoder_input_tokens", 0))
+        return global_batch_size * (mfu.train_flops_per_example(self.config, *lengths)
+                                    + self.objective.extra_flops_per_example(*lengths))
 
 
 # The train step's flag (a metric, not logged): loss, gradient norm and the updated params are finite.
@@ -282,7 +288,13 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     The logged `loss` is always the per-real-token mean.
 
     `objective` (t5lite.train.objective) is the module trained and its loss; the default is token
-    cross entropy over the model's logits (span corruption, LM, MLM).
+    cross entropy over the model's logits (span corruption, LM, MLM). An objective's frozen arrays
+    (a distillation teacher, t5lite.train.distillation) are loaded once and passed to every step;
+    its reference models (the teacher) are evaluated once at step 0 (`teacher_eval_*`).
+
+    Cost (t5lite.train.cost): every log adds the cumulative FLOPs, device-hours and estimated
+    energy, CO2e and cloud price (`cost_*`) to metrics.jsonl and rewrites `MODEL_DIR/cost.json`;
+    a resumed run continues those totals.
 
     The input pipeline (t5lite.data.loader) preprocesses `data_block_size` records at a time in
     `data_workers` grain worker processes (0: in the training process); the block size is part of
@@ -326,6 +338,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     for path in (model_dir, checkpoint_dir):  # before anything compiles
         run_dir.ensure_writable(path)
     with run_dir.RunLock(model_dir), preemption.StopSignals() as stop:
+        meter = cost.CostMeter(model_dir)   # MODEL_DIR/cost.json: cumulative over restarts
         ckpt = checkpoints.Checkpointer(checkpoint_dir, checkpoint_every, keep_checkpoints, async_checkpoints)
         if (ckpt.latest_step() or 0) >= train_steps:
             ckpt.close()
@@ -360,6 +373,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         frozen = None
         if peft is not None:
             frozen = _peft_base(trainer, peft, model_dir, initial_checkpoint_path, seed, resuming)
+        teacher = trainer.objective.load_frozen(partitioner)
         if ckpt.latest_step() is not None:
             state, data_state, start = ckpt.restore_newest_readable(trainer.abstract_state)
             loader.restore(data_state)
@@ -393,7 +407,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                                       batch_size=eval_batch_size or batch_size, data_dir=data_dir,
                                                       max_examples=eval_max_examples)
         writer = summaries.MetricsWriter(model_dir, resume_step=start)
-        step_fn = trainer.jit_train_step(frozen)
+        if evaluators and not start:
+            for name, (module, params) in trainer.objective.reference_models(teacher).items():
+                _evaluate(evaluators, module, params, start, eval_split, model_dir, writer, prefix=f"{name}_")
+        step_fn = trainer.jit_train_step(frozen, teacher)
         batches = prefetch(loader)
         pending, last = [], {}
         bar = tqdm(total=train_steps, initial=start, desc="train", unit="step",
@@ -418,6 +435,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         elapsed, steps_done = now - tick, step - tick_step
                         last.update(_throughput(steps_done, elapsed, real, batch_size, tokens_per_step,
                                                 flops_per_step / (peak * jax.device_count())))
+                        meter.add_flops(flops_per_step * steps_done)
+                        totals = meter.totals()
+                        last.update({f"cost_{k}": v for k, v in totals.items()})
+                        meter.write(step, totals)
                         tick, tick_step, real = now, step, [0, 0]
                         if not math.isfinite(last["loss"]):
                             raise _non_finite(step, last, ckpt)
@@ -446,6 +467,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         stop.signal_name, step, ckpt.directory)
         if jax.process_index() == 0 and epath.Path(writer.path).exists():
             summaries.plot_loss_curve(writer.path, os.path.join(model_dir, "loss.png"))
+        if last:
+            log.info("cost so far (%s, %d x %s): %s", meter.path, meter.model.devices, meter.model.device_kind,
+                     cost.summary(meter.totals()))
         return last
 
 
@@ -473,15 +497,16 @@ def _peft_base(trainer: TrainTask, method, model_dir: str, base_path: str | None
     return trainer.init_base(seed, base)
 
 
-def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str, writer) -> None:
-    """Evaluates the current params; metrics into metrics.jsonl as `eval_*`, predictions beside."""
+def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str, writer, prefix: str = "") -> None:
+    """Evaluates `params`; metrics into metrics.jsonl as `eval_*` (a reference model such as a
+    distillation teacher: `teacher_eval_*`), predictions beside."""
     results = evaluation.evaluate_all(evaluators, module, params)
     scores = evaluation.flat_metrics(results)
-    writer.write(step, {f"eval_{k}": v for k, v in scores.items()})
+    writer.write(step, {f"{prefix}eval_{k}": v for k, v in scores.items()})
     if jax.process_index() == 0:
         for name, result in results.items():
-            evaluation.write_result(os.path.join(model_dir, "eval", f"{name}.{split}"), result)
-    log.info("eval at step %d (%s): %s", step, split, " ".join(f"{k}={v:.4g}" for k, v in scores.items()))
+            evaluation.write_result(os.path.join(model_dir, "eval", f"{prefix}{name}.{split}"), result)
+    log.info("%seval at step %d (%s): %s", prefix, step, split, " ".join(f"{k}={v:.4g}" for k, v in scores.items()))
 
 
 def _throughput(steps: int, seconds: float, real: list, batch_size: int, tokens_per_step: int,

@@ -1,0 +1,68 @@
+"""The cost report: Strubell et al.'s formula by hand, the device table, and cost.json beside
+metrics.jsonl through a resume."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_close, train_tiny
+
+from t5lite import models
+from t5lite.errors import ConfigError
+from t5lite.train import cost
+
+
+def test_the_estimate_is_strubells_formula_by_hand():
+    model = cost.CostModel("TPU v3", devices=8, device_power_watts=141.5, pue=1.58, grid_kg_co2e_per_kwh=0.4327,
+                           price_per_device_hour=1.0, source="test")
+    got = model.estimate(flops=3e18, seconds=2 * 3600)
+    # 8 devices x 2 h = 16 device-hours; 141.5 W x 16 h x 1.58 / 1000 = 3.57712 kWh.
+    assert got["flops"] == 3e18
+    assert_close(got["device_hours"], 16.0)
+    assert_close(got["energy_kwh"], 3.57712)
+    assert_close(got["co2e_kg"], 3.57712 * 0.4327)
+    assert_close(got["usd"], 16.0)
+    # Strubell et al.'s defaults: PUE 1.58 and 0.954 lbs CO2e per kWh.
+    assert cost.DEFAULT_PUE == 1.58
+    assert_close(cost.DEFAULT_GRID, 0.954 * 0.45359237, rtol=1e-4)
+
+
+def test_device_defaults_are_looked_up_by_device_kind_and_gin_settings_win():
+    assert cost.lookup("TPU v4") is cost.DEVICES["tpu v4"]
+    assert cost.lookup("TPU v5 lite") is cost.DEVICES["tpu v5 lite"]     # not v5p's row
+    assert cost.lookup("NVIDIA H100 80GB HBM3") is cost.DEVICES["nvidia h100"]
+    assert cost.lookup("NVIDIA A100-SXM4-40GB") is cost.DEVICES["nvidia a100"]
+    with pytest.raises(ConfigError, match="cost.device_power_watts"):
+        cost.lookup("Some accelerator")
+    configured = cost.cost_model(device_power_watts=300.0, price_per_device_hour=2.0, device_kind="Some accelerator",
+                                 devices=4)
+    assert (configured.device_power_watts, configured.price_per_device_hour, configured.devices) == (300.0, 2.0, 4)
+    unknown = cost.cost_model(device_kind="Some accelerator")    # the run goes on; the estimate says why it is 0
+    assert (unknown.device_power_watts, unknown.price_per_device_hour) == (0.0, 0.0)
+    assert "cost.device_power_watts" in unknown.source
+    half = cost.cost_model(device_power_watts=50.0, device_kind="TPU v4")
+    assert half.device_power_watts == 50.0 and half.price_per_device_hour == cost.DEVICES["tpu v4"].price_per_hour
+    with pytest.raises(ConfigError, match="cost.pue"):
+        cost.cost_model(pue=-1.0, device_kind="cpu")
+
+
+def test_cost_json_matches_metrics_jsonl_and_a_resume_continues_the_totals(tmp_path):
+    config = models.get_config("t5_tiny")
+    train_tiny(tmp_path, config, 2)
+    first = json.loads((tmp_path / "cost.json").read_text())
+    train_tiny(tmp_path, config, 4)          # resumes from the step-2 checkpoint
+    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    final = json.loads((tmp_path / "cost.json").read_text())
+    assert [r["step"] for r in records] == [1, 2, 3, 4] and final["step"] == 4
+    for key in ("flops", "device_hours", "energy_kwh", "co2e_kg", "usd", "seconds"):
+        assert final[key] == records[-1][f"cost_{key}"], key
+    per_step = records[0]["cost_flops"]
+    assert per_step > 0
+    assert_close([r["cost_flops"] for r in records], [per_step * r["step"] for r in records])
+    # The second run starts from the first one's totals: its time adds to theirs.
+    assert records[2]["cost_seconds"] > first["seconds"] == records[1]["cost_seconds"]
+    model = cost.CostModel(final["device_kind"], final["devices"], final["device_power_watts"], final["pue"],
+                           final["grid_kg_co2e_per_kwh"], final["price_per_device_hour"], final["source"])
+    expected = model.estimate(final["flops"], final["seconds"])
+    for key, value in expected.items():
+        assert_close(final[key], value)
