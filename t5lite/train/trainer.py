@@ -32,7 +32,7 @@ from t5lite.errors import ConfigError, T5liteError, require_positive
 from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint, predict
 from t5lite.models import peft as peft_lib
 from t5lite.models.config import ModelConfig
-from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
+from t5lite.train import checkpoints, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import electra, encoder_objectives, finetune_objectives  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
@@ -159,8 +159,9 @@ class TrainTask:
         with context:
             return self.objective.loss_and_metrics(self.model, params, *args)
 
-    def train_step(self, state: TrainState, batch: dict, frozen=None) -> tuple[TrainState, dict]:
-        """One update; `frozen` is a PEFT run's base params (gradients flow to `state.params` only)."""
+    def train_step(self, state: TrainState, batch: dict, frozen=None, masks=None) -> tuple[TrainState, dict]:
+        """One update; `frozen` is a PEFT run's base params (gradients flow to `state.params` only);
+        `masks` (t5lite.train.pruning) keep pruned weights at zero after the update."""
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         normalizers = self.objective.normalizers(batch, self.loss)
         grad_fn = jax.grad(self._loss, argnums=0, has_aux=True)
@@ -179,6 +180,8 @@ class TrainTask:
             (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        if masks is not None:
+            params = pruning_lib.apply_masks(params, masks)
         metrics = {**ratio_metrics(sums), "learning_rate": self.schedule(state.step),
                    "grad_norm": optax.global_norm(grads)}
         metrics[FINITE] = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"]) & _all_finite(params)
@@ -195,19 +198,29 @@ class TrainTask:
         rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
         return jax.lax.with_sharding_constraint(rows, self.partitioner.batch_sharding(x.ndim))
 
-    def jit_train_step(self, frozen=None):
+    def jit_train_step(self, frozen=None, masks=None):
         """`step(state, batch) -> (state, metrics)`, jitted (`.lower(state, batch)` compiles it from
-        shapes). A PEFT run's `frozen` base is an input of the program, not donated and never a
-        constant baked into it."""
+        shapes). A PEFT run's `frozen` base and a pruned run's `masks` are inputs of the program,
+        not donated and never constants baked into it."""
         batch_sharding = {k: self.partitioner.batch_sharding() for k in self.feature_lengths}
-        if self.peft is None:
+        if self.peft is None and masks is None:
             return jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding),
                            out_shardings=(self.state_shardings, None), donate_argnums=(0,))
-        step = jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding, self.base_shardings),
+        if self.peft is not None:
+            extra, extra_shardings, fn = frozen, self.base_shardings, self.train_step
+        else:
+            extra, extra_shardings = masks, self.mask_shardings(masks)
+            fn = lambda state, batch, masks: self.train_step(state, batch, masks=masks)  # noqa: E731
+        step = jax.jit(fn, in_shardings=(self.state_shardings, batch_sharding, extra_shardings),
                        out_shardings=(self.state_shardings, None), donate_argnums=(0,))
-        run = lambda state, batch: step(state, batch, frozen)
-        run.lower = lambda state, batch: step.lower(state, batch, frozen)
+        run = lambda state, batch: step(state, batch, extra)
+        run.lower = lambda state, batch: step.lower(state, batch, extra)
         return run
+
+    def mask_shardings(self, masks):
+        """A pruning mask is laid out as its parameter; a scalar (unpruned) one is replicated."""
+        replicated = self.partitioner.sharding(None)
+        return jax.tree.map(lambda m, s: s if np.ndim(m) else replicated, masks, self.state_shardings.params)
 
     def flops_per_step(self, global_batch_size: int) -> float:
         """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
@@ -261,7 +274,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
           data_block_size: int = 128, data_workers: int = 0, peft: peft_lib.Method | None = None,
-          progress: bool = True) -> dict:
+          pruning: pruning_lib.MagnitudePruning | None = None, progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
     The task's `train_split` is trained on (e.g. 'validation' where a dataset ships no train file).
@@ -297,6 +310,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path`: only the method's parameters (and a task head) train, get optimizer
     state and are checkpointed; `MODEL_DIR/peft.json` names the base (t5lite.infer.peft_checkpoint).
 
+    `pruning` (`@MagnitudePruning()`, t5lite.train.pruning) prunes the starting params (those of
+    `initial_checkpoint_path`), optionally rewinds the kept weights to an early checkpoint, and
+    keeps pruned weights at zero after every update; `MODEL_DIR/sparsity.json` has the sparsity
+    of every kernel and metrics.jsonl the total `sparsity`.
 
     Run safety (docs/guides/troubleshooting.md): MODEL_DIR must be writable and not in use by
     another run (`run_dir`); SIGTERM / SIGINT stop after the current step with a checkpoint
@@ -320,6 +337,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         raise ConfigError(f"train.initial_checkpoint_restore={initial_checkpoint_restore!r}: expected 'params' or 'full'")
     if peft is not None and initial_checkpoint_restore != "params":
         raise ConfigError("train.peft trains new parameters on a frozen base: use "
+                          "train.initial_checkpoint_restore='params'")
+    if pruning is not None and (peft is not None or initial_checkpoint_restore != "params"):
+        raise ConfigError("train.pruning prunes the params a run starts from: use it without train.peft and with "
                           "train.initial_checkpoint_restore='params'")
     if peft is not None and pack and not peft.packs:
         raise ConfigError(f"train.peft={type(peft).__name__}(...) puts a prompt before each example, which packed "
@@ -379,6 +399,11 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                 init_params = trainer.objective.initial_params(initial_checkpoint_path, abstract_params)
                 log.info("initialised the parameters from %s", initial_checkpoint_path)
             state, start = trainer.init_state(seed, init_params), 0
+        masks = None
+        if pruning is not None:
+            state, masks = _pruned(trainer, pruning, state, seed, fresh=ckpt.latest_step() is None)
+            sparsity = pruning_lib.sparsity(state.params)   # fixed: pruned weights stay zero
+            pruning_lib.write_sparsity(model_dir, sparsity)
         run_dir.record_config(model_dir, model, gin.config_str(), start, vocabulary)
         peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
         flops_per_step = trainer.flops_per_step(batch_size)
@@ -395,7 +420,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                                       batch_size=eval_batch_size or batch_size, data_dir=data_dir,
                                                       max_examples=eval_max_examples)
         writer = summaries.MetricsWriter(model_dir, resume_step=start)
-        step_fn = trainer.jit_train_step(frozen)
+        step_fn = trainer.jit_train_step(frozen, masks)
         batches = prefetch(loader)
         pending, last = [], {}
         bar = tqdm(total=train_steps, initial=start, desc="train", unit="step",
@@ -421,6 +446,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         last.update(_throughput(steps_done, elapsed, real, batch_size, tokens_per_step,
                                                 flops_per_step / (peak * jax.device_count())))
                         tick, tick_step, real = now, step, [0, 0]
+                        if masks is not None:
+                            last["sparsity"] = sparsity["total"]
                         if not math.isfinite(last["loss"]):
                             raise _non_finite(step, last, ckpt)
                         writer.write(step, last)
@@ -460,6 +487,23 @@ def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> Non
     return NonFiniteLossError(f"loss {metrics['loss']:.4g}, gradient norm {metrics['grad_norm']:.4g} at step {step}: "
                               f"not finite, so not saved; {resume}. Lower the learning rate, enable z_loss, or check "
                               "the data")
+
+
+def _pruned(trainer: TrainTask, pruning, state: TrainState, seed: int, fresh: bool):
+    """(state, masks): a fresh run's params pruned (and rewound), or a resumed run's own pattern."""
+    if not fresh:
+        masks = pruning_lib.nonzero_masks(state.params)
+        return state, jax.device_put(masks, trainer.mask_shardings(masks))
+    masks = pruning.masks(state.params)
+    params = state.params
+    if pruning.rewind_checkpoint:
+        rewound = trainer.objective.initial_params(pruning.rewind_checkpoint, trainer.abstract_state.params)
+        params = trainer.init_state(seed, rewound).params
+        log.info("rewound the kept weights to %s", pruning.rewind_checkpoint)
+    masks = jax.device_put(masks, trainer.mask_shardings(masks))
+    params = jax.jit(pruning_lib.apply_masks, out_shardings=trainer.state_shardings.params)(params, masks)
+    log.info("pruned to sparsity %.4f (%s)", pruning_lib.sparsity(params)["total"], pruning)
+    return state.replace(params=params), masks
 
 
 def _peft_base(trainer: TrainTask, method, model_dir: str, base_path: str | None, seed: int, resuming: bool):
