@@ -46,11 +46,14 @@ def run_dir(step_dir: str) -> str:
 
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
     """`model` when gin gives one, else the run's saved `model_config.json` (t5lite runs and
-    Hugging Face models imported with `t5lite convert --from_hf` have one)."""
-    if model is not None:
-        return model
+    Hugging Face models imported with `t5lite convert --from_hf` have one). A quantised run
+    (`t5lite convert --quantize`) keeps its `weight_quantization` under a gin model too, so the
+    training gin evaluates it as the int8 model it is."""
     path = os.path.join(run_dir(checkpoint_reader.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
-    if not epath.Path(path).exists():
+    exists = epath.Path(path).exists()
+    if model is not None:
+        return model.replace(weight_quantization=load_config(path).weight_quantization) if exists else model
+    if not exists:
         raise CheckpointError(f"{checkpoint_path}: no {MODEL_CONFIG_FILE} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
     return load_config(path)
