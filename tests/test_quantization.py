@@ -184,3 +184,51 @@ def test_convert_quantize_writes_a_smaller_run_that_infer_and_fine_tuning_load(t
     assert len(out["q"]) == 2
     for f, q in zip(out["float"], out["q"]):
         assert q["score"] == pytest.approx(f["score"], rel=0.05)
+
+
+def _positive_absmax(w, in_ndim):
+    """`w` with each output channel's sign flipped so its largest magnitude is positive: w / scale
+    is then never the -bound tie, which rounds either way within float rounding."""
+    w = np.asarray(w)
+    flat = w.reshape(-1, int(np.prod(w.shape[in_ndim:])))
+    signs = np.sign(flat[np.abs(flat).argmax(axis=0), np.arange(flat.shape[1])])
+    return (flat * signs).reshape(w.shape)
+
+
+def _fake_quant(w, in_ndim, bound, low, high):
+    """Quantise-dequantise per output channel in numpy: scale = absmax / bound (Qwix's int8 bound
+    127.5, int4 7.5), round half to even, clip."""
+    w = np.asarray(w, np.float64)
+    scale = np.abs(w).max(axis=tuple(range(in_ndim)), keepdims=True) / bound
+    return np.clip(np.round(w / scale), low, high) * scale
+
+
+@pytest.mark.parametrize("qtype, bound, low, high", [("int8", 127.5, -128, 127), ("int4", 7.5, -8, 7)])
+def test_quantized_training_forward_uses_fake_quantized_kernels(micro_config, qtype, bound, low, high):
+    """The QAT model's logits are the float model's with every dense kernel quantised and
+    dequantised per output channel (numpy), attention's activation matmuls untouched; gradients
+    reach the float kernels."""
+    config = micro_config.replace(tie_embeddings=False, dropout_rate=0.0)
+    module = models.build(config)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 2000, (2, 10)), jnp.int32)
+    features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens)
+    from flax.traverse_util import flatten_dict, unflatten_dict
+    params = unflatten_dict({p: jnp.asarray(_positive_absmax(w, 2 if p[-2] == "out" else 1)) if p[-1] == "kernel"
+                             else w for p, w in flatten_dict(nn.unbox(module.init(jax.random.key(0), **features))
+                                                             ["params"]).items()})
+    fake = unflatten_dict({p: _fake_quant(w, 2 if p[-2] == "out" else 1, bound, low, high).astype(np.float32)
+                           if p[-1] == "kernel" else w for p, w in flatten_dict(params).items()})
+    qat = quantization.quantized_training_model(module, qtype)
+    assert_close(qat.apply({"params": params}, **features), module.apply({"params": fake}, **features), rtol=1e-4)
+    grads = jax.grad(lambda p: qat.apply({"params": p}, **features).sum())(params)
+    assert np.abs(np.asarray(grads["encoder"]["layers_0"]["mlp"]["wi"]["kernel"])).max() > 0
+
+
+def test_quantized_training_trains_float_params_that_convert_to_int8(tmp_path, micro_config):
+    from t5lite.interop import checkpoint
+    from tests.conftest import logged_losses, train_tiny
+    train_tiny(tmp_path / "qat", micro_config, 6, quantization="int8", async_checkpoints=False)
+    losses = logged_losses(tmp_path / "qat")
+    assert all(np.isfinite(list(losses.values()))) and losses[6] < losses[1]
+    config = checkpoint.quantize(str(tmp_path / "int8"), "int8", run_dir=str(tmp_path / "qat"))
+    assert config.weight_quantization == "int8"

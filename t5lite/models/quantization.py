@@ -81,3 +81,23 @@ def dequantize_params(params, paths) -> dict:
     for path in paths:
         flat[path] = dequantize(flat[path], flat.pop(_scale_path(path)))
     return unflatten_dict(flat)
+
+
+# Quantised training: the bound of Qwix's symmetric integer types is qmax + 0.5 (int4: 7.5).
+TRAINING_QTYPES = {"int8": jnp.int8, "int4": jnp.int4}
+# Attention's own einsums multiply activations (queries, keys, probabilities, values), and
+# Shaw's has three operands, which Qwix's einsum does not take: that module is left alone.
+_ACTIVATION_MATMULS = r"(.*/)?\w*attention"
+
+
+def quantized_training_model(module, qtype: str):
+    """`module` whose `__call__` runs every weight matmul (dense kernels, tied logits) on weights
+    quantised per output channel to `qtype` ('int8' or 'int4') in the forward pass, with
+    straight-through gradients to the float weights (Qwix's quantized training, `QtProvider`);
+    the params stay the float model's."""
+    if qtype not in TRAINING_QTYPES:
+        raise ConfigError(f"train.quantization={qtype!r}: expected one of {sorted(TRAINING_QTYPES)} or None")
+    qwix = _qwix()
+    rules = [qwix.QtRule(module_path=_ACTIVATION_MATMULS),
+             qwix.QtRule(module_path=".*", weight_qtype=TRAINING_QTYPES[qtype])]
+    return qwix.quantize_model(module, qwix.QtProvider(rules))

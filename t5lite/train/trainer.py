@@ -30,7 +30,7 @@ from t5lite.data import catalog, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError, T5liteError, require_positive
 from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint, predict
-from t5lite.models import peft as peft_lib
+from t5lite.models import peft as peft_lib, quantization as quantization_lib
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
@@ -61,7 +61,7 @@ class TrainTask:
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation | OptimizerFactory,
                  schedule, partitioner: Partitioner, model_feature_lengths: Mapping[str, int],
                  loss: LossConfig = LossConfig(), num_microbatches: int = 1, objective: Objective | None = None,
-                 peft: peft_lib.Method | None = None):
+                 peft: peft_lib.Method | None = None, quantization: str | None = None):
         """`optimizer` is an optax transformation or a function of the params' logical axis names
         returning one (t5lite's `adafactor` and `adamw`); `objective` says which module is trained
         and on what loss (t5lite.train.objective; token cross entropy by default).
@@ -73,6 +73,8 @@ class TrainTask:
         self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
         self.objective = objective or Objective()
         self.model = self.objective.build_model(model_config)
+        if quantization is not None:
+            self.model = quantization_lib.quantized_training_model(self.model, quantization)
         self.feature_lengths = dict(model_feature_lengths)
         with self.mesh_context():  # the key is made inside eval_shape: the mesh may be a TPU topology's
             abstract_vars = jax.eval_shape(lambda: self._init_variables(jax.random.key(0)))
@@ -274,7 +276,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
           data_block_size: int = 128, data_workers: int = 0, peft: peft_lib.Method | None = None,
-          pruning: pruning_lib.MagnitudePruning | None = None, progress: bool = True) -> dict:
+          pruning: pruning_lib.MagnitudePruning | None = None, quantization: str | None = None,
+          progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
     The task's `train_split` is trained on (e.g. 'validation' where a dataset ships no train file).
@@ -314,6 +317,11 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path`), optionally rewinds the kept weights to an early checkpoint, and
     keeps pruned weights at zero after every update; `MODEL_DIR/sparsity.json` has the sparsity
     of every kernel and metrics.jsonl the total `sparsity`.
+
+    `quantization` ('int8' or 'int4') is quantisation-aware training through Qwix: the forward
+    pass (`__call__`) sees every weight matmul's weights quantised per output channel, gradients
+    pass straight through to the float params, which the checkpoints keep (`t5lite convert
+    --quantize int8` then writes the int8 run).
 
     Run safety (docs/guides/troubleshooting.md): MODEL_DIR must be writable and not in use by
     another run (`run_dir`); SIGTERM / SIGINT stop after the current step with a checkpoint
@@ -378,7 +386,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
         trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
                             LossConfig(z_loss, label_smoothing, loss_normalizing_factor, loss_normalizing_scope),
-                            num_microbatches, objective, peft)
+                            num_microbatches, objective, peft, quantization)
         frozen = None
         if peft is not None:
             frozen = _peft_base(trainer, peft, model_dir, initial_checkpoint_path, seed, resuming)
