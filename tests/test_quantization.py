@@ -224,7 +224,10 @@ def test_quantized_training_forward_uses_fake_quantized_kernels(micro_config, qt
     assert np.abs(np.asarray(grads["encoder"]["layers_0"]["mlp"]["wi"]["kernel"])).max() > 0
 
 
-def test_quantized_training_trains_float_params_that_convert_to_int8(tmp_path, micro_config):
+def test_quantized_training_trains_float_params_that_convert_to_int8_and_fine_tune(tmp_path, micro_config):
+    """QAT trains; its run converts to int8; fine-tuning starts from the int8 run's dequantised
+    weights."""
+    from t5lite.infer.checkpoint_reader import restore_params
     from t5lite.interop import checkpoint
     from tests.conftest import logged_losses, train_tiny
     train_tiny(tmp_path / "qat", micro_config, 6, quantization="int8", async_checkpoints=False)
@@ -232,3 +235,10 @@ def test_quantized_training_trains_float_params_that_convert_to_int8(tmp_path, m
     assert all(np.isfinite(list(losses.values()))) and losses[6] < losses[1]
     config = checkpoint.quantize(str(tmp_path / "int8"), "int8", run_dir=str(tmp_path / "qat"))
     assert config.weight_quantization == "int8"
+    from t5lite.train import optimizers
+    zero = optimizers.constant(0.0)
+    train_tiny(tmp_path / "ft", micro_config, 1, initial_checkpoint_path=str(tmp_path / "int8"),
+               optimizer=(optimizers.adafactor(zero), zero), async_checkpoints=False)
+    abstract = predict.abstract_params(micro_config)
+    jax.tree.map(np.testing.assert_array_equal, restore_params(str(tmp_path / "ft"), abstract),
+                 restore_params(str(tmp_path / "int8"), abstract))
