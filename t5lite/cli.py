@@ -316,8 +316,8 @@ def _convert_quantized(args) -> None:
                           "RUN_DIR, and --out DIR")
     writable.ensure_new_dir(args.out, "--out")
     config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
-    print(f"wrote the {args.quantize} weight-only quantised run {args.out} ({config.arch}); eval, infer and embed "
-          "load it as it is, fine-tuning from it dequantises it")
+    print(f"wrote the {args.quantize} weight-only quantised run {args.out} ({config.arch}); every command loads it, "
+          "fine-tuning from it dequantises it")
 
 
 def cmd_convert(args, gin_files, gin_bindings) -> None:

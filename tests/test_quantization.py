@@ -176,6 +176,9 @@ def test_convert_quantize_writes_a_smaller_run_that_infer_and_fine_tuning_load(t
     assert_close(float_query["kernel"], expected, rtol=1e-6)
     assert set(float_query) == {"kernel"}
 
+    with pytest.raises(SystemExit):   # an int8 run is not quantised again
+        cli.main(["convert", "--from_run", str(tmp_path / "q"), "--quantize", "int8", "--out", str(tmp_path / "qq")])
+
     out = {}
     for run in ("float", "q"):
         cli.main(["infer", f"--gin.CHECKPOINT_PATH='{tmp_path / run}'", "--gin.infer.max_decode_length=6",
@@ -242,3 +245,14 @@ def test_quantized_training_trains_float_params_that_convert_to_int8_and_fine_tu
     abstract = predict.abstract_params(micro_config)
     jax.tree.map(np.testing.assert_array_equal, restore_params(str(tmp_path / "ft"), abstract),
                  restore_params(str(tmp_path / "int8"), abstract))
+
+
+@pytest.mark.parametrize("argv", [["--quantize", "int8"], ["--quantize", "int8", "--from_hf", "A", "--from_run", "B"],
+                                  ["--from_run", "B"], ["--quantize", "int8", "--to_hf", "B"]])
+def test_convert_quantize_usage_errors_are_one_line(tmp_path, capsys, argv):
+    from t5lite import cli
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["convert", *argv, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and err[0].startswith("t5lite: error: ")
+    assert "--quantize" in err[0] and not (tmp_path / "out").exists()
