@@ -256,3 +256,10 @@ def test_convert_quantize_usage_errors_are_one_line(tmp_path, capsys, argv):
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1 and err[0].startswith("t5lite: error: ")
     assert "--quantize" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_training_an_int8_model_is_refused(tmp_path, micro_config):
+    from t5lite.errors import ConfigError
+    from tests.conftest import train_tiny
+    with pytest.raises(ConfigError, match="weight_quantization"):
+        train_tiny(tmp_path / "run", micro_config.replace(weight_quantization="int8"), 1)
