@@ -263,3 +263,13 @@ def test_training_an_int8_model_is_refused(tmp_path, micro_config):
     from tests.conftest import train_tiny
     with pytest.raises(ConfigError, match="weight_quantization"):
         train_tiny(tmp_path / "run", micro_config.replace(weight_quantization="int8"), 1)
+
+
+def test_a_gin_model_keeps_a_quantised_runs_weight_quantization(tmp_path, micro_config):
+    """`t5lite eval` / `infer` with the training gin (a float model) build the int8 model of an
+    int8 run; of a float run, the gin model as it is."""
+    from t5lite.models.config import save_config
+    for name, scheme in (("q", "int8"), ("f", "none")):
+        (tmp_path / name / "checkpoints" / "0" / "state").mkdir(parents=True)
+        save_config(micro_config.replace(weight_quantization=scheme), str(tmp_path / name / "model_config.json"))
+        assert predict.model_config_of(str(tmp_path / name), micro_config).weight_quantization == scheme
