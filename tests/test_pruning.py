@@ -108,6 +108,7 @@ def test_pruned_weights_stay_zero_through_training_and_rewinding_restores_kept_w
     assert all(s == pytest.approx(0.5, abs=0.02) for s in report["layers"].values())
     logged = [json.loads(line) for line in (pruned / "metrics.jsonl").read_text().splitlines()]
     assert logged[-1]["sparsity"] == report["total"]
+    assert {k[len("sparsity/"):]: v for k, v in logged[0].items() if k.startswith("sparsity/")} == report["layers"]
 
     # Rewinding, with a zero learning rate so the one step leaves the rewound weights as they are.
     rewound = tmp_path / "rewound"

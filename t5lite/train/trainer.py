@@ -316,7 +316,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `pruning` (`@MagnitudePruning()`, t5lite.train.pruning) prunes the starting params (those of
     `initial_checkpoint_path`), optionally rewinds the kept weights to an early checkpoint, and
     keeps pruned weights at zero after every update; `MODEL_DIR/sparsity.json` has the sparsity
-    of every kernel and metrics.jsonl the total `sparsity`.
+    of every kernel, metrics.jsonl the total `sparsity` on every line and each kernel's
+    (`sparsity/<path>`) on the run's first.
 
     `quantization` ('int8' or 'int4') is quantisation-aware training through Qwix: the forward
     pass (`__call__`) sees every weight matmul's weights quantised per output channel, gradients
@@ -454,8 +455,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         last.update(_throughput(steps_done, elapsed, real, batch_size, tokens_per_step,
                                                 flops_per_step / (peak * jax.device_count())))
                         tick, tick_step, real = now, step, [0, 0]
-                        if masks is not None:
+                        if masks is not None:   # every kernel's on the run's first line, the total on all
                             last["sparsity"] = sparsity["total"]
+                            if step == start + 1:
+                                last.update({f"sparsity/{k}": v for k, v in sparsity["layers"].items()})
                         if not math.isfinite(last["loss"]):
                             raise _non_finite(step, last, ckpt)
                         writer.write(step, last)
