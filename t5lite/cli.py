@@ -312,8 +312,23 @@ def parse_lengths(text: str) -> dict[str, int]:
                           "e.g. inputs=512,targets=114") from None
 
 
+def _convert_quantized(args) -> None:
+    from t5lite.interop import checkpoint
+    if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge or args.peft_adapter:
+        raise ConfigError("t5lite convert --quantize int8: give exactly one source, --from_hf HF_DIR or --from_run "
+                          "RUN_DIR, and --out DIR")
+    writable.ensure_new_dir(args.out, "--out")
+    config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
+    print(f"wrote the {args.quantize} weight-only quantised run {args.out} ({config.arch}); every command loads it, "
+          "fine-tuning from it dequantises it")
+
+
 def cmd_convert(args, gin_files, gin_bindings) -> None:
     from t5lite.interop import checkpoint
+    if args.quantize:
+        return _convert_quantized(args)
+    if args.from_run:
+        raise ConfigError("t5lite convert: --from_run RUN_DIR goes with --quantize int8")
     if sum(map(bool, (args.from_hf, args.to_hf, args.merge))) != 1:
         raise ConfigError("t5lite convert: give exactly one of --from_hf HF_DIR, --to_hf RUN_DIR or --merge RUN_DIR, "
                           "and --out DIR")
@@ -450,6 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--merge", default=None,
                          help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
     convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
+    convert.add_argument("--quantize", default=None, choices=["int8"],
+                         help="write a weight-only quantised run (int8 kernels and per-output-channel scales) of "
+                              "--from_hf HF_DIR or --from_run RUN_DIR")
+    convert.add_argument("--from_run", default=None, help="with --quantize: a t5lite run directory to quantise")
     convert.set_defaults(fn=cmd_convert)
     tasks = sub.add_parser("tasks", parents=[common], help="list tasks or show preprocessed examples of one")
     tasks.add_argument("action", choices=["list", "show"])

@@ -12,9 +12,11 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 from t5lite import storage
 from t5lite.errors import CheckpointError, CheckpointMismatchError, CheckpointNotFoundError
+from t5lite.models import quantization
 
 
 def step_directory(path: str) -> str:
@@ -51,7 +53,9 @@ def step_reader() -> ocp.Checkpointer:
 def restore_params(path: str, abstract_params: Any) -> Any:
     """Only the parameters of a t5lite checkpoint (see `step_directory`), to fine-tune or infer from.
 
-    Shapes must match the model being trained; a mismatch names the parameter.
+    Shapes must match the model being trained; a mismatch names the parameter. An int8 weight
+    of a quantised run (`t5lite convert --quantize int8`) that `abstract_params` wants as float is
+    dequantised (t5lite.models.quantization): fine-tuning or a float model reads a quantised run.
     """
     path = step_directory(path)
     reader = step_reader()
@@ -68,11 +72,34 @@ def restore_params(path: str, abstract_params: Any) -> Any:
             raise CheckpointMismatchError(
                 f"checkpoint {path}: parameter {name} has shape {tuple(flat_stored[name].shape)}, the model expects "
                 f"{tuple(expected.shape)}; use the run's own model_config.preset and vocab_size (or no model gin)")
+    expected = flatten_dict(abstract_params)
+    to_dequantize = {p for p in quantization.quantized_leaves(stored_params)
+                     if p in expected and jax.numpy.dtype(expected[p].dtype) != jax.numpy.int8}
     # Only the `params` subtree is read (partial restore), laid out as `abstract_params`' shardings.
-    item = {"params": abstract_params}
+    item = {"params": _as_stored(abstract_params, stored_params, to_dequantize)}
     restored = reader.restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
         item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True)))
-    return restored.state["params"]
+    params = restored.state["params"]
+    if not to_dequantize:
+        return params
+    params = quantization.dequantize_params(params, to_dequantize)
+    return jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), params, abstract_params)
+
+
+def _as_stored(abstract_params, stored_params, int8_paths):
+    """`abstract_params` with the float weights at `int8_paths` read as the stored int8 values and
+    their (replicated) scales."""
+    if not int8_paths:
+        return abstract_params
+    flat, stored = flatten_dict(abstract_params), flatten_dict(stored_params)
+    for path in int8_paths:
+        sharding = flat[path].sharding
+        replicated = (jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+                      if isinstance(sharding, jax.sharding.NamedSharding) else sharding)
+        scale = path[:-1] + (path[-1] + quantization.SCALE_SUFFIX,)
+        flat[path] = jax.ShapeDtypeStruct(flat[path].shape, jax.numpy.int8, sharding=sharding)
+        flat[scale] = jax.ShapeDtypeStruct(tuple(stored[scale].shape), jax.numpy.float32, sharding=replicated)
+    return unflatten_dict(flat)
 
 
 def stored_param_names(path: str) -> set[str]:

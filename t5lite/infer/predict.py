@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 from typing import Any, Iterator, Mapping, Sequence
@@ -46,14 +47,27 @@ def run_dir(step_dir: str) -> str:
 
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
     """`model` when gin gives one, else the run's saved `model_config.json` (t5lite runs and
-    Hugging Face models imported with `t5lite convert --from_hf` have one)."""
-    if model is not None:
-        return model
+    Hugging Face models imported with `t5lite convert --from_hf` have one). A quantised run
+    (`t5lite convert --quantize`) keeps its `weight_quantization` under a gin model too, so the
+    training gin evaluates it as the int8 model it is."""
     path = os.path.join(run_dir(checkpoint_reader.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
-    if not epath.Path(path).exists():
+    exists = epath.Path(path).exists()
+    if model is not None:
+        return model.replace(weight_quantization=_saved_weight_quantization(path)) if exists else model
+    if not exists:
         raise CheckpointError(f"{checkpoint_path}: no {MODEL_CONFIG_FILE} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
     return load_config(path)
+
+
+def _saved_weight_quantization(path: str) -> str:
+    """The `weight_quantization` a saved model config records ('none' where it records none, as
+    a gin model ignores the rest of the file)."""
+    try:
+        saved = json.loads(epath.Path(path).read_text(encoding="utf-8"))
+    except ValueError:
+        return "none"
+    return saved.get("weight_quantization", "none") if isinstance(saved, dict) else "none"
 
 
 def abstract_variables(config: ModelConfig, module=None) -> dict:

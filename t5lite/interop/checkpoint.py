@@ -7,6 +7,7 @@ the params, plus `model_config.json`), so `INITIAL_CHECKPOINT_PATH`, `t5lite eva
 from __future__ import annotations
 
 import os
+import shutil
 
 import flax.linen as nn
 import jax
@@ -14,6 +15,7 @@ from etils import epath
 
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
+from t5lite.models import quantization
 from t5lite.models.config import ModelConfig, get_config, load_config, save_config
 
 CONFIG_FILE = "model_config.json"
@@ -68,6 +70,43 @@ def prefix_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConf
     peft_checkpoint.check_or_record(out_dir, method, base_dir, variables["params"], resuming=False)
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return module.config
+def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str | None = None) -> ModelConfig:
+    """Writes a weight-only quantised run (`scheme` 'int8'; t5lite.models.quantization) of a
+    Hugging Face folder or a t5lite run: int8 kernels and embedding tables with their scales on
+    disk, and a `model_config.json` with `weight_quantization`, so every command builds the
+    quantised model; the source's tokenizer and vocabulary record come along."""
+    from t5lite import models
+    from t5lite.infer import predict
+    if hf_dir is not None:
+        from t5lite.interop import hf
+        module, variables = hf.load(hf_dir)
+        config, params, note = module.config, variables["params"], {"converted_from": os.path.abspath(hf_dir)}
+    else:
+        step_dir = _step_dir(run_dir, "--from_run")
+        source = predict.run_dir(step_dir)
+        config = read_model_config(source)
+        if config.weight_quantization != "none":
+            raise CheckpointError(f"{run_dir} is quantised already ({config.weight_quantization}); quantise its "
+                                  "float source instead")
+        params, note = _restore_params(step_dir, config, CONFIG_FILE), {"quantized_from": step_dir}
+    qconfig = config.replace(weight_quantization=scheme, scan_layers=False)
+    qparams = quantization.quantize_params(params, predict.abstract_params(qconfig))
+    _write_run(models.build(qconfig), {"params": qparams}, out_dir, note)
+    if hf_dir is not None:
+        vocab_lib.record_tokenizer(out_dir, hf_dir)
+    else:
+        _copy_vocabulary(source, out_dir)
+    return qconfig
+
+
+def _copy_vocabulary(source: str, out_dir: str) -> None:
+    """The run's tokenizer folder and vocabulary record, where it has them."""
+    tokenizer = epath.Path(source, vocab_lib.TOKENIZER_DIR)
+    if tokenizer.is_dir():
+        shutil.copytree(str(tokenizer), os.path.join(out_dir, vocab_lib.TOKENIZER_DIR))
+    identity = epath.Path(source, vocab_lib.IDENTITY_FILE)
+    if identity.exists():
+        epath.Path(out_dir, vocab_lib.IDENTITY_FILE).write_text(identity.read_text())
 
 
 def _write_run(module, variables, out_dir: str, note: dict) -> ModelConfig:

@@ -18,7 +18,7 @@ from t5lite.models.config import ModelConfig
 def _dense(config: ModelConfig, features: int, axes, name: str, fan_in_std: float | None = None):
     fan_in_std = config.d_model ** -0.5 if fan_in_std is None else fan_in_std
     return L.Dense((features,), axes, 1, config.use_bias, L.init_std(config, fan_in_std), L.dtype_of(config),
-                   name=name)
+                   L.quantized(config), name=name)
 
 
 class LmHead(nn.Module):
@@ -34,7 +34,7 @@ class LmHead(nn.Module):
             logits = self.embedder.attend(x * cfg.d_model ** -0.5 if cfg.scale_tied_logits else x)
         else:
             logits = L.Dense((cfg.vocab_size,), ("embed", "vocab"), stddev=L.init_std(cfg, cfg.d_model ** -0.5),
-                             dtype=L.dtype_of(cfg), name="logits_dense")(x)
+                             dtype=L.dtype_of(cfg), quantized=L.quantized(cfg), name="logits_dense")(x)
         logits = logits.astype(jnp.float32)
         if cfg.logits_bias:
             logits = logits + L.param_with_axes(self, "logits_bias", nn.initializers.zeros, (cfg.vocab_size,),
@@ -163,7 +163,8 @@ class SpanBoundaryHead(nn.Module):
         cfg = self.config
         gather = lambda idx: jnp.take_along_axis(hidden, idx[..., None], axis=1)   # [b, n, d]
         rel = L.Embed(self.max_span_length, cfg.d_model, L.dtype_of(cfg), L.init_std(cfg, 1.0),
-                      ("abspos_buckets", "embed"), name="position")(jnp.clip(relative - 1, 0, self.max_span_length - 1))
+                      ("abspos_buckets", "embed"), L.quantized(cfg),
+                      name="position")(jnp.clip(relative - 1, 0, self.max_span_length - 1))
         x = jnp.concatenate([gather(left), gather(right), rel.astype(hidden.dtype)], axis=-1)
         layer_norm = cfg.replace(norm="layer")
         for i in range(2):

@@ -19,6 +19,9 @@ import jax.numpy as jnp
 from t5lite.models.config import ModelConfig
 
 NEG_INF = -1e10
+# A variable collection: given `{HEAD_GATES: {<attention path>: {"heads": [heads]}}}`, attention
+# multiplies each head's output by its gate (t5lite.train.pruning.head_importance).
+HEAD_GATES = "head_gates"
 ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "gelu_exact": lambda x: nn.gelu(x, approximate=False),
                "silu": nn.silu, "tanh": jnp.tanh, "linear": lambda x: x}
 
@@ -36,6 +39,19 @@ def normal(stddev: float):
     return nn.initializers.normal(stddev=stddev)
 
 
+def quantized(config: ModelConfig) -> bool:
+    """Whether the model's dense kernels and embedding tables are int8 (t5lite.models.quantization)."""
+    return config.weight_quantization == "int8"
+
+
+def int8_param(module: nn.Module, name: str, shape, axes, scale_shape):
+    """An int8 weight and its float32 `<name>_scale` (per kept axis; reduced axes have size 1
+    and no logical name): a weight-only quantised layer's parameters."""
+    q = module.param(name, nn.with_logical_partitioning(nn.initializers.zeros, axes), shape, jnp.int8)
+    scale_axes = tuple(a if n != 1 else None for a, n in zip(axes, scale_shape))
+    return q, param_with_axes(module, name + "_scale", nn.initializers.ones, scale_shape, scale_axes)
+
+
 def init_std(config: ModelConfig, fan_in_std: float) -> float:
     """The config's fixed init stddev (BERT-style 0.02) or else T5's fan-in scaled one."""
     return config.init_std if config.init_std is not None else fan_in_std
@@ -45,6 +61,7 @@ class Dense(nn.Module):
     """`x[..., *in] @ kernel[*in, *features] (+ bias[*features])` over the last `in_ndim` axes of x.
 
     `axes` names every kernel dimension, inputs first (e.g. ("embed", "heads", "kv") for a query).
+    `quantized`: an int8 kernel with one scale per output feature, `(x @ q) * scale`.
     """
     features: tuple[int, ...]
     axes: tuple[str, ...]
@@ -52,12 +69,19 @@ class Dense(nn.Module):
     use_bias: bool = False
     stddev: float = 0.02
     dtype: jnp.dtype = jnp.float32
+    quantized: bool = False
 
     @nn.compact
     def __call__(self, x):
         in_shape = x.shape[x.ndim - self.in_ndim:]
-        kernel = param_with_axes(self, "kernel", normal(self.stddev), (*in_shape, *self.features), self.axes)
-        y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=self.in_ndim)
+        shape = (*in_shape, *self.features)
+        if self.quantized:
+            kernel, scale = int8_param(self, "kernel", shape, self.axes, (1,) * self.in_ndim + tuple(self.features))
+            y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=self.in_ndim)
+            y = y * scale.reshape(self.features).astype(self.dtype)
+        else:
+            kernel = param_with_axes(self, "kernel", normal(self.stddev), shape, self.axes)
+            y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=self.in_ndim)
         if self.use_bias:
             bias = param_with_axes(self, "bias", nn.initializers.zeros, self.features,
                                    self.axes[len(self.axes) - len(self.features):])
@@ -90,22 +114,30 @@ def make_norm(config: ModelConfig, name: str, axis_name: str = "embed") -> Norm:
 
 
 class Embed(nn.Module):
-    """An embedding table; `attend` reuses it as an output projection (tied logits)."""
+    """An embedding table; `attend` reuses it as an output projection (tied logits).
+
+    `quantized`: an int8 table with one scale per row (per output channel of `attend`)."""
     num_embeddings: int
     features: int
     dtype: jnp.dtype = jnp.float32
     stddev: float = 1.0
     axes: tuple[str, str] = ("vocab", "embed")
+    quantized: bool = False
 
     def setup(self):
-        self.embedding = param_with_axes(self, "embedding", normal(self.stddev),
-                                         (self.num_embeddings, self.features), self.axes)
+        shape = (self.num_embeddings, self.features)
+        if self.quantized:
+            self.embedding, self.scale = int8_param(self, "embedding", shape, self.axes, (self.num_embeddings, 1))
+        else:
+            self.embedding = param_with_axes(self, "embedding", normal(self.stddev), shape, self.axes)
 
     def __call__(self, ids):
-        return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
+        rows = jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
+        return rows * jnp.take(self.scale, ids, axis=0).astype(self.dtype) if self.quantized else rows
 
     def attend(self, x):
-        return jnp.einsum("...d,vd->...v", x, self.embedding.astype(self.dtype))
+        logits = jnp.einsum("...d,vd->...v", x, self.embedding.astype(self.dtype))
+        return logits * self.scale[:, 0].astype(self.dtype) if self.quantized else logits
 
 
 # ----------------------------------------------------------------------------- positions
@@ -127,7 +159,7 @@ class AbsolutePositionEmbedding(nn.Module):
         if cfg.position_encoding == "sinusoidal":
             return sinusoidal(positions, cfg.embed_dim).astype(dtype_of(cfg))
         table = Embed(cfg.max_position_embeddings + cfg.position_offset, cfg.embed_dim, dtype_of(cfg),
-                      init_std(cfg, 1.0), ("abspos_buckets", "embed"), name="table")
+                      init_std(cfg, 1.0), ("abspos_buckets", "embed"), quantized(cfg), name="table")
         return table(positions + cfg.position_offset)
 
 
@@ -280,7 +312,8 @@ class MultiHeadAttention(nn.Module):
 
     def _dense(self, name, features, axes, in_ndim, fan_in_std):
         cfg = self.config
-        return Dense(features, axes, in_ndim, cfg.use_bias, init_std(cfg, fan_in_std), dtype_of(cfg), name=name)
+        return Dense(features, axes, in_ndim, cfg.use_bias, init_std(cfg, fan_in_std), dtype_of(cfg), quantized(cfg),
+                     name=name)
 
     def _cached(self, k, v, cache_index):
         """Self-attention: writes k, v [b, heads, n, head_dim] at each row's `cache_index`, returns the
@@ -379,6 +412,8 @@ class MultiHeadAttention(nn.Module):
                 out = out + jnp.einsum("bhqk,bqkr,rd->bqhd", weights, buckets, rel_v)
             out = (out / total).astype(dtype)
         out = out.reshape(rows, -1, h, hd)
+        if self.has_variable(HEAD_GATES, "heads"):   # Michel et al.'s head mask, a gate per head
+            out = out * self.get_variable(HEAD_GATES, "heads").astype(dtype)[:, None]
         out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5)(out)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
 
@@ -402,10 +437,10 @@ class MlpBlock(nn.Module):
         for i, act in enumerate(cfg.mlp_activations):
             name = "wi" if len(cfg.mlp_activations) == 1 else f"wi_{i}"
             h = Dense((cfg.d_ff,), ("embed", "mlp"), 1, cfg.use_bias, init_std(cfg, cfg.d_model ** -0.5), dtype,
-                      name=name)(x)
+                      quantized(cfg), name=name)(x)
             h = ACTIVATIONS[act](h)
             hidden = h if hidden is None else hidden * h
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
         hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=self.deterministic)
         return Dense((cfg.d_model,), ("mlp", "embed"), 1, cfg.use_bias, init_std(cfg, cfg.d_ff ** -0.5), dtype,
-                     name="wo")(hidden)
+                     quantized(cfg), name="wo")(hidden)

@@ -117,13 +117,14 @@ class Stack(nn.Module):
         if cfg.type_vocab_size:
             token_types = jnp.zeros_like(tokens) if token_types is None else token_types
             x = x + L.Embed(cfg.type_vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0),
-                            ("token_types", "embed"), name="token_type_embedder")(token_types)
+                            ("token_types", "embed"), L.quantized(cfg), name="token_type_embedder")(token_types)
         if cfg.embedding_norm:
             x = L.make_norm(cfg, "embedding_norm")(x)
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
         if cfg.embedding_size is not None:
             x = L.Dense((cfg.d_model,), ("factorized_embed", "embed"), 1, cfg.use_bias,
-                        L.init_std(cfg, cfg.embed_dim ** -0.5), L.dtype_of(cfg), name="embedding_projection")(x)
+                        L.init_std(cfg, cfg.embed_dim ** -0.5), L.dtype_of(cfg), L.quantized(cfg),
+                        name="embedding_projection")(x)
         return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
     def _decode_slots(self, tokens, causal_attention):
@@ -244,7 +245,8 @@ def without_prompt(x, tokens):
 
 
 def _token_embedder(cfg: ModelConfig) -> L.Embed:
-    return L.Embed(cfg.vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0), name="token_embedder")
+    return L.Embed(cfg.vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0), quantized=L.quantized(cfg),
+                   name="token_embedder")
 
 
 class Encoder(nn.Module):

@@ -31,9 +31,9 @@ from t5lite.data import catalog, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError, T5liteError, require_positive
 from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint, predict
-from t5lite.models import peft as peft_lib
+from t5lite.models import peft as peft_lib, quantization as quantization_lib
 from t5lite.models.config import ModelConfig
-from t5lite.train import checkpoints, cost, mfu, preemption, run_dir, summaries
+from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import distillation, electra, encoder_objectives, finetune_objectives  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
@@ -63,7 +63,7 @@ class TrainTask:
     def __init__(self, model_config: ModelConfig, optimizer: optax.GradientTransformation | OptimizerFactory,
                  schedule, partitioner: Partitioner, model_feature_lengths: Mapping[str, int],
                  loss: LossConfig = LossConfig(), num_microbatches: int = 1, objective: Objective | None = None,
-                 peft: peft_lib.Method | None = None):
+                 peft: peft_lib.Method | None = None, quantization: str | None = None):
         """`optimizer` is an optax transformation or a function of the params' logical axis names
         returning one (t5lite's `adafactor` and `adamw`); `objective` says which module is trained
         and on what loss (t5lite.train.objective; token cross entropy by default).
@@ -75,6 +75,8 @@ class TrainTask:
         self.partitioner, self.loss, self.num_microbatches = partitioner, loss, num_microbatches
         self.objective = objective or Objective()
         self.model = self.objective.build_model(model_config)
+        if quantization is not None:
+            self.model = quantization_lib.quantized_training_model(self.model, quantization)
         self.feature_lengths = dict(model_feature_lengths)
         with self.mesh_context():  # the key is made inside eval_shape: the mesh may be a TPU topology's
             abstract_vars = jax.eval_shape(lambda: self._init_variables(jax.random.key(0)))
@@ -162,9 +164,10 @@ class TrainTask:
         with context:
             return self.objective.loss_and_metrics(self.model, params, *args, **extra)
 
-    def train_step(self, state: TrainState, batch: dict, frozen=None, teacher=None) -> tuple[TrainState, dict]:
+    def train_step(self, state: TrainState, batch: dict, frozen=None, teacher=None, masks=None) -> tuple[TrainState, dict]:
         """One update; `frozen` is a PEFT run's base params, `teacher` the objective's frozen arrays
-        (`Objective.load_frozen`); gradients flow to `state.params` only."""
+        (`Objective.load_frozen`); gradients flow to `state.params` only. `masks`
+        (t5lite.train.pruning) keep pruned weights at zero after the update."""
         rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
         normalizers = self.objective.normalizers(batch, self.loss)
         grad_fn = functools.partial(jax.grad(self._loss, argnums=0, has_aux=True), teacher=teacher)
@@ -183,6 +186,8 @@ class TrainTask:
             (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        if masks is not None:
+            params = pruning_lib.apply_masks(params, masks)
         metrics = {**ratio_metrics(sums), "learning_rate": self.schedule(state.step),
                    "grad_norm": optax.global_norm(grads)}
         metrics[FINITE] = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"]) & _all_finite(params)
@@ -199,22 +204,27 @@ class TrainTask:
         rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
         return jax.lax.with_sharding_constraint(rows, self.partitioner.batch_sharding(x.ndim))
 
-    def jit_train_step(self, frozen=None, teacher=None):
+    def jit_train_step(self, frozen=None, teacher=None, masks=None):
         """`step(state, batch) -> (state, metrics)`, jitted (`.lower(state, batch)` compiles it from
-        shapes). A PEFT run's `frozen` base and an objective's `teacher` are inputs of the program,
-        not donated and never constants baked into it."""
+        shapes). A PEFT run's `frozen` base, an objective's `teacher` and a pruned run's `masks` are
+        inputs of the program, not donated and never constants baked into it."""
         batch_sharding = {k: self.partitioner.batch_sharding() for k in self.feature_lengths}
-        if self.peft is None and teacher is None:
+        if self.peft is None and teacher is None and masks is None:
             return jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding),
                            out_shardings=(self.state_shardings, None), donate_argnums=(0,))
-        teacher_shardings = None if teacher is None else jax.tree.map(lambda x: x.sharding, teacher)
-        base_shardings = None if self.peft is None else self.base_shardings
-        step = jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding, base_shardings,
-                                                      teacher_shardings),
+        extra_shardings = (None if self.peft is None else self.base_shardings,
+                           None if teacher is None else jax.tree.map(lambda x: x.sharding, teacher),
+                           None if masks is None else self.mask_shardings(masks))
+        step = jax.jit(self.train_step, in_shardings=(self.state_shardings, batch_sharding, *extra_shardings),
                        out_shardings=(self.state_shardings, None), donate_argnums=(0,))
-        run = lambda state, batch: step(state, batch, frozen, teacher)
-        run.lower = lambda state, batch: step.lower(state, batch, frozen, teacher)
+        run = lambda state, batch: step(state, batch, frozen, teacher, masks)
+        run.lower = lambda state, batch: step.lower(state, batch, frozen, teacher, masks)
         return run
+
+    def mask_shardings(self, masks):
+        """A pruning mask is laid out as its parameter; a scalar (unpruned) one is replicated."""
+        replicated = self.partitioner.sharding(None)
+        return jax.tree.map(lambda m, s: s if np.ndim(m) else replicated, masks, self.state_shardings.params)
 
     def flops_per_step(self, global_batch_size: int) -> float:
         """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
@@ -268,6 +278,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
           data_block_size: int = 128, data_workers: int = 0, peft: peft_lib.Method | None = None,
+          pruning: pruning_lib.MagnitudePruning | None = None, quantization: str | None = None,
           progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
@@ -310,6 +321,16 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path`: only the method's parameters (and a task head) train, get optimizer
     state and are checkpointed; `MODEL_DIR/peft.json` names the base (t5lite.infer.peft_checkpoint).
 
+    `pruning` (`@MagnitudePruning()`, t5lite.train.pruning) prunes the starting params (those of
+    `initial_checkpoint_path`), optionally rewinds the kept weights to an early checkpoint, and
+    keeps pruned weights at zero after every update; `MODEL_DIR/sparsity.json` has the sparsity
+    of every kernel, metrics.jsonl the total `sparsity` on every line and each kernel's
+    (`sparsity/<path>`) on the run's first.
+
+    `quantization` ('int8' or 'int4') is quantisation-aware training through Qwix: the forward
+    pass (`__call__`) sees every weight matmul's weights quantised per output channel, gradients
+    pass straight through to the float params, which the checkpoints keep (`t5lite convert
+    --quantize int8` then writes the int8 run).
 
     Run safety (docs/guides/troubleshooting.md): MODEL_DIR must be writable and not in use by
     another run (`run_dir`); SIGTERM / SIGINT stop after the current step with a checkpoint
@@ -326,10 +347,16 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                       "train.checkpoint_every": checkpoint_every, "train.keep_checkpoints": keep_checkpoints,
                       "train.num_microbatches": num_microbatches,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
+    if model.weight_quantization != "none":
+        raise ConfigError(f"model weight_quantization={model.weight_quantization!r} is an inference model: train a "
+                          "float model (a quantised INITIAL_CHECKPOINT_PATH is dequantised when read)")
     if initial_checkpoint_restore not in ("params", "full"):
         raise ConfigError(f"train.initial_checkpoint_restore={initial_checkpoint_restore!r}: expected 'params' or 'full'")
     if peft is not None and initial_checkpoint_restore != "params":
         raise ConfigError("train.peft trains new parameters on a frozen base: use "
+                          "train.initial_checkpoint_restore='params'")
+    if pruning is not None and (peft is not None or initial_checkpoint_restore != "params"):
+        raise ConfigError("train.pruning prunes the params a run starts from: use it without train.peft and with "
                           "train.initial_checkpoint_restore='params'")
     if peft is not None and pack and not peft.packs:
         raise ConfigError(f"train.peft={type(peft).__name__}(...) puts a prompt before each example, which packed "
@@ -369,7 +396,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
         trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
                             LossConfig(z_loss, label_smoothing, loss_normalizing_factor, loss_normalizing_scope),
-                            num_microbatches, objective, peft)
+                            num_microbatches, objective, peft, quantization)
         frozen = None
         if peft is not None:
             frozen = _peft_base(trainer, peft, model_dir, initial_checkpoint_path, seed, resuming)
@@ -391,6 +418,11 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                 init_params = trainer.objective.initial_params(initial_checkpoint_path, abstract_params)
                 log.info("initialised the parameters from %s", initial_checkpoint_path)
             state, start = trainer.init_state(seed, init_params), 0
+        masks = None
+        if pruning is not None:
+            state, masks = _pruned(trainer, pruning, state, seed, fresh=ckpt.latest_step() is None)
+            sparsity = pruning_lib.sparsity(state.params)   # fixed: pruned weights stay zero
+            pruning_lib.write_sparsity(model_dir, sparsity)
         run_dir.record_config(model_dir, model, gin.config_str(), start, vocabulary)
         peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
         flops_per_step = trainer.flops_per_step(batch_size)
@@ -410,7 +442,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         if evaluators and not start:
             for name, (module, params) in trainer.objective.reference_models(teacher).items():
                 _evaluate(evaluators, module, params, start, eval_split, model_dir, writer, prefix=f"{name}_")
-        step_fn = trainer.jit_train_step(frozen, teacher)
+        step_fn = trainer.jit_train_step(frozen, teacher, masks)
         batches = prefetch(loader)
         pending, last = [], {}
         bar = tqdm(total=train_steps, initial=start, desc="train", unit="step",
@@ -440,6 +472,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         last.update({f"cost_{k}": v for k, v in totals.items()})
                         meter.write(step, totals)
                         tick, tick_step, real = now, step, [0, 0]
+                        if masks is not None:   # every kernel's on the run's first line, the total on all
+                            last["sparsity"] = sparsity["total"]
+                            if step == start + 1:
+                                last.update({f"sparsity/{k}": v for k, v in sparsity["layers"].items()})
                         if not math.isfinite(last["loss"]):
                             raise _non_finite(step, last, ckpt)
                         writer.write(step, last)
@@ -482,6 +518,23 @@ def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> Non
     return NonFiniteLossError(f"loss {metrics['loss']:.4g}, gradient norm {metrics['grad_norm']:.4g} at step {step}: "
                               f"not finite, so not saved; {resume}. Lower the learning rate, enable z_loss, or check "
                               "the data")
+
+
+def _pruned(trainer: TrainTask, pruning, state: TrainState, seed: int, fresh: bool):
+    """(state, masks): a fresh run's params pruned (and rewound), or a resumed run's own pattern."""
+    if not fresh:
+        masks = pruning_lib.nonzero_masks(state.params)
+        return state, jax.device_put(masks, trainer.mask_shardings(masks))
+    masks = pruning.masks(state.params)
+    params = state.params
+    if pruning.rewind_checkpoint:
+        rewound = trainer.objective.initial_params(pruning.rewind_checkpoint, trainer.abstract_state.params)
+        params = trainer.init_state(seed, rewound).params
+        log.info("rewound the kept weights to %s", pruning.rewind_checkpoint)
+    masks = jax.device_put(masks, trainer.mask_shardings(masks))
+    params = jax.jit(pruning_lib.apply_masks, out_shardings=trainer.state_shardings.params)(params, masks)
+    log.info("pruned to sparsity %.4f (%s)", pruning_lib.sparsity(params)["total"], pruning)
+    return state.replace(params=params), masks
 
 
 def _peft_base(trainer: TrainTask, method, model_dir: str, base_path: str | None, seed: int, resuming: bool):

