@@ -45,6 +45,7 @@ log = logging.getLogger("t5lite")
 gin.external_configurable(peft_lib.LoRA, "LoRA")
 gin.external_configurable(peft_lib.BitFit, "BitFit")
 gin.external_configurable(peft_lib.PromptTuning, "PromptTuning")
+gin.external_configurable(peft_lib.Adapters, "Adapters")
 
 
 @flax.struct.dataclass
