@@ -240,3 +240,40 @@ def test_adapters_config_errors_and_gin():
             assert isinstance(method, P.Adapters) and method.config == name
         finally:
             gin.clear_config()
+
+
+def test_adapters_run_trains_decodes_and_refuses_merging(tmp_path, micro_config):
+    """A Houlsby run on a tiny T5 base (Adafactor, packed): the checkpoint holds only the adapters,
+    which train; inference reads the run as its base plus the adapters and decodes with the KV
+    cache as a teacher-forced pass does; `convert --merge` and `--to_hf` are refused with the fix."""
+    from conftest import train_tiny
+    from t5lite.errors import CheckpointError
+    from t5lite.infer import checkpoint_reader, predict
+    from t5lite.infer.peft_checkpoint import restore_trained
+    from t5lite.interop import checkpoint as interop_checkpoint
+    base_dir, run = tmp_path / "base", tmp_path / "adapters"
+    train_tiny(base_dir, micro_config, 1)
+    method = P.Adapters(config="houlsby", reduction_factor=8, cross_adapter=True)
+    train_tiny(run, micro_config, 2, peft=method, initial_checkpoint_path=str(base_dir))
+    trained = restore_trained(checkpoint_reader.step_directory(str(run / "checkpoints")))
+    shapes = {(k[0], k[3], k[4], k[5]): v for k, v in flatten_dict(jax.tree.map(np.shape, trained["params"])).items()}
+    assert set(flatten_dict(trained)) == {("params", *k) for k in flatten_dict(trained["params"])}
+    assert shapes[("encoder", "self_attention", "down", "kernel")] == (32, 4)
+    assert {k[:2] for k in shapes} == {("encoder", "self_attention"), ("encoder", "mlp"), ("decoder", "self_attention"),
+                                       ("decoder", "cross_attention"), ("decoder", "mlp")}
+    params, _, _ = predict.load_params(micro_config, str(run))
+    base, _, _ = predict.load_params(micro_config, str(base_dir))
+    assert P.count(params) == P.count(base) + P.count(trained)
+    module = build(micro_config)
+    inputs = {"encoder_input_tokens": np.array([[5, 6, 7, 1, 0, 0], [9, 10, 11, 12, 13, 1]])}
+    tokens, lengths, _ = predict.Predictor(module, params, max_decode_length=4)(inputs)
+    dec = np.concatenate([np.zeros((2, 1), int), np.asarray(tokens)[:, :-1]], 1)
+    features = dict(encoder_input_tokens=inputs["encoder_input_tokens"], decoder_input_tokens=dec)
+    logits = _ours(module, params, features)
+    assert not np.allclose(logits, _ours(module, base, features), rtol=RTOL, atol=ATOL)
+    for row, n in enumerate(lengths):
+        np.testing.assert_array_equal(np.argmax(logits[row], -1)[:n], tokens[row, :n])
+    with pytest.raises(CheckpointError, match="does not merge"):
+        interop_checkpoint.merge_peft_run(str(run), str(tmp_path / "merged"))
+    with pytest.raises(hf.HFConversionError, match="evaluate and infer with the run itself"):
+        interop_checkpoint.t5lite_to_hf(str(run), str(tmp_path / "hf"))
