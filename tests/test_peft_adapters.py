@@ -228,7 +228,7 @@ def test_adapters_training_keeps_the_base_frozen(tmp_path):
 def test_adapters_config_errors_and_gin():
     import gin
     from conftest import REPO
-    from t5lite.train import trainer  # noqa: F401  registers Adapters
+    from t5lite.train import trainer   # registers Adapters
     for bad in (dict(config="parallel"), dict(init_weights="lora"), dict(reduction_factor=0)):
         with pytest.raises(ConfigError, match="Adapters"):
             P.Adapters(**bad)
@@ -240,6 +240,15 @@ def test_adapters_config_errors_and_gin():
             assert isinstance(method, P.Adapters) and method.config == name
         finally:
             gin.clear_config()
+    from t5lite import cli
+    try:   # the MiniLM SST-2 config as `t5lite train` reads it
+        cli.parse_gin([str(REPO / "configs" / "local" / "minilm_houlsby_sst2.gin")],
+                      ["MODEL_DIR = '/tmp/x'", "INITIAL_CHECKPOINT_PATH = '/tmp/base'", "DATA_DIR = 'data'"],
+                      entry=("train", trainer.train))
+        assert gin.query_parameter("train.peft").scoped_configurable_fn() == P.Adapters(config="houlsby")
+        assert gin.query_parameter("warmup_cosine.peak_learning_rate") == 1e-3
+    finally:
+        gin.clear_config()
 
 
 def test_adapters_run_trains_decodes_and_refuses_merging(tmp_path, micro_config):
