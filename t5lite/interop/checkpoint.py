@@ -144,9 +144,9 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
     if record is None:
         raise CheckpointError(f"{run_dir} is not a PEFT run (no {peft_checkpoint.FILE}); its checkpoint is full already")
     if not peft_checkpoint.method_of(record).merges:
-        raise CheckpointError(f"{run_dir} is a {record['method']} run: its prompt or prefix is an input of the "
-                              "model, not a weight of the base, so it does not merge; evaluate and infer with the run "
-                              "itself")
+        raise CheckpointError(f"{run_dir} is a {record['method']} run: what it trains (a prompt, a prefix, bottleneck "
+                              "adapters) is not a weight of the base, so it does not merge; evaluate and infer with the "
+                              "run itself")
     config = read_model_config(predict.run_dir(step_dir))
     abstract = predict.abstract_params(config)
     params = peft_checkpoint.restore_merged(step_dir, predict.run_dir(step_dir), record, abstract)
@@ -204,9 +204,9 @@ def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:
     method = peft_checkpoint.method_of(record)
     if not isinstance(method, (peft_checkpoint.peft.LoRA, peft_checkpoint.peft.PromptTuning,
                                peft_checkpoint.peft.PrefixTuning)):
-        raise hf.HFConversionError(f"{step_dir}: a {record['method']} run has no peft adapter format in t5lite; "
-                                   "write a full checkpoint with `t5lite convert --merge RUN --out DIR`, then "
-                                   "--to_hf that")
+        fix = ("write a full checkpoint with `t5lite convert --merge RUN --out DIR`, then --to_hf that" if method.merges
+               else "evaluate and infer with the run itself")
+        raise hf.HFConversionError(f"{step_dir}: a {record['method']} run has no peft adapter format in t5lite; {fix}")
     base_dir = os.path.join(out_dir, "base")
     config = t5lite_to_hf(record["base_checkpoint"], base_dir)
     trained = peft_checkpoint.restore_trained(step_dir)

@@ -1,6 +1,7 @@
 """Parameter-efficient fine-tuning: which parameters train, and how they combine with a frozen base.
 
-A method (`LoRA`, `BitFit`, `PromptTuning`) is a value with two functions over plain (unboxed) param trees:
+A method (`LoRA`, `BitFit`, `PromptTuning`, `PrefixTuning`, `Adapters`) is a value with two functions over plain
+(unboxed) param trees:
 
     trained, trained_specs = method.init(rng, params, specs, config)   # the pytree that trains
     params = method.combine(frozen, trained)                           # what module.apply takes
@@ -394,6 +395,71 @@ def _num_layers(flat: dict, stack: tuple) -> int:
         return len(looped)
     scanned = flat.get(stack + ("layers", "self_attention", "key", "kernel"))
     return 0 if scanned is None else scanned.shape[0]
+_ADAPTER_SUBLAYERS = {"houlsby": ("self_attention", "mlp"), "pfeiffer": ("mlp",)}
+_ADAPTER_INITS = ("bert", "houlsby", "mam_adapter")
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapters(Method):
+    """Bottleneck adapters as the `adapters` package (1.3) defines them, in every Transformer layer
+    of every stack (`t5lite.models.bottleneck` says where the residuals and layer norms go):
+    "houlsby" (adapters' DoubleSeqBnConfig: after self-attention and after the MLP, swish) or
+    "pfeiffer" (SeqBnConfig: after the MLP only, relu); `cross_adapter` adds one after a decoder's
+    cross-attention. The bottleneck has int(d_model // reduction_factor) units (at least 1).
+    `init_weights` as adapters: "bert" (both projections N(0, 0.02), zero biases: near identity),
+    "houlsby" (truncated N(0, 0.01) within +-0.02) or "mam_adapter" (down Kaiming-uniform, up
+    zeros: the identity). An ALBERT's shared layer has one shared set, as in adapters."""
+    config: str = "houlsby"
+    reduction_factor: float = 16
+    init_weights: str = "bert"
+    cross_adapter: bool = False
+    merges = False   # the adapters are params of their layers, which apply them when present
+
+    def __post_init__(self):
+        if self.config not in _ADAPTER_SUBLAYERS:
+            raise ConfigError(f"Adapters.config={self.config!r}: expected 'houlsby' (double_seq_bn) or 'pfeiffer' "
+                              "(seq_bn)")
+        if self.init_weights not in _ADAPTER_INITS:
+            raise ConfigError(f"Adapters.init_weights={self.init_weights!r}: expected one of {', '.join(_ADAPTER_INITS)}")
+        if self.reduction_factor <= 0:
+            raise ConfigError(f"Adapters.reduction_factor={self.reduction_factor}: expected a positive number")
+
+    def init(self, rng, params, specs, config: ModelConfig) -> tuple[dict, dict]:
+        trained, trained_specs = super().init(rng, params, specs, config)
+        flat, flat_specs = flatten_dict(params), flatten_dict(specs)
+        saved = set(self.modules_to_save)
+        sublayers = _ADAPTER_SUBLAYERS[self.config] + (("cross_attention",) if self.cross_adapter else ())
+        d, m = config.d_model, max(1, int(config.d_model // self.reduction_factor))
+        out, out_specs = flatten_dict(trained["params"]), flatten_dict(trained_specs["params"])
+        for path in sorted(p for p in flat if p[-3:] == ("mlp", "wo", "kernel") and not set(p) & saved):
+            layer = path[:-3]
+            lead_axes = tuple(flat_specs[path])[:flat[path].ndim - 2]   # ("layers",) when scanned
+            lead = flat[path].shape[:len(lead_axes)]
+            for name in sublayers:
+                if not any(p[:len(layer) + 1] == layer + (name,) for p in flat):
+                    continue
+                rng, k_down, k_up = jax.random.split(rng, 3)
+                at = layer + (self.config, name)
+                out[at + ("down", "kernel")] = self._init_kernel(k_down, lead + (d, m), d, "down")
+                out[at + ("down", "bias")] = jnp.zeros(lead + (m,), jnp.float32)
+                out[at + ("up", "kernel")] = self._init_kernel(k_up, lead + (m, d), m, "up")
+                out[at + ("up", "bias")] = jnp.zeros(lead + (d,), jnp.float32)
+                out_specs[at + ("down", "kernel")] = P(*lead_axes, "embed", "adapter")
+                out_specs[at + ("down", "bias")] = P(*lead_axes, "adapter")
+                out_specs[at + ("up", "kernel")] = P(*lead_axes, "adapter", "embed")
+                out_specs[at + ("up", "bias")] = P(*lead_axes, "embed")
+        trained["params"], trained_specs["params"] = unflatten_dict(out), unflatten_dict(out_specs)
+        return trained, trained_specs
+
+    def _init_kernel(self, key, shape, fan_in: int, which: str):
+        if self.init_weights == "bert":
+            return 0.02 * jax.random.normal(key, shape, jnp.float32)
+        if self.init_weights == "houlsby":
+            return 0.01 * jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32)
+        if which == "up":   # mam_adapter
+            return jnp.zeros(shape, jnp.float32)
+        bound = 1.0 / math.sqrt(fan_in)   # kaiming_uniform_(a=sqrt(5))
+        return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
 
 
 def count(tree) -> int:
@@ -430,5 +496,5 @@ def lora_interceptor(rate: float):
     return intercept
 
 
-METHODS = {"LoRA": LoRA, "BitFit": BitFit, "PromptTuning": PromptTuning}
-METHODS["PrefixTuning"] = PrefixTuning   # by name, as a PEFT run records its method
+METHODS = {"LoRA": LoRA, "BitFit": BitFit, "PromptTuning": PromptTuning, "PrefixTuning": PrefixTuning,
+           "Adapters": Adapters}   # by name, as a PEFT run records its method

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from t5lite.errors import ConfigError
+from t5lite.models import bottleneck
 from t5lite.models import heads as H
 from t5lite.models import layers as L
 from t5lite.models.config import ModelConfig
@@ -46,11 +47,13 @@ class TransformerLayer(nn.Module):
         cfg = self.config
         dropout = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
 
-        def residual(name, sublayer, x):
+        def residual(name, sublayer, x):   # with a bottleneck adapter if the params hold one (t5lite.models.bottleneck)
             norm = L.make_norm(cfg, f"{name}_norm")
             if cfg.norm_position == "pre":
-                return x + dropout(sublayer(norm(x)), deterministic=self.deterministic)
-            return norm(x + dropout(sublayer(x), deterministic=self.deterministic))
+                h = dropout(sublayer(norm(x)), deterministic=self.deterministic)
+                return bottleneck.residual_add(self, name, x, h, None, L.dtype_of(cfg))
+            h = dropout(sublayer(x), deterministic=self.deterministic)
+            return bottleneck.residual_add(self, name, x, h, norm, L.dtype_of(cfg))
 
         attention = lambda name, is_self: L.MultiHeadAttention(cfg, self.deterministic, self.decode, is_self,
                                                                name=name)

@@ -31,7 +31,7 @@ LOGICAL_FACTOR_RULES: Mapping[str, str] = {
     "relpos_buckets": NONE, "layers": BATCH, "stack": BATCH, "q_wi_fused": COLUMN, "o_wo_fused": COLUMN,
     "multiquery_heads": COLUMN, "kv_fused": COLUMN, "layer_norm_scale": NONE,
     "mlp_activations": COLUMN, "abspos_buckets": NONE, "token_types": NONE, "classes": COLUMN, "factorized_embed": ROW,
-    "lora_rank": COLUMN, "lora_group": COLUMN, "prompt_tokens": COLUMN,
+    "lora_rank": COLUMN, "lora_group": COLUMN, "prompt_tokens": COLUMN, "adapter": COLUMN,
 }
 
 

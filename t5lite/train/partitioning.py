@@ -39,6 +39,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("lora_rank", None),      # t5lite.models.peft: LoRA's rank and fused-projection axes
     ("lora_group", None),
     ("prompt_tokens", None),  # prompt tuning's virtual tokens
+    ("adapter", None),        # a bottleneck adapter's units
 )
 
 

@@ -47,6 +47,7 @@ gin.external_configurable(peft_lib.LoRA, "LoRA")
 gin.external_configurable(peft_lib.BitFit, "BitFit")
 gin.external_configurable(peft_lib.PromptTuning, "PromptTuning")
 gin.external_configurable(peft_lib.PrefixTuning, "PrefixTuning")
+gin.external_configurable(peft_lib.Adapters, "Adapters")
 
 
 @flax.struct.dataclass
