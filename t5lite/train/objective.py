@@ -100,6 +100,10 @@ class Objective:
         return objective, token_metrics(token_loss, z, logits, batch[targets_key], weights, total)
 
 
+    def derived_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The logged metrics of a step, with any the objective derives from them (perplexity)."""
+        return metrics
+
     def initial_params(self, path: str, abstract_params) -> Any:
         """The params a run starts from given `train.initial_checkpoint_path`; a subtree left None
         (a new task head) keeps its fresh init."""

@@ -39,6 +39,12 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("lora_rank", None),      # t5lite.models.peft: LoRA's rank and fused-projection axes
     ("lora_group", None),
     ("prompt_tokens", None),  # prompt tuning's virtual tokens
+    ("lstm_gates", "model"),  # t5lite.models.recurrent / awd_lstm: LSTM kernels [in, 4 * hidden]
+    ("lstm_in", "fsdp"),
+    ("lstm_hidden", None),
+    ("char_vocab", None),     # ELMo's char CNN and highway layers
+    ("conv_width", None),
+    ("highway", "fsdp"),
 )
 
 

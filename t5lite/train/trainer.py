@@ -34,7 +34,7 @@ from t5lite.models import peft as peft_lib
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
-from t5lite.train import electra, encoder_objectives, finetune_objectives  # noqa: F401
+from t5lite.train import electra, encoder_objectives, finetune_objectives, recurrent_objectives  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -179,7 +179,7 @@ class TrainTask:
             (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {**ratio_metrics(sums), "learning_rate": self.schedule(state.step),
+        metrics = {**self.objective.derived_metrics(ratio_metrics(sums)), "learning_rate": self.schedule(state.step),
                    "grad_norm": optax.global_norm(grads)}
         metrics[FINITE] = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"]) & _all_finite(params)
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
