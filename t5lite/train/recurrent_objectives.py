@@ -43,7 +43,7 @@ def _check_config(config, expected: type, objective: str):
     size = word_vocabulary().vocab_size
     if size > config.vocab_size:
         raise ConfigError(f"the word vocabulary has {size} ids but the model's softmax has {config.vocab_size}: set "
-                          f"model_config.overrides = {{'vocab_size': {size}}} or a smaller word_vocabulary.size")
+                          f"model_config.vocab_size = {size} or a smaller word_vocabulary.size")
 
 
 def lm_token_losses(logits, tokens, direction: str):
