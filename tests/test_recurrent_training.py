@@ -124,7 +124,10 @@ def _train(config, model_dir, steps, bindings):
         gin.clear_config()
 
 
-@pytest.mark.parametrize("config", ["elmo_tiny_wikitext2", "awd_lstm_tiny_wikitext2"])
+# The ELMo run is slow (a char CNN over every word); its fast siblings are the loss test above and the
+# AWD-LSTM run, which goes through the same trainer path.
+@pytest.mark.parametrize("config", [pytest.param("elmo_tiny_wikitext2", marks=pytest.mark.slow),
+                                    "awd_lstm_tiny_wikitext2"])
 def test_tiny_lm_trains_logs_perplexity_and_resumes(tmp_path, config):
     _train(config, tmp_path, 8, [])
     losses = logged_losses(tmp_path)

@@ -59,7 +59,14 @@ def lm_token_losses(logits, tokens, direction: str):
     return jnp.sum(ce * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
-class _WordLMObjective(Objective):
+class _WordObjective(Objective):
+    """The word-level models read t5lite.data.word_vocab ids, not the task's subword ids."""
+
+    def embedding_rows(self, config):
+        return None
+
+
+class _WordLMObjective(_WordObjective):
     """What both LMs share: the word features, per-prediction normalising, perplexity."""
     directions: tuple[str, ...] = ("forward",)
     converter = "word_lm"
@@ -169,7 +176,7 @@ class WordClassificationEvaluator(classify.ClassificationEvaluator):
 
 
 @gin.configurable
-class RecurrentClassificationObjective(Objective):
+class RecurrentClassificationObjective(_WordObjective):
     """Cross entropy on `label` of ULMFiT's classifier (`backbone="awd_lstm"`) or of a frozen ELMo's
     scalar mix + `task_model` ("bilstm" or "linear"; `backbone="elmo"`)."""
 

@@ -342,7 +342,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         vocabulary = task.output_features["targets"].vocabulary
         vocab_lib.check_trainable(vocabulary)
         allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
-        vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
+        vocab_lib.check_identity(model_dir if resuming else None, vocabulary,
+                                 (objective or Objective()).embedding_rows(model), allow_mismatch)
         if initial_checkpoint_path and not resuming:
             vocab_lib.check_identity(source, vocabulary, allow_mismatch=allow_mismatch)
         if own is not None and source != model_dir:   # the fine-tuned run carries the tokenizer on
