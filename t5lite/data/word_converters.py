@@ -1,8 +1,9 @@
 """Feature converters of the word-level recurrent models: any text task to word ids (ELMo's biLM,
 ULMFiT's AWD-LSTM) and, for ELMo, each word's 50 character ids.
 
-The text is the example's `targets_pretokenized` (LM tasks such as `wikitext2`) or
-`inputs_pretokenized` (classification tasks such as `bert_glue_sst2`), split on whitespace and
+The text is the example's `targets_pretokenized` (LM tasks such as `wikitext2`) or else
+`inputs_pretokenized` (classification tasks such as `bert_glue_sst2`: their text for target-domain
+LM fine-tuning, or with the `label` for classifying), split on whitespace and
 framed by `<S>` ... `</S>`, cut to the `targets` (or `inputs`) length. Features:
 
 - `encoder_input_tokens` [length]: word ids of t5lite.data.word_vocab (`word_vocabulary`, gin), 0 after
@@ -29,7 +30,7 @@ from t5lite.errors import ConfigError, DataError
 class WordLMConverter(FeatureConverter):
     """Word ids (and char ids with `chars`) of each example's text, for LM pre-training."""
     name = "word_lm"
-    text_key, length_key = "targets_pretokenized", "targets"
+    text_keys, length_key = ("targets_pretokenized", "inputs_pretokenized"), "targets"
 
     def __init__(self, chars: bool = False):
         self.chars = chars
@@ -45,10 +46,11 @@ class WordLMConverter(FeatureConverter):
         return lengths
 
     def words(self, example) -> list[str]:
-        if self.text_key not in example:
-            raise DataError(f"the {self.name!r} converter reads {self.text_key!r}; this task's examples have "
-                            f"{sorted(example)}: use a text task (wikitext2, embedded_docs_*)")
-        return word_vocabulary().tokens(str(example[self.text_key]))
+        key = next((k for k in self.text_keys if k in example), None)
+        if key is None:
+            raise DataError(f"the {self.name!r} converter reads {' or '.join(self.text_keys)}; this task's examples "
+                            f"have {sorted(example)}: use a text task (wikitext2, embedded_docs_lines, bert_glue_*)")
+        return word_vocabulary().tokens(str(example[key]))
 
     def row(self, words: list[str], length: int) -> dict[str, np.ndarray]:
         tokens = [SPECIALS[1], *words[:length - 2], SPECIALS[0]]
@@ -83,7 +85,7 @@ class WordLMConverter(FeatureConverter):
 class WordClassificationConverter(WordLMConverter):
     """Word ids (and char ids) of a classification example's text, and its `label`."""
     name = "word_classification"
-    text_key, length_key = "inputs_pretokenized", "inputs"
+    text_keys, length_key = ("inputs_pretokenized",), "inputs"
 
     def model_feature_lengths(self, task_feature_lengths, pack=False):
         return {**super().model_feature_lengths(task_feature_lengths), "label": 1}

@@ -124,6 +124,10 @@ RECURRENT_PRESETS = {
                                     lstm_dim=256, projection_dim=64, vocab_size=8192),
     "awd_lstm": lambda: AWDLSTMConfig(),
     "awd_lstm_tiny": lambda: AWDLSTMConfig(vocab_size=8192, emb_dim=64, hidden_dim=256),
+    # The same sizes with fastai's classifier dropouts (the LM's weights load unchanged).
+    "awd_lstm_classifier": lambda: AWDLSTMConfig(**AWD_LSTM_CLAS_DROPOUTS),
+    "awd_lstm_tiny_classifier": lambda: AWDLSTMConfig(vocab_size=8192, emb_dim=64, hidden_dim=256,
+                                                      **AWD_LSTM_CLAS_DROPOUTS),
 }
 
 CONFIG_CLASSES = {"bilm": BiLMConfig, "awd_lstm": AWDLSTMConfig}
