@@ -213,3 +213,22 @@ def test_gradual_unfreezing_trains_one_more_group_every_n_steps_with_adam():
         lowest = n - 1 - step // every    # the lowest trained group at this step
         for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups)):
             assert bool(np.any(np.asarray(u) != 0)) == (g >= lowest), (step, g)
+
+
+def test_layer_groups_of_a_bert_classifier():
+    """The same pieces fine-tune Transformers: embeddings, one group per layer, the head on top."""
+    from t5lite import models
+    from t5lite.models import heads
+    from t5lite.models.with_head import WithHead
+    cfg = models.get_config("bert_tiny")
+    module = WithHead(cfg, heads.SequenceClassificationHead(cfg, 2), "pooler")
+    tokens = jnp.ones((1, 8), jnp.int32)
+    abstract = jax.eval_shape(lambda: module.init(jax.random.key(0), encoder_input_tokens=tokens,
+                                                  token_type_ids=tokens))
+    groups, n = optimizers.layer_groups(nn.get_partition_spec(abstract)["params"])
+    flat = {"/".join(str(getattr(k, "key", k)) for k in path): g
+            for path, g in jax.tree_util.tree_leaves_with_path(groups)}
+    assert n == cfg.num_encoder_layers + 2
+    assert {g for p, g in flat.items() if "embed" in p} == {0}
+    assert {g for p, g in flat.items() if "layers_1" in p} == {2}
+    assert {g for p, g in flat.items() if p.startswith("head")} == {n - 1}
