@@ -173,3 +173,50 @@ def test_a_trained_run_written_as_bilm_files_embeds_as_the_run(tmp_path):
     # Every weight comes back; the pad row of the char table (id 0, never looked up) is not in the file.
     params["bilm"]["char_cnn"]["char_embed"] = params["bilm"]["char_cnn"]["char_embed"].at[0].set(0.0)
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), variables["params"], params["bilm"]))
+
+
+def test_sampled_softmax_matches_the_tf_formula_in_numpy():
+    """tf.nn.sampled_softmax_loss (Jean et al., 2015) with given samples: logits of the true word and
+    the samples, each minus log(expected count), accidental hits removed, cross entropy on the true."""
+    from t5lite.train import recurrent_objectives as R
+    rng = np.random.default_rng(0)
+    vocab, dim, k = 50, 6, 5
+    hidden = rng.normal(size=(2, 3, dim)).astype(np.float32)
+    kernel = rng.normal(size=(dim, vocab)).astype(np.float32)
+    bias = rng.normal(size=vocab).astype(np.float32)
+    targets = np.array([[4, 7, 9], [3, 12, 4]], np.int32)
+    sampled = np.array([1, 4, 20, 33, 2], np.int32)            # 4 is an accidental hit for two positions
+    q = np.log((np.arange(vocab) + 2) / (np.arange(vocab) + 1)) / np.log(vocab + 1)
+    ours = np.asarray(R.sampled_softmax_losses(jnp.asarray(hidden), jnp.asarray(kernel), jnp.asarray(bias),
+                                               jnp.asarray(targets), jnp.asarray(sampled),
+                                               jnp.log(jnp.asarray(q[sampled])), k))
+    for b in range(2):
+        for t in range(3):
+            y = targets[b, t]
+            logits = [hidden[b, t] @ kernel[:, y] + bias[y] - np.log(k * q[y])]
+            logits += [hidden[b, t] @ kernel[:, s] + bias[s] - np.log(k * q[s]) for s in sampled if s != y]
+            logits = np.array(logits, np.float64)
+            expected = -(logits[0] - np.log(np.exp(logits - logits.max()).sum()) - logits.max())
+            np.testing.assert_allclose(ours[b, t], expected, rtol=1e-5)
+    # The sampler draws from that distribution: frequent (low) ids far more often than rare ones.
+    ids, log_prob = R.log_uniform_sample(jax.random.key(0), 20000, vocab)
+    counts = np.bincount(np.asarray(ids), minlength=vocab) / 20000
+    np.testing.assert_allclose(counts[:3], q[:3], rtol=0.05)
+    np.testing.assert_allclose(np.exp(np.asarray(log_prob)), q[np.asarray(ids)], rtol=1e-5)
+
+
+def test_bilm_objective_with_sampled_softmax_gives_a_finite_loss_and_gradient(monkeypatch):
+    vocab = word_vocab.build(TEXTS)
+    _use_vocabulary(vocab, monkeypatch)
+    cfg = BiLMConfig(filters=((1, 4),), char_embed_dim=4, n_highway=1, lstm_dim=8, projection_dim=4,
+                     vocab_size=vocab.vocab_size)
+    rows = list(WordLMConverter(chars=True).convert([{"targets_pretokenized": t} for t in TEXTS], {"targets": 8}))
+    batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in ("encoder_input_tokens", "encoder_input_chars")}
+    objective = BiLMObjective(num_sampled=4)
+    module = objective.build_model(cfg)
+    params = nn.unbox(module.init(jax.random.key(0), **batch))["params"]
+    loss = LossConfig(z_loss=0.0)
+    grads, metrics = jax.grad(lambda p: objective.loss_and_metrics(module, p, batch, jax.random.key(1),
+                                                                   objective.normalizers(batch, loss), loss),
+                              has_aux=True)(params)
+    assert np.isfinite(float(metrics["loss"][0])) and float(jnp.abs(grads["softmax_kernel"]).sum()) > 0

@@ -168,7 +168,10 @@ class BiLMLanguageModel(nn.Module):
     config: BiLMConfig
 
     @nn.compact
-    def __call__(self, encoder_input_tokens, encoder_input_chars, enable_dropout: bool = False):
+    def __call__(self, encoder_input_tokens, encoder_input_chars, enable_dropout: bool = False,
+                 logits: bool = True):
+        """`logits=False` returns the (forward, backward) top states [B, T, projection] instead, for
+        a sampled softmax over `params["softmax_kernel"]` and `["softmax_bias"]`."""
         cfg = self.config
         layers, _ = BiLM(cfg, name="bilm")(*bilm_inputs(encoder_input_tokens, encoder_input_chars),
                                            enable_dropout=enable_dropout)
@@ -177,4 +180,6 @@ class BiLMLanguageModel(nn.Module):
                                  ("embed", "vocab"))
         bias = param_with_axes(self, "softmax_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))
         forward, backward = jnp.split(top, 2, axis=-1)
+        if not logits:
+            return forward, backward
         return forward @ kernel + bias, backward @ kernel + bias

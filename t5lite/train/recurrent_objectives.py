@@ -2,7 +2,7 @@
 `train.pack = False`):
 
 - `BiLMObjective`: ELMo's pre-training, the forward and the backward LM's cross entropy over one
-  full word softmax, averaged (bilm-tf); `word_lm_chars`.
+  word softmax, averaged (bilm-tf); full, or sampled in training (`num_sampled`); `word_lm_chars`.
 - `AWDLSTMLMObjective`: ULMFiT's LM pre-training and target-domain fine-tuning (the same objective
   on the task's text, `train.initial_checkpoint_path` = the pre-trained run); `word_lm`.
 - `RecurrentClassificationObjective`: ULMFiT's classifier (`backbone="awd_lstm"`, the encoder grafted
@@ -46,14 +46,44 @@ def _check_config(config, expected: type, objective: str):
                           f"model_config.vocab_size = {size} or a smaller word_vocabulary.size")
 
 
+def log_uniform_sample(rng, num_sampled: int, range_max: int):
+    """`num_sampled` ids in [0, range_max) drawn with replacement from TF's log-uniform (Zipfian)
+    candidate sampler, P(k) = log((k + 2) / (k + 1)) / log(range_max + 1) (a vocabulary sorted
+    by falling frequency), and log P of each."""
+    u = jax.random.uniform(rng, (num_sampled,))
+    ids = jnp.clip(jnp.floor(jnp.exp(u * jnp.log(range_max + 1.0))) - 1, 0, range_max - 1).astype(jnp.int32)
+    return ids, log_uniform_log_prob(ids, range_max)
+
+
+def log_uniform_log_prob(ids, range_max: int):
+    ids = ids.astype(jnp.float32)
+    return jnp.log(jnp.log((ids + 2.0) / (ids + 1.0)) / jnp.log(range_max + 1.0))
+
+
+def sampled_softmax_losses(hidden, kernel, bias, targets, sampled, sampled_log_prob, num_sampled: int):
+    """Per-position sampled softmax cross entropy (Jean et al., 2015; tf.nn.sampled_softmax_loss with
+    replacement and accidental hits removed): the true word against the shared sampled words, each
+    logit minus log(num_sampled * P(word)). hidden [..., d], targets [...] -> [...]."""
+    true_logits = jnp.sum(hidden * kernel.T[targets], -1) + bias[targets]
+    true_logits = true_logits - (jnp.log(num_sampled) + log_uniform_log_prob(targets, kernel.shape[1]))
+    sampled_logits = hidden @ kernel[:, sampled] + bias[sampled] - (jnp.log(num_sampled) + sampled_log_prob)
+    sampled_logits = jnp.where(sampled == targets[..., None], -1e30, sampled_logits)
+    logits = jnp.concatenate([true_logits[..., None], sampled_logits], -1)
+    return -jax.nn.log_softmax(logits)[..., 0]
+
+
+def _shifted(values, tokens, direction: str):
+    """(the positions' values, their targets, weights) of one direction's predictions."""
+    weights = (tokens[:, 1:] != 0).astype(jnp.float32)    # both: the pair (t, t + 1) lies in the sentence
+    if direction == "forward":
+        return values[:, :-1], tokens[:, 1:], weights
+    return values[:, 1:], tokens[:, :-1], weights
+
+
 def lm_token_losses(logits, tokens, direction: str):
     """(summed cross entropy, summed correct, count) of one direction's next-word predictions;
     `tokens` [B, T] word ids, 0 after each sentence."""
-    if direction == "forward":
-        logits, targets = logits[:, :-1], tokens[:, 1:]
-    else:
-        logits, targets = logits[:, 1:], tokens[:, :-1]
-    weights = (tokens[:, 1:] != 0).astype(jnp.float32)    # both: the pair (t, t + 1) lies in the sentence
+    logits, targets, weights = _shifted(logits, tokens, direction)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
     correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
     return jnp.sum(ce * weights), jnp.sum(correct * weights), jnp.sum(weights)
@@ -145,11 +175,36 @@ def _eval_sums(objective, module, params, batch):
 
 @gin.configurable
 class BiLMObjective(_WordLMObjective):
+    """`num_sampled` > 0 trains with a sampled softmax of that many log-uniform samples per step
+    (bilm-tf: 8192), shared by the batch; the logged training loss (and perplexity) is then the
+    sampled one, the evaluation's always the full softmax's."""
     directions = ("forward", "backward")
     converter = "word_lm_chars"
 
+    def __init__(self, num_sampled: int = 0):
+        self.num_sampled = num_sampled
+
     def __repr__(self):
-        return "BiLMObjective()"
+        return f"BiLMObjective(num_sampled={self.num_sampled})"
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        if not self.num_sampled or rng is None:
+            return super().loss_and_metrics(module, params, batch, rng, normalizers, loss)
+        tokens = batch["encoder_input_tokens"]
+        dropout_rng, sample_rng = jax.random.split(rng)
+        states = module.apply({"params": params}, tokens, batch["encoder_input_chars"], enable_dropout=True,
+                              logits=False, rngs={"dropout": dropout_rng})
+        sampled, log_prob = log_uniform_sample(sample_rng, self.num_sampled, module.config.vocab_size)
+        total, metrics = 0.0, {}
+        for direction, hidden in zip(self.directions, states):
+            hidden, targets, weights = _shifted(hidden, tokens, direction)
+            ce = jnp.sum(weights * sampled_softmax_losses(hidden, params["softmax_kernel"], params["softmax_bias"],
+                                                          targets, sampled, log_prob, self.num_sampled))
+            total = total + ce
+            metrics[f"{direction}_loss"] = (ce, jnp.sum(weights))
+        n = 2 * jnp.sum(weights)
+        metrics.update(loss=(total, n), target_tokens=n)
+        return total / normalizers["predictions"], metrics
 
     def build_model(self, config):
         _check_config(config, BiLMConfig, "BiLMObjective")
