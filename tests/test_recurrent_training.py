@@ -141,17 +141,24 @@ def test_tiny_lm_trains_logs_perplexity_and_resumes(tmp_path, config):
 
 
 @pytest.mark.skipif(not ELMO.exists(), reason="needs ../shared/data/elmo")
-def test_bilm_files_round_trip_through_a_t5lite_run(tmp_path):
+def test_bilm_files_round_trip_through_a_t5lite_run_and_the_cli(tmp_path):
     config = elmo.to_run(str(ELMO / "options.json"), str(ELMO / "lm_weights.hdf5"), str(tmp_path / "run"),
                          vocab_size=16)
     assert config.vocab_size == 16
     elmo.from_run(str(tmp_path / "run"), str(tmp_path / "options.json"), str(tmp_path / "weights.hdf5"))
     assert json.loads((tmp_path / "options.json").read_text()) == json.loads((ELMO / "options.json").read_text())
-    with h5py.File(ELMO / "lm_weights.hdf5") as original, h5py.File(tmp_path / "weights.hdf5") as written:
+    # The same through `t5lite convert --from_elmo / --to_elmo`.
+    cli.main(["convert", "--from_elmo", str(ELMO / "lm_weights.hdf5"), "--elmo_options", str(ELMO / "options.json"),
+              "--out", str(tmp_path / "cli_run")])
+    cli.main(["convert", "--to_elmo", str(tmp_path / "cli_run"), "--out", str(tmp_path / "cli_files")])
+    assert (tmp_path / "cli_files" / "options.json").read_text() == (tmp_path / "options.json").read_text()
+    with h5py.File(ELMO / "lm_weights.hdf5") as original, h5py.File(tmp_path / "weights.hdf5") as written, \
+            h5py.File(tmp_path / "cli_files" / "weights.hdf5") as from_cli:
         names = []
         original.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
         for name in names:
             np.testing.assert_array_equal(written[name][...], original[name][...], err_msg=name)
+            np.testing.assert_array_equal(from_cli[name][...], original[name][...], err_msg=name)
 
 
 @pytest.mark.skipif(not ELMO.exists(), reason="needs ../shared/data/elmo")
