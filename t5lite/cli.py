@@ -329,9 +329,11 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
         return _convert_quantized(args)
     if args.from_run:
         raise ConfigError("t5lite convert: --from_run RUN_DIR goes with --quantize int8")
-    if sum(map(bool, (args.from_hf, args.to_hf, args.merge))) != 1:
-        raise ConfigError("t5lite convert: give exactly one of --from_hf HF_DIR, --to_hf RUN_DIR or --merge RUN_DIR, "
-                          "and --out DIR")
+    if sum(map(bool, (args.from_hf, args.to_hf, args.merge, args.from_elmo, args.to_elmo))) != 1:
+        raise ConfigError("t5lite convert: give exactly one of --from_hf HF_DIR, --to_hf RUN_DIR, --merge RUN_DIR, "
+                          "--from_elmo WEIGHTS_HDF5 or --to_elmo RUN_DIR, and --out DIR")
+    if bool(args.from_elmo) != bool(args.elmo_options):
+        raise ConfigError("t5lite convert: --from_elmo WEIGHTS_HDF5 needs --elmo_options OPTIONS_JSON (and only it)")
     if args.peft_adapter and not args.from_hf:
         raise ConfigError("t5lite convert: --peft_adapter DIR goes with --from_hf BASE_DIR (the adapter's base)")
     writable.ensure_new_dir(args.out, "--out")
@@ -343,12 +345,25 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
         else:
             print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
                   f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+    elif args.from_elmo or args.to_elmo:
+        _convert_elmo(args)
     elif args.merge:
         checkpoint.merge_peft_run(args.merge, args.out)
         print(f"wrote the merged full checkpoint {args.out}")
     else:
         checkpoint.t5lite_to_hf(args.to_hf, args.out, preset=args.preset)
         print(f"wrote Hugging Face folder {args.out}")
+
+
+def _convert_elmo(args) -> None:
+    from t5lite.interop import elmo
+    if args.from_elmo:
+        elmo.to_run(args.elmo_options, args.from_elmo, args.out)
+        print(f"wrote t5lite ELMo run {args.out}; use it with --gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+    else:
+        os.makedirs(args.out, exist_ok=True)
+        elmo.from_run(args.to_elmo, os.path.join(args.out, "options.json"), os.path.join(args.out, "weights.hdf5"))
+        print(f"wrote {args.out}/options.json and {args.out}/weights.hdf5")
 
 
 def cmd_prepare(args, gin_files, gin_bindings) -> None:
@@ -469,6 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="write a weight-only quantised run (int8 kernels and per-output-channel scales) of "
                               "--from_hf HF_DIR or --from_run RUN_DIR")
     convert.add_argument("--from_run", default=None, help="with --quantize: a t5lite run directory to quantise")
+    convert.add_argument("--from_elmo", default=None, help="an original ELMo weights .hdf5 to import as a t5lite run")
+    convert.add_argument("--elmo_options", default=None, help="with --from_elmo: its options.json")
+    convert.add_argument("--to_elmo", default=None,
+                         help="a t5lite ELMo run to write as OUT/options.json + OUT/weights.hdf5")
     convert.set_defaults(fn=cmd_convert)
     tasks = sub.add_parser("tasks", parents=[common], help="list tasks or show preprocessed examples of one")
     tasks.add_argument("action", choices=["list", "show"])

@@ -12,6 +12,7 @@ from t5lite.data.converters import (DecoderOnlyLMFeatureConverter, EncDecFeature
                                     FeatureConverter, PrefixLMFeatureConverter)
 from t5lite.data.finetune_converters import (EncoderClassificationConverter, EncoderSpanConverter,
                                              EncoderTaggingConverter)
+from t5lite.data.word_converters import WordClassificationConverter, WordLMConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
@@ -22,13 +23,19 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
     "encoder_sbo": functools.partial(EncoderFeatureConverter, span_boundaries=True),
+    # Word-level recurrent models (t5lite.data.word_converters): ULMFiT's AWD-LSTM, ELMo (with chars).
+    "word_lm": WordLMConverter,
+    "word_lm_chars": functools.partial(WordLMConverter, chars=True),
+    "word_classification": WordClassificationConverter,
+    "word_classification_chars": functools.partial(WordClassificationConverter, chars=True),
 }
 
 
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM),
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
-    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head)."""
+    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
+    "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

@@ -36,6 +36,7 @@ def _apply(module, params, inputs):
 class _HeadEvaluator:
     """Reads, converts and batches the split once; `_outputs` runs the model on every batch."""
     converter = ""
+    model_inputs = MODEL_INPUTS
 
     def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
                  data_dir: str | None = None, max_examples: int | None = None):
@@ -46,7 +47,7 @@ class _HeadEvaluator:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
                             "check the split name, data_dir and max_examples")
         rows = converter_registry.get_feature_converter(self.converter).convert(self.examples, task_feature_lengths)
-        self.batches = [_fill({k: b[k] for k in MODEL_INPUTS}, batch_size)
+        self.batches = [_fill({k: b[k] for k in self.model_inputs}, batch_size)
                         for b in converters.batch(rows, batch_size, drop_remainder=False)]
 
     def __repr__(self):

@@ -6,6 +6,10 @@ them) as a t5lite `BiLM` and back, and contextual embeddings of whitespace-token
 
 With `stateful=True` the LSTM states carry from one batch to the next row by row, as the original
 TensorFlow bilm does (row i of a batch starts where row i of the previous batch stopped).
+
+`to_run` imports the files as a t5lite run directory (its biLM in `params["bilm"]`, what
+`BiLMObjective` trains and the frozen-ELMo classifier grafts); `from_run` writes a trained run's
+biLM back as the two files (the word softmax is not part of the format, as in bilm-tf's dump).
 """
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5lite.data.elmo_chars import batch_char_ids
-from t5lite.errors import CheckpointError, CheckpointNotFoundError
-from t5lite.models.recurrent import BiLM, BiLMConfig
+from t5lite.errors import CheckpointError, CheckpointNotFoundError, ConfigError
+from t5lite.infer import checkpoint_reader, predict
+from t5lite.interop.checkpoint import _write_run, read_model_config
+from t5lite.models.recurrent import BiLM, BiLMConfig, BiLMLanguageModel
 
 _LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
@@ -114,3 +120,30 @@ def embed(module: BiLM, variables: dict, sentences: Sequence[Sequence[str]], sta
         layers = np.asarray(layers)
         results.extend(layers[:, b, 1:len(s) + 1] for b, s in enumerate(chunk))
     return results
+
+
+def to_run(options_json: str, weights_hdf5: str, out_dir: str, vocab_size: int = 0) -> BiLMConfig:
+    """Writes the bilm files as a t5lite run (step 0). With `vocab_size` > 0 it gets a zero word
+    softmax of that size, so `BiLMObjective` can continue pre-training it."""
+    module, variables = load(options_json, weights_hdf5)
+    config = module.config.replace(vocab_size=vocab_size)
+    params = {"bilm": variables["params"]}
+    if vocab_size:
+        params["softmax_kernel"] = jnp.zeros((config.projection_dim, vocab_size))
+        params["softmax_bias"] = jnp.zeros((vocab_size,))
+    _write_run(BiLMLanguageModel(config), {"params": params}, out_dir, {"converted_from": os.path.abspath(weights_hdf5)})
+    return config
+
+
+def from_run(run_dir: str, options_json: str, weights_hdf5: str) -> BiLMConfig:
+    """Writes the biLM of a t5lite ELMo run (its latest checkpoint, or the given step) as the bilm files."""
+    step_dir = checkpoint_reader.step_directory(run_dir)
+    config = read_model_config(predict.run_dir(step_dir))
+    if not isinstance(config, BiLMConfig):
+        raise ConfigError(f"{run_dir} is a {config.arch} run, not an ELMo biLM one; give a run trained with "
+                          "BiLMObjective or imported with elmo.to_run")
+    abstract = jax.eval_shape(lambda: BiLM(config).init(jax.random.key(0), jnp.ones((1, 3, 50), jnp.int32),
+                                                        jnp.ones((1,), jnp.int32)))
+    params = checkpoint_reader.restore_params(step_dir, {"bilm": nn.unbox(abstract)["params"]})
+    save(BiLM(config), {"params": params["bilm"]}, options_json, weights_hdf5)
+    return config

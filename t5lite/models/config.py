@@ -18,6 +18,7 @@ import difflib
 from typing import Callable
 
 from t5lite.errors import CheckpointError, ConfigError, UnknownNameError, first_line
+from t5lite.models.recurrent_config import CONFIG_CLASSES, RECURRENT_PRESETS
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 POSITION_ENCODINGS = ("none", "learned", "sinusoidal", "t5_relative", "shaw_relative", "rotary", "disentangled")
@@ -226,12 +227,14 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
 
 
 def get_config(name: str, **overrides) -> ModelConfig:
-    """A named preset, optionally with fields replaced (`get_config("t5_small", dtype="bfloat16")`)."""
-    if name not in PRESETS:
-        close = difflib.get_close_matches(name, PRESETS, n=3)
+    """A named preset, optionally with fields replaced (`get_config("t5_small", dtype="bfloat16")`);
+    the recurrent families' presets (`elmo_*`, `awd_lstm*`) return their own config classes."""
+    presets = {**PRESETS, **RECURRENT_PRESETS}
+    if name not in presets:
+        close = difflib.get_close_matches(name, presets, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise UnknownNameError(f"unknown model preset {name!r}.{hint} Known presets: {', '.join(sorted(PRESETS))}")
-    return PRESETS[name]().replace(**overrides)
+        raise UnknownNameError(f"unknown model preset {name!r}.{hint} Known presets: {', '.join(sorted(presets))}")
+    return presets[name]().replace(**overrides)
 
 
 def save_config(config: ModelConfig, path: str) -> None:
@@ -242,14 +245,22 @@ def save_config(config: ModelConfig, path: str) -> None:
     epath.Path(path).write_text(json.dumps(dataclasses.asdict(config), indent=1, sort_keys=True), encoding="utf-8")
 
 
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
 def load_config(path: str) -> ModelConfig:
-    """A config `save_config` wrote; a file that is not one is a CheckpointError naming it."""
+    """A config `save_config` wrote (a recurrent family's by its `arch`); a file that is not one is
+    a CheckpointError naming it."""
     import json
 
     from etils import epath
     try:
         fields = json.loads(epath.Path(path).read_text(encoding="utf-8"))
-        return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        cls = CONFIG_CLASSES.get(fields.get("arch"), ModelConfig)
+        if cls is not ModelConfig:
+            fields.pop("arch")
+        return cls(**{k: _tuples(v) for k, v in fields.items()})
     except (ValueError, TypeError, AttributeError) as e:     # bad JSON, unknown or invalid fields, not an object
         raise CheckpointError(f"{path} is not a t5lite model config ({first_line(e)}); restore a good copy of "
                               "it (runs and `t5lite convert` write it next to the checkpoints)") from None
@@ -257,5 +268,7 @@ def load_config(path: str) -> ModelConfig:
 
 def config_changes(old: ModelConfig, new: ModelConfig) -> dict[str, tuple]:
     """{field: (old value, new value)} for each field that differs, in declaration order."""
-    return {f.name: (getattr(old, f.name), getattr(new, f.name)) for f in dataclasses.fields(ModelConfig)
+    if type(old) is not type(new):
+        return {"arch": (old.arch, new.arch)}
+    return {f.name: (getattr(old, f.name), getattr(new, f.name)) for f in dataclasses.fields(old)
             if getattr(old, f.name) != getattr(new, f.name)}

@@ -14,54 +14,12 @@ Parameters carry logical axis names (`char_vocab`, `conv_width`, `embed`, `mlp`,
 """
 from __future__ import annotations
 
-import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from t5lite.errors import ConfigError
 from t5lite.models.layers import ACTIVATIONS, param_with_axes
-
-
-@dataclasses.dataclass(frozen=True)
-class BiLMConfig:
-    """The fields of the original options.json (`char_cnn` and `lstm`)."""
-    filters: tuple[tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512),
-                                            (7, 1024))
-    char_embed_dim: int = 16
-    n_characters: int = 262
-    n_highway: int = 2
-    activation: str = "relu"
-    lstm_dim: int = 4096
-    projection_dim: int = 512
-    n_layers: int = 2
-    cell_clip: float | None = 3.0
-    proj_clip: float | None = 3.0
-    use_skip_connections: bool = True
-
-    @classmethod
-    def from_options(cls, options: dict) -> "BiLMConfig":
-        cnn, lstm = options["char_cnn"], options["lstm"]
-        if cnn.get("max_characters_per_token", 50) != 50:
-            raise ConfigError(f"options.json: max_characters_per_token "
-                              f"{cnn['max_characters_per_token']}; ELMo's character ids use 50")
-        return cls(filters=tuple(tuple(f) for f in cnn["filters"]),
-                   char_embed_dim=cnn["embedding"]["dim"], n_characters=cnn["n_characters"],
-                   n_highway=cnn["n_highway"], activation=cnn["activation"], lstm_dim=lstm["dim"],
-                   projection_dim=lstm["projection_dim"], n_layers=lstm["n_layers"],
-                   cell_clip=lstm.get("cell_clip"), proj_clip=lstm.get("proj_clip"),
-                   use_skip_connections=lstm.get("use_skip_connections", False))
-
-
-    def to_options(self) -> dict:
-        return {"char_cnn": {"filters": [list(f) for f in self.filters],
-                             "embedding": {"dim": self.char_embed_dim},
-                             "n_characters": self.n_characters, "n_highway": self.n_highway,
-                             "activation": self.activation, "max_characters_per_token": 50},
-                "lstm": {"dim": self.lstm_dim, "projection_dim": self.projection_dim,
-                         "n_layers": self.n_layers, "cell_clip": self.cell_clip,
-                         "proj_clip": self.proj_clip,
-                         "use_skip_connections": self.use_skip_connections}}
+from t5lite.models.recurrent_config import BiLMConfig
 
 
 _init = nn.initializers.normal(0.02)
@@ -141,26 +99,34 @@ class LSTMLayer(nn.Module):
                                     ("lstm_hidden", "embed")),
         }
 
-        def step(carry, inputs):
-            x_t, valid = inputs
-            new = lstm_step(params, carry, x_t, cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip)
-            carry = tuple(jnp.where(valid[:, None], n, o) for n, o in zip(new, carry))
-            return carry, jnp.where(valid[:, None], new[1], 0.0)
+        step = lambda carry, x_t: lstm_step(params, carry, x_t, cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip)
+        return masked_scan(step, initial, x, lengths)
 
-        valid = jnp.arange(x.shape[1])[:, None] < lengths[None, :]
-        final, out = jax.lax.scan(step, initial, (jnp.swapaxes(x, 0, 1), valid))
-        return jnp.swapaxes(out, 0, 1), final
+
+def masked_scan(step, initial, x, lengths):
+    """Runs `step((c, h), x_t) -> (c, h)` over x [B, T, in]; steps past a row's length keep its
+    state and output zeros. Returns (outputs h [B, T, out], final (c, h))."""
+    def masked(carry, inputs):
+        x_t, valid = inputs
+        new = step(carry, x_t)
+        carry = tuple(jnp.where(valid[:, None], n, o) for n, o in zip(new, carry))
+        return carry, jnp.where(valid[:, None], new[1], 0.0)
+
+    valid = jnp.arange(x.shape[1])[:, None] < lengths[None, :]
+    final, out = jax.lax.scan(masked, initial, (jnp.swapaxes(x, 0, 1), valid))
+    return jnp.swapaxes(out, 0, 1), final
 
 
 class BiLM(nn.Module):
     """Char ids [B, T, chars] and lengths [B] (boundary tokens included) -> (layers
     [n_layers + 1, B, T, 2 * projection_dim], final states). Layer 0 is the token vector twice;
     layer k the forward and backward outputs of LSTM layer k. `initial_states` (as returned,
-    [direction][layer] = (c, h)) continues from an earlier batch; None starts from zeros."""
+    [direction][layer] = (c, h)) continues from an earlier batch; None starts from zeros.
+    `enable_dropout` drops each LSTM layer's input (bilm-tf's DropoutWrapper) at `dropout_rate`."""
     config: BiLMConfig
 
     @nn.compact
-    def __call__(self, char_ids, lengths, initial_states=None):
+    def __call__(self, char_ids, lengths, initial_states=None, enable_dropout: bool = False):
         cfg = self.config
         tokens = CharCNN(cfg, name="char_cnn")(char_ids)
         batch = char_ids.shape[0]
@@ -173,8 +139,9 @@ class BiLM(nn.Module):
             h = tokens if d == 0 else reverse_within_lengths(tokens, lengths)
             states = []
             for layer in range(cfg.n_layers):
+                dropped = nn.Dropout(cfg.dropout_rate, deterministic=not enable_dropout)(h)
                 out, state = LSTMLayer(cfg, cfg.projection_dim, name=f"{direction}_{layer}")(
-                    h, lengths, initial_states[d][layer])
+                    dropped, lengths, initial_states[d][layer])
                 if cfg.use_skip_connections and layer > 0:
                     out = out + h
                 states.append(state)
@@ -183,3 +150,36 @@ class BiLM(nn.Module):
             finals.append(states)
         return jnp.stack([jnp.concatenate(pair, -1) for pair in outputs]), finals
 
+
+
+def bilm_inputs(tokens, flat_chars):
+    """(char ids [B, T, 50], lengths [B]) of the word-LM features."""
+    lengths = jnp.sum(tokens != 0, axis=-1).astype(jnp.int32)
+    return flat_chars.reshape(tokens.shape + (-1,)), lengths
+
+
+class BiLMLanguageModel(nn.Module):
+    """The biLM with its pre-training head: one word softmax shared by both directions (bilm-tf).
+    The word-LM features (t5lite.data.word_converters, `word_lm_chars`): word ids [B, T] (0 after
+    each sentence; they give the lengths) and char ids [B, T * 50] -> (forward logits, backward
+    logits), each [B, T, vocab]: position t's forward logits predict token t + 1, its backward
+    logits token t - 1. The biLM's params are `params["bilm"]` (what `t5lite.interop.elmo` reads
+    and writes)."""
+    config: BiLMConfig
+
+    @nn.compact
+    def __call__(self, encoder_input_tokens, encoder_input_chars, enable_dropout: bool = False,
+                 logits: bool = True):
+        """`logits=False` returns the (forward, backward) top states [B, T, projection] instead, for
+        a sampled softmax over `params["softmax_kernel"]` and `["softmax_bias"]`."""
+        cfg = self.config
+        layers, _ = BiLM(cfg, name="bilm")(*bilm_inputs(encoder_input_tokens, encoder_input_chars),
+                                           enable_dropout=enable_dropout)
+        top = nn.Dropout(cfg.dropout_rate, deterministic=not enable_dropout)(layers[-1])
+        kernel = param_with_axes(self, "softmax_kernel", _init, (cfg.projection_dim, cfg.vocab_size),
+                                 ("embed", "vocab"))
+        bias = param_with_axes(self, "softmax_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))
+        forward, backward = jnp.split(top, 2, axis=-1)
+        if not logits:
+            return forward, backward
+        return forward @ kernel + bias, backward @ kernel + bias

@@ -91,7 +91,10 @@ def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder
 
 
 def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
-    """Forward + backward FLOPs of one example (the backward pass costs twice the forward)."""
+    """Forward + backward FLOPs of one example (the backward pass costs twice the forward); the
+    recurrent families (t5lite.models.recurrent_config) count theirs per token of `encoder_length`."""
+    if hasattr(cfg, "forward_flops_per_token"):
+        return 3 * cfg.forward_flops_per_token() * encoder_length
     return 3 * forward_flops_per_example(cfg, encoder_length, decoder_length)
 
 

@@ -75,6 +75,11 @@ class Objective:
         """The module trained; its params are the train state's params (and the checkpoint's)."""
         return models.build(config)
 
+    def embedding_rows(self, config) -> int | None:
+        """The rows of the model's token embedding that the task's vocabulary must fit in; None when
+        the objective does not read the task's token ids (the word-level recurrent models)."""
+        return config.vocab_size
+
     def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
         """Dummy features to initialise the module with: ones of [1, length] per feature."""
         return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items()}
@@ -99,6 +104,10 @@ class Objective:
         total = jnp.sum(weights).astype(jnp.float32)
         return objective, token_metrics(token_loss, z, logits, batch[targets_key], weights, total)
 
+
+    def derived_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The logged metrics of a step, with any the objective derives from them (perplexity)."""
+        return metrics
 
     def initial_params(self, path: str, abstract_params) -> Any:
         """The params a run starts from given `train.initial_checkpoint_path`; a subtree left None

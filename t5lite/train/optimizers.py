@@ -1,7 +1,10 @@
-"""Optimizers and learning-rate schedules, built on optax, with T5X's defaults."""
+"""Optimizers and learning-rate schedules, built on optax, with T5X's defaults; ULMFiT's slanted
+triangular schedule, discriminative (layer-wise) learning rates and gradual unfreezing around any
+of them, for recurrent models and Transformers alike."""
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Callable, Mapping
 
 import gin
@@ -38,6 +41,91 @@ def warmup_cosine(peak_learning_rate: float = 3e-4, warmup_steps: int = 1000, de
                   end_fraction: float = 0.1) -> optax.Schedule:
     return optax.warmup_cosine_decay_schedule(0.0, peak_learning_rate, warmup_steps, max(decay_steps, warmup_steps + 1),
                                               peak_learning_rate * end_fraction)
+
+
+@gin.configurable
+def slanted_triangular(max_learning_rate: float = 0.01, total_steps: int = gin.REQUIRED, cut_frac: float = 0.1,
+                       ratio: float = 32.0) -> optax.Schedule:
+    """ULMFiT's STLR (Howard and Ruder, 2018, eq. 3): a linear rise over the first `cut_frac` of
+    `total_steps` from max / ratio to max, then a linear fall back to max / ratio.
+    cut = floor(T cut_frac); p = t / cut for t < cut, else 1 - (t - cut) / (cut (1 / cut_frac - 1));
+    lr = max (1 + p (ratio - 1)) / ratio."""
+    cut = max(int(total_steps * cut_frac), 1)
+
+    def schedule(step):
+        t = jnp.asarray(step, jnp.float32)
+        p = jnp.where(t < cut, t / cut, 1.0 - (t - cut) / (cut * (1.0 / cut_frac - 1.0)))
+        return max_learning_rate * (1.0 + p * (ratio - 1.0)) / ratio
+    return schedule
+
+
+# A parameter path element that names layer k: Transformer stacks (`layers_3`), AWD-LSTM's
+# (`lstm_3`) and ELMo's (`forward_1`, `backward_1`) LSTMs.
+_LAYER = re.compile(r"^(?:layers|lstm|forward|backward)_(\d+)$")
+
+
+def _path_keys(path) -> list[str]:
+    return [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+
+
+def layer_groups(param_specs: Any) -> tuple[Any, int]:
+    """(a tree of group ids like the params, the number of groups): 0 for the embeddings (a path
+    element containing `embed`, ELMo's `char_cnn`), k + 1 for layer k, and one top group after
+    the last layer for the rest (final norm, pooler, LM or task head), as ULMFiT's layer groups."""
+    def group(path, spec):
+        keys = _path_keys(path)
+        if "layers" in tuple(spec):
+            raise ConfigError("discriminative learning rates need one parameter per layer; load the model with "
+                              "scan_layers=False")
+        for key in keys:
+            match = _LAYER.match(key)
+            if match:
+                return int(match.group(1)) + 1
+        return 0 if any("embed" in k or k == "char_cnn" for k in keys) else -1
+
+    groups = jax.tree_util.tree_map_with_path(group, param_specs, is_leaf=lambda x: isinstance(x, P))
+    top = max(jax.tree.leaves(groups)) + 1
+    return jax.tree.map(lambda g: top if g < 0 else g, groups), top + 1
+
+
+def scale_by_group(groups: Any, factors: Any) -> optax.GradientTransformation:
+    """Multiplies each update by its group's factor (`factors[group]`)."""
+    def update(updates, state, params=None):
+        return jax.tree.map(lambda u, g: u * factors[g], updates, groups), state
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def freeze_below(groups: Any, num_groups: int, every: int) -> optax.GradientTransformation:
+    """Gradual unfreezing: zeroes the updates of every group but the top one for the first `every`
+    steps, then lets one more group (top down) train every `every` steps."""
+    def init(params):
+        return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+    def update(updates, state, params=None):
+        lowest = num_groups - 1 - state.count // every
+        updates = jax.tree.map(lambda u, g: jnp.where(g >= lowest, u, jnp.zeros_like(u)), updates, groups)
+        return updates, optax.ScaleByScheduleState(count=optax.safe_int32_increment(state.count))
+    return optax.GradientTransformation(init, update)
+
+
+@gin.configurable
+def layerwise(schedule: optax.Schedule = gin.REQUIRED, optimizer=gin.REQUIRED, decay: float = 2.6,
+              unfreeze_every: int = 0) -> OptimizerFactory:
+    """ULMFiT's discriminative fine-tuning around `optimizer` (`@adamw`, `@adafactor`): the top group's
+    rate is the schedule's, each lower one's is divided by `decay` (2.6; layer-wise lr decay of
+    Transformers is the same with decay 1 / 0.95 or so). With `unfreeze_every` > 0, gradual
+    unfreezing: only the top group trains at first, one more every `unfreeze_every` steps (ULMFiT:
+    one epoch). Frozen groups get zero gradients and updates. Groups: `layer_groups`."""
+    inner = optimizer(schedule=schedule)
+
+    def make(param_specs):
+        groups, n = layer_groups(param_specs)
+        tx = inner if isinstance(inner, optax.GradientTransformation) else inner(param_specs)
+        chain = [tx, scale_by_group(groups, tuple(decay ** -(n - 1 - g) for g in range(n)))]
+        if unfreeze_every:
+            chain = [freeze_below(groups, n, unfreeze_every), *chain, freeze_below(groups, n, unfreeze_every)]
+        return optax.chain(*chain)
+    return make
 
 
 @gin.configurable

@@ -40,6 +40,12 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("lora_group", None),
     ("prompt_tokens", None),  # prompt tuning's virtual tokens
     ("adapter", None),        # a bottleneck adapter's units
+    ("lstm_gates", "model"),  # t5lite.models.recurrent / awd_lstm: LSTM kernels [in, 4 * hidden]
+    ("lstm_in", "fsdp"),
+    ("lstm_hidden", None),
+    ("char_vocab", None),     # ELMo's char CNN and highway layers
+    ("conv_width", None),
+    ("highway", "fsdp"),
 )
 
 

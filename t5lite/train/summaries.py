@@ -77,26 +77,35 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def plot_loss_curve(metrics_path: str, out_path: str) -> str:
-    """A PNG of loss (and eval loss, if logged) against step."""
+    """A PNG of loss (and eval loss, if logged) against step; for a language model that logs
+    perplexity (the recurrent LMs), `perplexity.png` beside it too."""
+    records = read_metrics(metrics_path)
+    title = os.path.basename(os.path.dirname(storage.absolute(metrics_path))) or "training"
+    _plot(records, ("loss", "eval_loss"), "cross entropy per target token", title, out_path)
+    if any("perplexity" in r for r in records):
+        _plot(records, ("perplexity", "eval_perplexity", "eval_forward_perplexity", "eval_backward_perplexity"),
+              "perplexity", title, os.path.join(os.path.dirname(out_path), "perplexity.png"))
+    return out_path
+
+
+def _plot(records: list[dict], keys, ylabel: str, title: str, out_path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(metrics_path)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key in ("loss", "eval_loss"):
+    for key in keys:
         points = [(r["step"], r[key]) for r in records if key in r]
         if points:
             ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=key)
     ax.set_xlabel("step")
-    ax.set_ylabel("cross entropy per target token")
+    ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title(os.path.basename(os.path.dirname(storage.absolute(metrics_path))) or "training")
+    ax.set_title(title)
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
     epath.Path(out_path).write_bytes(png.getvalue())
-    return out_path

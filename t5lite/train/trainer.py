@@ -35,7 +35,8 @@ from t5lite.models import peft as peft_lib, quantization as quantization_lib
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
-from t5lite.train import distillation, electra, encoder_objectives, finetune_objectives  # noqa: F401
+from t5lite.train import (distillation, electra, encoder_objectives, finetune_objectives,  # noqa: F401
+                          recurrent_objectives)
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -165,7 +166,8 @@ class TrainTask:
         with context:
             return self.objective.loss_and_metrics(self.model, params, *args, **extra)
 
-    def train_step(self, state: TrainState, batch: dict, frozen=None, teacher=None, masks=None) -> tuple[TrainState, dict]:
+    def train_step(self, state: TrainState, batch: dict, frozen=None, teacher=None,
+                   masks=None) -> tuple[TrainState, dict]:
         """One update; `frozen` is a PEFT run's base params, `teacher` the objective's frozen arrays
         (`Objective.load_frozen`); gradients flow to `state.params` only. `masks`
         (t5lite.train.pruning) keep pruned weights at zero after the update."""
@@ -189,7 +191,7 @@ class TrainTask:
         params = optax.apply_updates(state.params, updates)
         if masks is not None:
             params = pruning_lib.apply_masks(params, masks)
-        metrics = {**ratio_metrics(sums), "learning_rate": self.schedule(state.step),
+        metrics = {**self.objective.derived_metrics(ratio_metrics(sums)), "learning_rate": self.schedule(state.step),
                    "grad_norm": optax.global_norm(grads)}
         metrics[FINITE] = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"]) & _all_finite(params)
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
@@ -384,7 +386,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         vocabulary = task.output_features["targets"].vocabulary
         vocab_lib.check_trainable(vocabulary)
         allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
-        vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
+        vocab_lib.check_identity(model_dir if resuming else None, vocabulary,
+                                 (objective or Objective()).embedding_rows(model), allow_mismatch)
         if initial_checkpoint_path and not resuming:
             vocab_lib.check_identity(source, vocabulary, allow_mismatch=allow_mismatch)
         if own is not None and source != model_dir:   # the fine-tuned run carries the tokenizer on

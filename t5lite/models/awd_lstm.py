@@ -1,0 +1,157 @@
+"""ULMFiT's AWD-LSTM (Merity et al., 2017; Howard and Ruder, 2018) as fastai builds it: a word
+embedding, a stack of plain LSTMs (torch.nn.LSTM's gates: input, forget, cell, output) and the
+dropouts that regularise it: embedding dropout (whole rows of the table), variational ("locked")
+dropout with one mask per sequence on the embeddings, between layers and on the output, and
+weight dropout (DropConnect) on each LSTM's hidden-to-hidden matrix, one mask per forward pass.
+
+`AWDLSTMLanguageModel` adds the decoder (tied to the embedding) for LM pre-training and target-domain
+fine-tuning; `AWDLSTMClassifier` the concat-pooling classifier ([last, max, mean] of the top layer ->
+50 -> classes; fastai's BatchNorm layers are left out). Both keep the encoder in `params["encoder"]`
+so a fine-tuned LM's encoder starts the classifier.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t5lite.models.layers import param_with_axes
+from t5lite.models.recurrent import masked_scan
+from t5lite.models.recurrent_config import AWDLSTMConfig
+
+
+def torch_lstm_step(params: dict, hidden_kernel, carry, x):
+    """One step of torch.nn.LSTM: carry (c, h) [B, hidden]; kernels [in or hidden, 4 * hidden]."""
+    c, h = carry
+    z = x @ params["input_kernel"] + h @ hidden_kernel + params["bias"]
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+    return c, nn.sigmoid(o) * jnp.tanh(c)
+
+
+def locked_dropout(module: nn.Module, x, rate: float, enabled: bool):
+    """Variational dropout of x [B, T, D]: one mask per sequence, the same at every step."""
+    if not enabled or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(module.make_rng("dropout"), 1.0 - rate, (x.shape[0], 1, x.shape[2]))
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+def _uniform(scale: float):
+    """U(-scale, scale), torch's LSTM init and fastai's embedding init."""
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -scale, scale)
+
+
+def lengths_of(tokens):
+    """Real tokens per row (pad id 0 after them)."""
+    return jnp.sum(tokens != 0, axis=-1).astype(jnp.int32)
+
+
+class WeightDropLSTM(nn.Module):
+    """One LSTM whose hidden-to-hidden kernel is DropConnect-ed at `weight_p` when training (the
+    dropped kernel is sown as `intermediates/dropped_hidden_kernel`). Init as torch: U(+-1/sqrt(h))."""
+    input_dim: int
+    hidden_dim: int
+    weight_p: float = 0.0
+
+    @nn.compact
+    def __call__(self, x, lengths, enable_dropout: bool = False):
+        h = self.hidden_dim
+        init = _uniform(1.0 / h ** 0.5)
+        params = {"input_kernel": param_with_axes(self, "input_kernel", init, (self.input_dim, 4 * h),
+                                                  ("lstm_in", "lstm_gates")),
+                  "bias": param_with_axes(self, "bias", init, (4 * h,), ("lstm_gates",))}
+        hidden_kernel = param_with_axes(self, "hidden_kernel", init, (h, 4 * h), ("lstm_hidden", "lstm_gates"))
+        if enable_dropout and self.weight_p > 0.0:
+            keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - self.weight_p, hidden_kernel.shape)
+            hidden_kernel = jnp.where(keep, hidden_kernel / (1.0 - self.weight_p), 0.0)
+            self.sow("intermediates", "dropped_hidden_kernel", hidden_kernel)
+        zeros = jnp.zeros((x.shape[0], h), x.dtype)
+        out, _ = masked_scan(lambda carry, x_t: torch_lstm_step(params, hidden_kernel, carry, x_t),
+                             (zeros, zeros), x, lengths)
+        return out
+
+
+class AWDLSTM(nn.Module):
+    """Token ids [B, T] (pad 0 at the end) -> every LSTM layer's output, a list of [B, T, width]."""
+    config: AWDLSTMConfig
+
+    @nn.compact
+    def __call__(self, tokens, enable_dropout: bool = False):
+        cfg = self.config
+        table = param_with_axes(self, "embedding", _uniform(0.1), (cfg.vocab_size, cfg.emb_dim), ("vocab", "embed"))
+        if enable_dropout and cfg.embed_p > 0.0:   # drops whole words: rows of the table
+            keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - cfg.embed_p, (cfg.vocab_size, 1))
+            table = jnp.where(keep, table / (1.0 - cfg.embed_p), 0.0)
+        lengths = lengths_of(tokens)
+        x = locked_dropout(self, table[tokens], cfg.input_p, enable_dropout)
+        outputs = []
+        for k, (input_dim, hidden_dim) in enumerate(cfg.layer_dims()):
+            x = WeightDropLSTM(input_dim, hidden_dim, cfg.weight_p, name=f"lstm_{k}")(x, lengths, enable_dropout)
+            outputs.append(x)
+            if k < cfg.n_layers - 1:
+                x = locked_dropout(self, x, cfg.hidden_p, enable_dropout)
+        return outputs
+
+
+class AWDLSTMLanguageModel(nn.Module):
+    """Token ids [B, T] -> logits [B, T, vocab] of the next token (decoder tied to the embedding)."""
+    config: AWDLSTMConfig
+
+    @nn.compact
+    def __call__(self, encoder_input_tokens, enable_dropout: bool = False):
+        tokens = encoder_input_tokens
+        cfg = self.config
+        encoder = AWDLSTM(cfg, name="encoder")
+        top = locked_dropout(self, encoder(tokens, enable_dropout)[-1], cfg.output_p, enable_dropout)
+        bias = param_with_axes(self, "decoder_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))
+        if cfg.tie_weights:
+            kernel = nn.unbox(encoder.variables["params"]["embedding"]).T
+        else:
+            kernel = param_with_axes(self, "decoder_kernel", _uniform(0.1), (cfg.emb_dim, cfg.vocab_size),
+                                     ("embed", "vocab"))
+        return top @ kernel + bias
+
+
+def concat_pool(outputs, lengths):
+    """fastai's masked concat pooling of [B, T, D] over each row's real steps: [last, max, mean]."""
+    valid = (jnp.arange(outputs.shape[1])[None, :] < lengths[:, None])[..., None]
+    last = jnp.take_along_axis(outputs, jnp.maximum(lengths - 1, 0)[:, None, None], axis=1)[:, 0]
+    largest = jnp.max(jnp.where(valid, outputs, -jnp.inf), axis=1)
+    mean = jnp.sum(jnp.where(valid, outputs, 0.0), axis=1) / jnp.maximum(lengths, 1)[:, None]
+    return jnp.concatenate([last, largest, mean], axis=-1)
+
+
+class PoolingClassifierHead(nn.Module):
+    """Concat-pooled features -> dropout -> `hidden` ReLU units -> dropout -> class logits."""
+    num_classes: int
+    hidden: int = 50
+    dropout_rate: float = 0.1
+
+    @nn.compact
+    def __call__(self, pooled, enable_dropout: bool = False):
+        x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(pooled)
+        x = nn.relu(nn.Dense(self.hidden, name="hidden",
+                             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                                      ("embed", "mlp")),
+                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x))
+        x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(x)
+        return nn.Dense(self.num_classes, name="out",
+                        kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("mlp", "classes")),
+                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
+
+
+class AWDLSTMClassifier(nn.Module):
+    """ULMFiT's classifier: token ids [B, T] -> logits [B, classes] (concat pooling of the top layer)."""
+    config: AWDLSTMConfig
+    num_classes: int = 2
+    hidden: int = 50
+
+    @nn.compact
+    def __call__(self, encoder_input_tokens, enable_dropout: bool = False):
+        tokens = encoder_input_tokens
+        cfg = self.config
+        top = AWDLSTM(cfg, name="encoder")(tokens, enable_dropout)[-1]
+        top = locked_dropout(self, top, cfg.output_p, enable_dropout)
+        pooled = concat_pool(top, lengths_of(tokens))
+        return PoolingClassifierHead(self.num_classes, self.hidden, cfg.output_p, name="head")(pooled, enable_dropout)

@@ -1,0 +1,282 @@
+"""The recurrent families' objectives (train with the word converters of t5lite.data.word_converters,
+`train.pack = False`):
+
+- `BiLMObjective`: ELMo's pre-training, the forward and the backward LM's cross entropy over one
+  word softmax, averaged (bilm-tf); full, or sampled in training (`num_sampled`); `word_lm_chars`.
+- `AWDLSTMLMObjective`: ULMFiT's LM pre-training and target-domain fine-tuning (the same objective
+  on the task's text, `train.initial_checkpoint_path` = the pre-trained run); `word_lm`.
+- `RecurrentClassificationObjective`: ULMFiT's classifier (`backbone="awd_lstm"`, the encoder grafted
+  from an LM run) or a frozen ELMo + scalar mix + small task model (`backbone="elmo"`, the biLM
+  grafted from a `BiLMObjective` run); `word_classification(_chars)`.
+
+LM runs log `perplexity` (exp of the mean token loss) and evaluate validation perplexity.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any, Mapping
+
+import gin
+import jax
+import jax.numpy as jnp
+import optax
+
+from t5lite.data import converter_registry, converters
+from t5lite.data.word_vocab import word_vocabulary
+from t5lite.errors import ConfigError, DataError
+from t5lite.infer import checkpoint_reader, classify
+from t5lite.infer.evaluation import EvalResult
+from t5lite.models.awd_lstm import AWDLSTMClassifier, AWDLSTMLanguageModel
+from t5lite.models.feature_classifier import FrozenELMoClassifier
+from t5lite.models.recurrent import BiLMLanguageModel
+from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
+from t5lite.train.objective import LossConfig, Objective
+
+
+def _check_config(config, expected: type, objective: str):
+    if not isinstance(config, expected):
+        preset = "elmo_tiny" if expected is BiLMConfig else "awd_lstm_tiny"
+        raise ConfigError(f"{objective} trains a {expected.__name__}; got a {type(config).__name__}: set "
+                          f"model_config.preset to one of its presets (e.g. '{preset}')")
+    size = word_vocabulary().vocab_size
+    if size > config.vocab_size:
+        raise ConfigError(f"the word vocabulary has {size} ids but the model's softmax has {config.vocab_size}: set "
+                          f"model_config.vocab_size = {size} or a smaller word_vocabulary.size")
+
+
+def log_uniform_sample(rng, num_sampled: int, range_max: int):
+    """`num_sampled` ids in [0, range_max) drawn with replacement from TF's log-uniform (Zipfian)
+    candidate sampler, P(k) = log((k + 2) / (k + 1)) / log(range_max + 1) (a vocabulary sorted
+    by falling frequency), and log P of each."""
+    u = jax.random.uniform(rng, (num_sampled,))
+    ids = jnp.clip(jnp.floor(jnp.exp(u * jnp.log(range_max + 1.0))) - 1, 0, range_max - 1).astype(jnp.int32)
+    return ids, log_uniform_log_prob(ids, range_max)
+
+
+def log_uniform_log_prob(ids, range_max: int):
+    ids = ids.astype(jnp.float32)
+    return jnp.log(jnp.log((ids + 2.0) / (ids + 1.0)) / jnp.log(range_max + 1.0))
+
+
+def sampled_softmax_losses(hidden, kernel, bias, targets, sampled, sampled_log_prob, num_sampled: int):
+    """Per-position sampled softmax cross entropy (Jean et al., 2015; tf.nn.sampled_softmax_loss with
+    replacement and accidental hits removed): the true word against the shared sampled words, each
+    logit minus log(num_sampled * P(word)). hidden [..., d], targets [...] -> [...]."""
+    true_logits = jnp.sum(hidden * kernel.T[targets], -1) + bias[targets]
+    true_logits = true_logits - (jnp.log(num_sampled) + log_uniform_log_prob(targets, kernel.shape[1]))
+    sampled_logits = hidden @ kernel[:, sampled] + bias[sampled] - (jnp.log(num_sampled) + sampled_log_prob)
+    sampled_logits = jnp.where(sampled == targets[..., None], -1e30, sampled_logits)
+    logits = jnp.concatenate([true_logits[..., None], sampled_logits], -1)
+    return -jax.nn.log_softmax(logits)[..., 0]
+
+
+def _shifted(values, tokens, direction: str):
+    """(the positions' values, their targets, weights) of one direction's predictions."""
+    weights = (tokens[:, 1:] != 0).astype(jnp.float32)    # both: the pair (t, t + 1) lies in the sentence
+    if direction == "forward":
+        return values[:, :-1], tokens[:, 1:], weights
+    return values[:, 1:], tokens[:, :-1], weights
+
+
+def lm_token_losses(logits, tokens, direction: str):
+    """(summed cross entropy, summed correct, count) of one direction's next-word predictions;
+    `tokens` [B, T] word ids, 0 after each sentence."""
+    logits, targets, weights = _shifted(logits, tokens, direction)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+    correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+    return jnp.sum(ce * weights), jnp.sum(correct * weights), jnp.sum(weights)
+
+
+class _WordObjective(Objective):
+    """The word-level models read t5lite.data.word_vocab ids, not the task's subword ids."""
+
+    def embedding_rows(self, config):
+        return None
+
+
+class _WordLMObjective(_WordObjective):
+    """What both LMs share: the word features, per-prediction normalising, perplexity."""
+    directions: tuple[str, ...] = ("forward",)
+    converter = "word_lm"
+
+    def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
+        return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items()}
+
+    def normalizers(self, batch, loss: LossConfig) -> dict[str, Any]:
+        predictions = jnp.sum(batch["encoder_input_tokens"][:, 1:] != 0).astype(jnp.float32)
+        return {"predictions": jnp.maximum(predictions * len(self.directions), 1.0)}
+
+    def logits(self, module, params, batch, rng):
+        inputs = {k: batch[k] for k in ("encoder_input_tokens", "encoder_input_chars") if k in batch}
+        if rng is None:
+            out = module.apply({"params": params}, **inputs)
+        else:
+            out = module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng})
+        return out if isinstance(out, tuple) else (out,)
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        tokens = batch["encoder_input_tokens"]
+        total, correct, metrics = 0.0, 0.0, {}
+        for direction, logits in zip(self.directions, self.logits(module, params, batch, rng)):
+            ce, right, n = lm_token_losses(logits, tokens, direction)
+            total, correct = total + ce, correct + right
+            if len(self.directions) > 1:
+                metrics[f"{direction}_loss"] = (ce, n)
+        n = n * len(self.directions)
+        metrics.update(loss=(total, n), accuracy=(correct, n), target_tokens=n)
+        return total / normalizers["predictions"], metrics
+
+    def derived_metrics(self, metrics: dict) -> dict:
+        """Perplexities from the mean losses."""
+        out = dict(metrics)
+        for key in [k for k in metrics if k.endswith("loss") and not k.endswith("z_loss")]:
+            out[key[:-4] + "perplexity"] = jnp.exp(metrics[key])
+        return out
+
+    def evaluators(self, task, split, task_feature_lengths, batch_size=32, data_dir=None, max_examples=None, **_):
+        return {task.name: PerplexityEvaluator(self, task, split, task_feature_lengths, batch_size, data_dir,
+                                               max_examples)}
+
+
+class PerplexityEvaluator:
+    """Validation perplexity of an LM objective over a split (each direction and overall)."""
+
+    def __init__(self, objective: _WordLMObjective, task, split, task_feature_lengths, batch_size: int = 32,
+                 data_dir=None, max_examples=None):
+        self.objective, self.task, self.split = objective, task, split
+        examples = list(itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir),
+                                         max_examples))
+        if not examples:
+            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
+        rows = converter_registry.get_feature_converter(objective.converter).convert(examples, task_feature_lengths)
+        batches = converters.batch(rows, batch_size, drop_remainder=False)
+        self.batches = [classify._fill({k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}, batch_size)
+                        for b in batches]
+
+    def evaluate(self, module, params) -> EvalResult:
+        sums = [jax.device_get(_eval_sums(self.objective, module, params, b)) for b in self.batches]
+        totals = {k: sum(float(s[k][0]) for s in sums) for k in sums[0]}
+        count = sum(float(s["loss"][1]) for s in sums)
+        per_direction = count / len(self.objective.directions)
+        scores = {"perplexity": math.exp(totals["loss"] / count), "loss": totals["loss"] / count}
+        for k in totals:
+            if k.endswith("_loss"):
+                scores[k[:-4] + "perplexity"] = math.exp(totals[k] / per_direction)
+        return EvalResult(scores, [])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _eval_sums(objective, module, params, batch):
+    _, metrics = objective.loss_and_metrics(module, params, batch, None, {"predictions": 1.0}, None)
+    return {k: v for k, v in metrics.items() if isinstance(v, tuple)}
+
+
+@gin.configurable
+class BiLMObjective(_WordLMObjective):
+    """`num_sampled` > 0 trains with a sampled softmax of that many log-uniform samples per step
+    (bilm-tf: 8192), shared by the batch; the logged training loss (and perplexity) is then the
+    sampled one, the evaluation's always the full softmax's."""
+    directions = ("forward", "backward")
+    converter = "word_lm_chars"
+
+    def __init__(self, num_sampled: int = 0):
+        self.num_sampled = num_sampled
+
+    def __repr__(self):
+        return f"BiLMObjective(num_sampled={self.num_sampled})"
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        if not self.num_sampled or rng is None:
+            return super().loss_and_metrics(module, params, batch, rng, normalizers, loss)
+        tokens = batch["encoder_input_tokens"]
+        dropout_rng, sample_rng = jax.random.split(rng)
+        states = module.apply({"params": params}, tokens, batch["encoder_input_chars"], enable_dropout=True,
+                              logits=False, rngs={"dropout": dropout_rng})
+        sampled, log_prob = log_uniform_sample(sample_rng, self.num_sampled, module.config.vocab_size)
+        total, metrics = 0.0, {}
+        for direction, hidden in zip(self.directions, states):
+            hidden, targets, weights = _shifted(hidden, tokens, direction)
+            ce = jnp.sum(weights * sampled_softmax_losses(hidden, params["softmax_kernel"], params["softmax_bias"],
+                                                          targets, sampled, log_prob, self.num_sampled))
+            total = total + ce
+            metrics[f"{direction}_loss"] = (ce, jnp.sum(weights))
+        n = 2 * jnp.sum(weights)
+        metrics.update(loss=(total, n), target_tokens=n)
+        return total / normalizers["predictions"], metrics
+
+    def build_model(self, config):
+        _check_config(config, BiLMConfig, "BiLMObjective")
+        return BiLMLanguageModel(config)
+
+
+@gin.configurable
+class AWDLSTMLMObjective(_WordLMObjective):
+    def __repr__(self):
+        return "AWDLSTMLMObjective()"
+
+    def build_model(self, config):
+        _check_config(config, AWDLSTMConfig, "AWDLSTMLMObjective")
+        return AWDLSTMLanguageModel(config)
+
+
+class WordClassificationEvaluator(classify.ClassificationEvaluator):
+    """Accuracy (the task's metrics) of a word-level classifier."""
+
+    def __init__(self, *args, chars: bool = False, **kwargs):
+        self.converter = "word_classification_chars" if chars else "word_classification"
+        self.model_inputs = ("encoder_input_tokens", "encoder_input_chars") if chars else ("encoder_input_tokens",)
+        super().__init__(*args, **kwargs)
+
+
+@gin.configurable
+class RecurrentClassificationObjective(_WordObjective):
+    """Cross entropy on `label` of ULMFiT's classifier (`backbone="awd_lstm"`) or of a frozen ELMo's
+    scalar mix + `task_model` ("bilstm" or "linear"; `backbone="elmo"`)."""
+
+    def __init__(self, num_labels: int = 2, backbone: str = "awd_lstm", task_model: str = "bilstm", hidden: int = 50):
+        if backbone not in ("awd_lstm", "elmo"):
+            raise ConfigError(f"RecurrentClassificationObjective.backbone={backbone!r}: expected 'awd_lstm' or 'elmo'")
+        self.num_labels, self.backbone, self.task_model, self.hidden = num_labels, backbone, task_model, hidden
+
+    def __repr__(self):
+        return (f"RecurrentClassificationObjective(num_labels={self.num_labels}, backbone={self.backbone!r}, "
+                f"task_model={self.task_model!r}, hidden={self.hidden})")
+
+    @property
+    def chars(self) -> bool:
+        return self.backbone == "elmo"
+
+    def build_model(self, config):
+        if self.backbone == "elmo":
+            _check_config(config, BiLMConfig, "RecurrentClassificationObjective(backbone='elmo')")
+            return FrozenELMoClassifier(config, self.num_labels, self.task_model, self.hidden)
+        _check_config(config, AWDLSTMConfig, "RecurrentClassificationObjective(backbone='awd_lstm')")
+        return AWDLSTMClassifier(config, self.num_labels, self.hidden)
+
+    def init_features(self, feature_lengths):
+        keys = ("encoder_input_tokens", "encoder_input_chars") if self.chars else ("encoder_input_tokens",)
+        return {k: jnp.ones((1, feature_lengths[k]), jnp.int32) for k in keys}
+
+    def normalizers(self, batch, loss):
+        return {"examples": jnp.asarray(batch["label"].shape[0], jnp.float32)}
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        inputs = {k: batch[k] for k in self.init_features(dict.fromkeys(batch, 0))}
+        logits = module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng})
+        labels = batch["label"].reshape(-1)
+        per_example = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        n = jnp.asarray(labels.shape[0], jnp.float32)
+        correct = jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+        return jnp.sum(per_example) / normalizers["examples"], {"loss": (jnp.sum(per_example), n),
+                                                                 "accuracy": (correct, n), "examples": n}
+
+    def initial_params(self, path, abstract_params):
+        """The LM run's encoder (AWD-LSTM) or biLM (ELMo); the rest keeps its fresh init."""
+        part = "bilm" if self.chars else "encoder"
+        grafted = checkpoint_reader.restore_params(path, {part: abstract_params[part]})
+        return {k: grafted[part] if k == part else None for k in abstract_params}
+
+    def evaluators(self, task, split, task_feature_lengths, **kwargs):
+        return {task.name: WordClassificationEvaluator(task, split, task_feature_lengths, chars=self.chars, **kwargs)}

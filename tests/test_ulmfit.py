@@ -1,0 +1,231 @@
+"""ULMFiT: AWD-LSTM against torch.nn.LSTM, its dropouts, concat pooling, and the fine-tuning pieces
+(slanted triangular rates, discriminative rates, gradual unfreezing) against the paper's formulas."""
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from t5lite.models.awd_lstm import AWDLSTM, AWDLSTMClassifier, AWDLSTMLanguageModel, concat_pool
+from t5lite.models.recurrent_config import AWDLSTMConfig
+from t5lite.train import optimizers
+
+TINY = AWDLSTMConfig(vocab_size=50, emb_dim=6, hidden_dim=10, n_layers=3)
+
+
+def _tokens():
+    tokens = np.random.default_rng(0).integers(1, TINY.vocab_size, (2, 7)).astype(np.int32)
+    tokens[1, 5:] = 0      # a shorter second row
+    return tokens
+
+
+def _torch_reference(params, tokens, cfg, hidden_kernels=None):
+    """fastai's AWD-LSTM forward without dropout: embedding, then one torch.nn.LSTM per layer."""
+    torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference LSTM")
+    x = torch.tensor(np.asarray(params["embedding"]))[torch.tensor(tokens, dtype=torch.long)]
+    outputs = []
+    for k, (n_in, hidden) in enumerate(cfg.layer_dims()):
+        p = params[f"lstm_{k}"]
+        lstm = torch.nn.LSTM(n_in, hidden, batch_first=True)
+        hh = np.asarray(p["hidden_kernel"] if hidden_kernels is None else hidden_kernels[k])
+        with torch.no_grad():
+            lstm.weight_ih_l0.copy_(torch.tensor(np.asarray(p["input_kernel"]).T))
+            lstm.weight_hh_l0.copy_(torch.tensor(hh.T))
+            lstm.bias_ih_l0.copy_(torch.tensor(np.asarray(p["bias"])))
+            lstm.bias_hh_l0.zero_()
+            x = lstm(x)[0]
+        outputs.append(x.numpy())
+    return outputs
+
+
+def _init(module, *args):
+    return nn.unbox(module.init(jax.random.key(0), *args))["params"]
+
+
+def test_awd_lstm_without_dropout_equals_torch_lstm():
+    tokens = _tokens()
+    params = _init(AWDLSTM(TINY), tokens)
+    ours = AWDLSTM(TINY).apply({"params": params}, tokens)
+    ref = _torch_reference(params, tokens, TINY)
+    for k, (o, r) in enumerate(zip(ours, ref)):
+        # Row 1 stops at its length (zeros after it); torch runs on over the padding.
+        np.testing.assert_allclose(np.asarray(o)[0], r[0], rtol=1e-4, atol=1e-6, err_msg=f"layer {k}")
+        np.testing.assert_allclose(np.asarray(o)[1, :5], r[1, :5], rtol=1e-4, atol=1e-6, err_msg=f"layer {k}")
+        assert not np.asarray(o)[1, 5:].any()
+    assert [o.shape[-1] for o in ours] == [10, 10, 6]
+
+
+def test_weight_drop_masks_hidden_to_hidden_only():
+    cfg = TINY.replace(embed_p=0.0, input_p=0.0, hidden_p=0.0, output_p=0.0, weight_p=0.5)
+    tokens = _tokens()
+    params = _init(AWDLSTM(cfg), tokens)
+    outputs, state = AWDLSTM(cfg).apply({"params": params}, tokens, enable_dropout=True,
+                                        rngs={"dropout": jax.random.key(3)}, mutable=["intermediates"])
+    dropped = [np.asarray(state["intermediates"][f"lstm_{k}"]["dropped_hidden_kernel"][0]) for k in range(3)]
+    for k, d in enumerate(dropped):
+        kernel = np.asarray(params[f"lstm_{k}"]["hidden_kernel"])
+        zero = d == 0
+        assert 0.3 < zero.mean() < 0.7
+        np.testing.assert_allclose(d[~zero], kernel[~zero] / 0.5, rtol=1e-6)
+    # The input kernels and biases are untouched: torch with only weight_hh replaced gives the output.
+    ref = _torch_reference(params, tokens, cfg, hidden_kernels=dropped)
+    np.testing.assert_allclose(np.asarray(outputs[-1])[0], ref[-1][0], rtol=1e-4, atol=1e-6)
+
+
+def test_locked_dropout_uses_one_mask_per_sequence_for_every_step():
+    from t5lite.models.awd_lstm import locked_dropout
+
+    class Probe(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return locked_dropout(self, x, 0.5, True)
+
+    out = np.asarray(Probe().apply({}, jnp.ones((8, 5, 16)), rngs={"dropout": jax.random.key(0)}))
+    assert set(np.unique(out)) == {0.0, 2.0}                       # dropped, or kept and scaled by 1 / (1 - p)
+    assert (out == out[:, :1]).all()                                # the same mask at every step of a sequence
+    assert len({row[0].tobytes() for row in out}) > 1               # and another mask for another sequence
+
+
+def test_embedding_dropout_drops_whole_rows():
+    cfg = TINY.replace(embed_p=0.5, input_p=0.0, hidden_p=0.0, output_p=0.0, weight_p=0.0)
+    tokens = np.arange(1, 41, dtype=np.int32).reshape(1, 40)
+    params = _init(AWDLSTM(cfg), tokens)
+    out = AWDLSTM(cfg).apply({"params": params}, tokens[:, :1], enable_dropout=True, rngs={"dropout": jax.random.key(0)})
+    plain = AWDLSTM(cfg).apply({"params": params}, tokens[:, :1])
+    both = [AWDLSTM(cfg).apply({"params": dict(params, embedding=params["embedding"] * s)}, tokens[:, :1])[-1]
+            for s in (0.0, 2.0)]
+    assert any(np.allclose(np.asarray(out[-1]), np.asarray(b), rtol=1e-5, atol=1e-7) for b in both)
+    assert not np.allclose(np.asarray(out[-1]), np.asarray(plain[-1]))
+
+
+def test_concat_pool_matches_numpy():
+    x = np.random.default_rng(1).normal(size=(3, 5, 4)).astype(np.float32)
+    lengths = np.array([5, 2, 1])
+    ours = np.asarray(concat_pool(jnp.asarray(x), jnp.asarray(lengths)))
+    for b, n in enumerate(lengths):
+        expected = np.concatenate([x[b, n - 1], x[b, :n].max(0), x[b, :n].mean(0)])
+        np.testing.assert_allclose(ours[b], expected, rtol=1e-6)
+
+
+def test_lm_decoder_is_tied_and_classifier_shapes():
+    tokens = _tokens()
+    lm = AWDLSTMLanguageModel(TINY)
+    params = _init(lm, tokens)
+    assert "decoder_kernel" not in params and set(params) == {"encoder", "decoder_bias"}
+    logits = lm.apply({"params": params}, tokens)
+    top = AWDLSTM(TINY).apply({"params": params["encoder"]}, tokens)[-1]
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(top @ params["encoder"]["embedding"].T), rtol=1e-5,
+                               atol=1e-6)
+    clf = AWDLSTMClassifier(TINY, num_classes=3)
+    assert clf.apply({"params": _init(clf, tokens)}, tokens).shape == (2, 3)
+
+
+# --- ULMFiT's fine-tuning pieces.
+
+def _stlr_reference(t, T, lr_max, cut_frac=0.1, ratio=32):
+    """Howard and Ruder (2018), eq. 3."""
+    cut = math.floor(T * cut_frac)
+    p = t / cut if t < cut else 1 - (t - cut) / (cut * (1 / cut_frac - 1))
+    return lr_max * (1 + p * (ratio - 1)) / ratio
+
+
+def test_slanted_triangular_matches_the_paper_step_by_step():
+    total = 200
+    schedule = optimizers.slanted_triangular(max_learning_rate=0.01, total_steps=total)
+    ours = np.array([float(schedule(t)) for t in range(total + 1)])
+    expected = np.array([_stlr_reference(t, total, 0.01) for t in range(total + 1)])
+    np.testing.assert_allclose(ours, expected, rtol=1e-6)
+    assert ours.argmax() == 20 and math.isclose(ours[0], 0.01 / 32, rel_tol=1e-6)
+
+
+def _specs():
+    """A Transformer-like tree (embeddings, two layers, a head) and an AWD-LSTM classifier's."""
+    return {"token_embedder": {"embedding": P("vocab", "embed")},
+            "encoder": {"layers_0": {"kernel": P("embed", "mlp")}, "layers_1": {"kernel": P("embed", "mlp")},
+                        "encoder_norm": {"scale": P("embed")}},
+            "head": {"kernel": P("embed", "classes")}}
+
+
+def test_layer_groups_of_transformer_and_awd_lstm():
+    groups, n = optimizers.layer_groups(_specs())
+    assert n == 4
+    assert groups["token_embedder"]["embedding"] == 0
+    assert groups["encoder"]["layers_0"]["kernel"] == 1 and groups["encoder"]["layers_1"]["kernel"] == 2
+    assert groups["encoder"]["encoder_norm"]["scale"] == 3 and groups["head"]["kernel"] == 3
+    clf = AWDLSTMClassifier(TINY)
+    specs = nn.get_partition_spec(jax.eval_shape(lambda: clf.init(jax.random.key(0), _tokens())))["params"]
+    groups, n = optimizers.layer_groups(specs)
+    assert n == 5     # fastai's awd_lstm_clas_split: embedding, 3 LSTMs, classifier
+    assert groups["encoder"]["embedding"] == 0 and groups["encoder"]["lstm_2"]["hidden_kernel"] == 3
+    assert all(g == 4 for g in jax.tree.leaves(groups["head"]))
+
+
+def _params():
+    rng = np.random.default_rng(0)
+    shapes = {"token_embedder": {"embedding": (4, 3)},
+              "encoder": {"layers_0": {"kernel": (3, 2)}, "layers_1": {"kernel": (3, 2)},
+                          "encoder_norm": {"scale": (3,)}},
+              "head": {"kernel": (3, 2)}}
+    return jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s), jnp.float32), shapes,
+                        is_leaf=lambda x: isinstance(x, tuple))
+
+
+def test_discriminative_rates_are_sgd_steps_divided_by_2_6_per_group():
+    lr = 0.1
+    make = optimizers.layerwise(schedule=optax.constant_schedule(lr), optimizer=lambda schedule: optax.sgd(schedule),
+                                decay=2.6)
+    tx = make(_specs())
+    params = _params()
+    grads = jax.tree.map(lambda p: jnp.ones_like(p) * 0.5, params)
+    state = tx.init(params)
+    for step in range(3):
+        updates, state = tx.update(grads, state, params)
+        # theta_l <- theta_l - eta_l grad, eta_{l-1} = eta_l / 2.6 (ULMFiT eq. 2), top group at eta.
+        for path, group in (((("token_embedder", "embedding")), 0), (("encoder", "layers_0", "kernel"), 1),
+                            (("encoder", "layers_1", "kernel"), 2), (("encoder", "encoder_norm", "scale"), 3),
+                            (("head", "kernel"), 3)):
+            u = updates
+            for key in path:
+                u = u[key]
+            np.testing.assert_allclose(np.asarray(u), -lr / 2.6 ** (3 - group) * 0.5, rtol=1e-6)
+
+
+def test_gradual_unfreezing_trains_one_more_group_every_n_steps_with_adam():
+    every = 2
+    make = optimizers.layerwise(schedule=optax.constant_schedule(0.01), optimizer=lambda schedule: optax.adam(schedule),
+                                decay=1.0, unfreeze_every=every)
+    tx = make(_specs())
+    params = _params()
+    grads = jax.tree.map(jnp.ones_like, params)
+    groups, n = optimizers.layer_groups(_specs())
+    state = tx.init(params)
+    for step in range(10):
+        updates, state = tx.update(grads, state, params)
+        lowest = n - 1 - step // every    # the lowest trained group at this step
+        for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups)):
+            assert bool(np.any(np.asarray(u) != 0)) == (g >= lowest), (step, g)
+
+
+def test_layer_groups_of_a_bert_classifier():
+    """The same pieces fine-tune Transformers: embeddings, one group per layer, the head on top."""
+    from t5lite import models
+    from t5lite.models import heads
+    from t5lite.models.with_head import WithHead
+    cfg = models.get_config("bert_tiny")
+    module = WithHead(cfg, heads.SequenceClassificationHead(cfg, 2), "pooler")
+    tokens = jnp.ones((1, 8), jnp.int32)
+    abstract = jax.eval_shape(lambda: module.init(jax.random.key(0), encoder_input_tokens=tokens,
+                                                  token_type_ids=tokens))
+    groups, n = optimizers.layer_groups(nn.get_partition_spec(abstract)["params"])
+    flat = {"/".join(str(getattr(k, "key", k)) for k in path): g
+            for path, g in jax.tree_util.tree_leaves_with_path(groups)}
+    assert n == cfg.num_encoder_layers + 2
+    assert {g for p, g in flat.items() if "embed" in p} == {0}
+    assert {g for p, g in flat.items() if "layers_1" in p} == {2}
+    assert {g for p, g in flat.items() if p.startswith("head")} == {n - 1}
