@@ -6,6 +6,7 @@ import pytest
 from conftest import assert_close
 
 from t5lite.models.heads import pool
+from t5lite.models.sentence import classifier_features
 from t5lite.train import sentence_losses as S
 
 torch = pytest.importorskip("torch", reason="sentence-transformers runs on PyTorch")
@@ -63,7 +64,7 @@ def test_softmax_over_u_v_difference():
     loss = st_losses.SoftmaxLoss(Given(), sentence_embedding_dimension=8, num_labels=3)
     kernel = loss.classifier.weight.detach().numpy().T
     bias = loss.classifier.bias.detach().numpy()
-    ours = float(jnp.mean(S.softmax(S.softmax_features(u, v) @ kernel + bias, labels)))
+    ours = float(jnp.mean(S.softmax(classifier_features(u, v) @ kernel + bias, labels)))
     assert_close(ours, reference(loss, [u, v], labels), rtol=1e-5)
 
 

@@ -9,7 +9,8 @@ L2-normalised rows (torch's `normalize`, eps 1e-12), as `util.cos_sim`.
   every hard negative (scale * cosine); the target is its own positive.
 - `contrastive`: 0.5 * (y d^2 + (1 - y) relu(margin - d)^2), d the cosine distance 1 - cos.
 - `triplet`: relu(|a - p| - |a - n| + margin), Euclidean distances.
-- `softmax`: cross entropy of a linear classifier over (u, v, |u - v|) (NLI labels).
+- `softmax`: cross entropy of a linear classifier's logits over (u, v, |u - v|)
+  (t5lite.models.sentence.BiEncoder.classify), for NLI labels.
 - `cosent`: log(1 + sum over pairs with y_i > y_j of exp(scale (cos_j - cos_i))).
 - `cosine_similarity`: (cos(u, v) - y)^2, y the similarity in [0, 1] (STS-B's score / 5).
 """
@@ -48,11 +49,6 @@ def triplet(anchors, positives, negatives, margin: float = 5.0):
     """[batch] Euclidean triplet hinge."""
     distance = lambda x, y: jnp.linalg.norm(x - y, axis=-1)
     return jax.nn.relu(distance(anchors, positives) - distance(anchors, negatives) + margin)
-
-
-def softmax_features(u, v):
-    """The classifier's input: concatenation (u, v, |u - v|), Sentence-BERT's NLI setting."""
-    return jnp.concatenate([u, v, jnp.abs(u - v)], axis=-1)
 
 
 def softmax(logits, labels):

@@ -34,7 +34,7 @@ from t5lite.models import peft as peft_lib
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
-from t5lite.train import electra, encoder_objectives, finetune_objectives  # noqa: F401
+from t5lite.train import electra, encoder_objectives, finetune_objectives, sentence_objectives  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
