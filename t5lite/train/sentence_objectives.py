@@ -32,7 +32,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader
 from t5lite.infer.embedding import SentenceEvaluator
 from t5lite.models.sentence import BiEncoder
-from t5lite.train import sentence_losses as S
+from t5lite.train import mfu, sentence_losses as S
 from t5lite.train.objective import LossConfig, Objective
 
 LOSSES = {"mnrl": 2, "contrastive": 2, "triplet": 3, "softmax": 2, "cosent": 2, "cosine": 2}   # -> columns needed
@@ -49,22 +49,25 @@ def text_columns(batch: Mapping[str, Any]) -> list[str]:
 
 @gin.configurable
 class SentenceObjective(Objective):
-    """`loss` over the pooled embeddings (`pooling`: 'mean', 'cls', 'max'); `scale` is MNRL's and
-    CoSENT's (20), `margin` contrastive's (0.5) and triplet's (5) when None, `num_labels` the
-    softmax classifier's."""
+    """`loss` over the pooled embeddings (`pooling`: 'mean', 'cls', 'max'), L2-normalised first
+    with `normalize` (a sentence-transformers model with a Normalize module, as all-MiniLM-L6-v2:
+    only the Euclidean triplet loss and the softmax classifier see the difference); `scale` is
+    MNRL's and CoSENT's (20), `margin` contrastive's (0.5) and triplet's (5) when None,
+    `num_labels` the softmax classifier's."""
 
     def __init__(self, loss: str = "mnrl", pooling: str = "mean", scale: float = 20.0, margin: float | None = None,
-                 num_labels: int = 3):
+                 num_labels: int = 3, normalize: bool = False):
         if loss not in LOSSES:
             raise ConfigError(f"SentenceObjective.loss={loss!r}: expected one of {sorted(LOSSES)}")
         if loss == "softmax" and num_labels < 2:
             raise ConfigError(f"SentenceObjective.num_labels={num_labels}: the softmax loss needs 2 or more classes")
         self.loss, self.pooling, self.scale, self.num_labels = loss, pooling, scale, num_labels
+        self.normalize = normalize
         self.margin = DEFAULT_MARGINS.get(loss) if margin is None else margin
 
     def __repr__(self):
         return (f"SentenceObjective(loss={self.loss!r}, pooling={self.pooling!r}, scale={self.scale}, "
-                f"margin={self.margin}, num_labels={self.num_labels})")
+                f"margin={self.margin}, num_labels={self.num_labels}, normalize={self.normalize})")
 
     def build_model(self, config):
         return BiEncoder(config, self.pooling, self.num_labels if self.loss == "softmax" else 0)
@@ -86,6 +89,8 @@ class SentenceObjective(Objective):
         embed = lambda name, i: module.apply({"params": params}, batch[name], enable_dropout=True, method="embed",
                                              rngs={"dropout": jax.random.fold_in(rng, i)})
         e = [embed(name, i) for i, name in enumerate(columns)]
+        if self.normalize:
+            e = [S.unit(x) for x in e]
         labels = batch["label"][:, 0]
         n = jnp.asarray(labels.shape[0], jnp.float32)
         if self.loss == "cosent":
@@ -104,6 +109,10 @@ class SentenceObjective(Objective):
             per_example = S.cosine_similarity(e[0], e[1], labels)
         total = jnp.sum(per_example)
         return total / normalizers["examples"], {"loss": (total, n), "examples": n}
+
+    def train_flops_per_example(self, config, feature_lengths):
+        return mfu.bi_encoder_train_flops_per_example(config, [n for k, n in feature_lengths.items()
+                                                               if k.endswith("_input_tokens")])
 
     def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
         """The checkpoint's encoder params; a softmax classifier (None) starts fresh."""

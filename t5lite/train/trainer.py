@@ -211,9 +211,7 @@ class TrainTask:
 
     def flops_per_step(self, global_batch_size: int) -> float:
         """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
-        return global_batch_size * mfu.train_flops_per_example(
-            self.config, self.feature_lengths.get("encoder_input_tokens", 0),
-            self.feature_lengths.get("decoder_input_tokens", 0))
+        return global_batch_size * self.objective.train_flops_per_example(self.config, self.feature_lengths)
 
 
 # The train step's flag (a metric, not logged): loss, gradient norm and the updated params are finite.

@@ -4,6 +4,8 @@
 - `sentence_stsb`: STS-B sentence pairs, `label` the score / 5 (in [0, 1], the cosine-regression
   target; CoSENT only uses its order); evaluated by the Pearson / Spearman correlation x100 of
   the cosine similarities with the gold scores.
+- `sentence_mrpc`: MRPC sentence pairs, `label` 1 for a paraphrase, 0 not (the contrastive and
+  softmax losses' labels); evaluated as STS-B is, the correlations of cosines with the labels.
 - `sentence_squad_v1`: SQuAD v1.1 question -> its paragraph; evaluated as retrieval of each
   question's paragraph among all distinct paragraphs of the split (recall@1/5/10, MRR@10,
   nDCG@10, x100). Reads `train-v1.1.json` / `dev-v1.1.json` under data_dir.
@@ -38,6 +40,10 @@ def scaled_score(dataset: Iterable[Example], maximum: float = STSB_MAX_SCORE) ->
 
 TaskRegistry.add("sentence_stsb", source=TaskRegistry.get("glue_stsb").source,
                  preprocessors=[scaled_score, functools.partial(sentence_texts, text_keys=("sentence1", "sentence2"))],
+                 output_features=FEATURES, metric_fns=SIMILARITY_METRICS)
+
+TaskRegistry.add("sentence_mrpc", source=TaskRegistry.get("glue_mrpc").source,
+                 preprocessors=[functools.partial(sentence_texts, text_keys=("sentence1", "sentence2"))],
                  output_features=FEATURES, metric_fns=SIMILARITY_METRICS)
 
 TaskRegistry.add("sentence_squad_v1", source=TaskRegistry.get("squad_v1").source,
