@@ -70,9 +70,9 @@ def test_minilm_stsb_dev_spearman_equals_sentence_transformers_on_a_subset(minil
 
 @pytest.mark.slow
 def test_minilm_stsb_dev_spearman_equals_sentence_transformers(minilm_run, st_model, tmp_path):
-    """All 1500 pairs (82.03 measured: all-MiniLM-L6-v2's published STS-B dev figure)."""
+    """All 1500 pairs (86.72 measured)."""
     ours = _check_stsb(minilm_run, st_model, tmp_path, None)
-    assert ours["spearman_corrcoef"] > 80
+    assert ours["spearman_corrcoef"] > 85
 
 
 def _reference_retrieval(queries, documents, relevant):
