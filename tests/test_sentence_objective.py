@@ -1,7 +1,7 @@
 """SentenceObjective: its loss on a batch of real texts through all-MiniLM-L6-v2 equals
 sentence-transformers' loss modules on the same model in PyTorch; the gin configs train bi-encoders
 end to end (MiniLM on STS-B with train-time eval equal to `t5lite eval`, bert_tiny with MNRL on
-SQuAD pairs, T5's encoder with max pooling, softmax and contrastive on MRPC)."""
+SQuAD pairs, T5's encoder with max pooling, contrastive then softmax on MRPC)."""
 import json
 import os
 
@@ -126,10 +126,26 @@ def test_bert_tiny_trains_with_mnrl_on_squad_pairs_and_is_evaluated_by_retrieval
     assert 0 <= final["eval_recall@1"] <= final["eval_recall@10"] < 100 and final["eval_corpus_size"] >= 10
 
 
-@pytest.mark.parametrize("loss", ["softmax", "contrastive"])
-def test_t5_encoder_with_max_pooling_trains_on_mrpc(tmp_path, loss):
-    records = _tiny(tmp_path, "t5_tiny", "sentence_mrpc", {"text0": 32, "text1": 32}, GLUE,
-                    f"SentenceObjective.loss = '{loss}'", "SentenceObjective.num_labels = 2",
-                    "SentenceObjective.pooling = 'max'")
-    assert all(np.isfinite(r["loss"]) for r in records if "loss" in r)
-    assert np.isfinite([r for r in records if "eval_spearman_corrcoef" in r][-1]["eval_spearman_corrcoef"])
+def _params(model_dir, step):
+    import orbax.checkpoint as ocp
+    return ocp.StandardCheckpointer().restore(os.path.join(model_dir, "checkpoints", str(step), "state"))["params"]
+
+
+def test_t5_encoder_with_max_pooling_trains_contrastive_then_softmax_from_that_run(tmp_path):
+    """A softmax run starting from a bi-encoder run keeps its encoder (learning rate 0 here) and adds a
+    fresh (u, v, |u - v|) classifier."""
+    lengths = {"text0": 32, "text1": 32}
+    first = _tiny(tmp_path / "a", "t5_tiny", "sentence_mrpc", lengths, GLUE, "SentenceObjective.loss = 'contrastive'",
+                  "SentenceObjective.pooling = 'max'")
+    assert all(np.isfinite(r["loss"]) for r in first if "loss" in r)
+    assert np.isfinite([r for r in first if "eval_spearman_corrcoef" in r][-1]["eval_spearman_corrcoef"])
+    run = str(tmp_path / "a" / "t5_tiny")
+    second = _tiny(tmp_path / "b", "t5_tiny", "sentence_mrpc", lengths, GLUE, "SentenceObjective.loss = 'softmax'",
+                   "SentenceObjective.num_labels = 2", "SentenceObjective.pooling = 'max'",
+                   f"INITIAL_CHECKPOINT_PATH = '{run}'", "warmup_cosine.peak_learning_rate = 0.0", "TRAIN_STEPS = 1",
+                   "EVAL_EVERY = 1")
+    assert np.isfinite([r["loss"] for r in second if "loss" in r][0])
+    before, after = _params(run, 3), _params(str(tmp_path / "b" / "t5_tiny"), 1)
+    assert "classifier" not in before and after["classifier"]["kernel"].shape == (3 * 128, 2)
+    assert set(after) == set(before) | {"classifier"} and "decoder" not in after
+    jax.tree.map(np.testing.assert_array_equal, after["encoder"], before["encoder"])
