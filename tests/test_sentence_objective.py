@@ -112,14 +112,15 @@ def _tiny(tmp_path, preset, task, lengths, data_dir, *bindings):
            [f"MODEL_DIR = '{out}'", f"DATA_DIR = '{data_dir}'", f"MIXTURE_OR_TASK_NAME = '{task}'",
             f"TASK_FEATURE_LENGTHS = {lengths}", f"model_config.preset = '{preset}'", "TRAIN_STEPS = 3",
             "EVAL_EVERY = 3", "train.eval_max_examples = 24", "train.log_every = 1", "BATCH_SIZE = 8",
-            "model_config.vocab_size = 2176", "warmup_cosine.peak_learning_rate = 1e-3", "warmup_cosine.warmup_steps = 1",
-            *bindings])
+            "model_config.vocab_size = 2176", "warmup_cosine.peak_learning_rate = 1e-3",
+            "warmup_cosine.warmup_steps = 1", *bindings])
     return _records(out)
 
 
 def test_bert_tiny_trains_with_mnrl_on_squad_pairs_and_is_evaluated_by_retrieval(tmp_path):
     records = _tiny(tmp_path, "bert_tiny", "sentence_squad_v1", {"text0": 16, "text1": 48}, SQUAD,
-                    "SentenceObjective.loss = 'mnrl'", "train.train_split = 'validation'", "train.eval_max_examples = 300")
+                    "SentenceObjective.loss = 'mnrl'", "train.train_split = 'validation'",
+                    "train.eval_max_examples = 300")
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses[0] == pytest.approx(np.log(8), rel=0.2)   # 8 candidates, an untrained encoder
     final = [r for r in records if "eval_mrr@10" in r][-1]

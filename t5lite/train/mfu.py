@@ -113,7 +113,8 @@ def real_counts(batch) -> tuple[int, int]:
         segments = batch.get(f"{prefix}_segment_ids")
         source = segments if segments is not None else batch.get(unpacked)
         tokens += 0 if source is None else int(np.count_nonzero(source))
-    tokens += sum(int(np.count_nonzero(v)) for k, v in batch.items() if k.startswith("text") and k.endswith("_input_tokens"))
+    tokens += sum(int(np.count_nonzero(v)) for k, v in batch.items()
+                  if k.startswith("text") and k.endswith("_input_tokens"))
     if "label_weights" in batch:
         return tokens, int(np.count_nonzero(batch["label_weights"]))
     segments = batch.get("encoder_segment_ids", batch.get("decoder_segment_ids"))

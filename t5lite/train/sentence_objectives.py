@@ -83,9 +83,9 @@ class SentenceObjective(Objective):
         columns = text_columns(batch)
         if len(columns) < LOSSES[self.loss] or (self.loss != "mnrl" and len(columns) > LOSSES[self.loss]):
             more = " or more" if self.loss == "mnrl" else ""
-            raise ConfigError(f"SentenceObjective.loss={self.loss!r} takes {LOSSES[self.loss]}{more} texts per example, "
-                              f"the batch has {len(columns)}: give TASK_FEATURE_LENGTHS one 'text<i>' length per text "
-                              "of the task")
+            raise ConfigError(f"SentenceObjective.loss={self.loss!r} takes {LOSSES[self.loss]}{more} texts per "
+                              f"example, the batch has {len(columns)}: give TASK_FEATURE_LENGTHS one 'text<i>' "
+                              "length per text of the task")
         embed = lambda name, i: module.apply({"params": params}, batch[name], enable_dropout=True, method="embed",
                                              rngs={"dropout": jax.random.fold_in(rng, i)})
         e = [embed(name, i) for i, name in enumerate(columns)]
