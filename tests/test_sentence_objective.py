@@ -7,6 +7,7 @@ import os
 
 import gin
 import jax
+import jax.flatten_util
 import numpy as np
 import pytest
 from conftest import REPO, assert_close, shared_data_dir
@@ -150,3 +151,30 @@ def test_t5_encoder_with_max_pooling_trains_contrastive_then_softmax_from_that_r
     assert "classifier" not in before and after["classifier"]["kernel"].shape == (3 * 128, 2)
     assert set(after) == set(before) | {"classifier"} and "decoder" not in after
     jax.tree.map(np.testing.assert_array_equal, after["encoder"], before["encoder"])
+
+
+def test_mini_batches_give_the_whole_batch_loss_and_gradients():
+    """GradCache: embedding in rematerialised chunks of 2 rows changes neither the MNRL loss over
+    the whole batch's negatives nor its gradients (no dropout)."""
+    from t5lite import models
+    config = models.get_config("bert_tiny", dropout_rate=0.0, vocab_size=64)
+    rng = np.random.default_rng(0)
+    batch = {f"text{i}_input_tokens": np.where(np.arange(12)[None] < rng.integers(3, 12, (8, 1)),
+                                               rng.integers(3, 64, (8, 12)), 0).astype(np.int32) for i in range(3)}
+    batch["label"] = np.zeros((8, 1), np.float32)
+    plain, cached = SentenceObjective("mnrl"), SentenceObjective("mnrl", mini_batch_size=2)
+    module = plain.build_model(config)
+    params = module.init(jax.random.key(1), text0_input_tokens=batch["text0_input_tokens"])["params"]
+    params = jax.tree.map(lambda x: getattr(x, "value", x), params, is_leaf=lambda x: hasattr(x, "value"))
+
+    def value_and_grad(objective):
+        fn = lambda p: objective.loss_and_metrics(module, p, batch, jax.random.key(2),
+                                                  objective.normalizers(batch, LossConfig()), LossConfig())[0]
+        return jax.value_and_grad(fn)(params)
+    (loss, grads), (cached_loss, cached_grads) = value_and_grad(plain), value_and_grad(cached)
+    assert_close(float(cached_loss), float(loss), rtol=1e-5)
+    flat = lambda tree: np.asarray(jax.flatten_util.ravel_pytree(tree)[0])   # one scale: some grads are ~0
+    assert_close(flat(cached_grads), flat(grads), rtol=1e-4)
+    with pytest.raises(Exception, match="mini_batch_size=3"):
+        SentenceObjective("mnrl", mini_batch_size=3).loss_and_metrics(module, params, batch, jax.random.key(2),
+                                                                       {"examples": 8.0}, LossConfig())

@@ -13,7 +13,8 @@ compares them:
 
 MNRL's negatives are the batch's other positives and every hard negative (the converter keeps a
 text from appearing twice in a batch). With `train.num_microbatches` > 1 each microbatch is its
-own negative pool, and CoSENT ranks the pairs within it.
+own negative pool, and CoSENT ranks the pairs within it; `mini_batch_size` instead keeps the whole
+batch's pool at the memory of a chunk (GradCache, as CachedMultipleNegativesRankingLoss).
 
 The trained params are the encoder's own (plus `classifier` for softmax), so a run starts from
 any t5lite or converted Hugging Face checkpoint and `t5lite embed` / `t5lite eval` read it back.
@@ -53,21 +54,27 @@ class SentenceObjective(Objective):
     with `normalize` (a sentence-transformers model with a Normalize module, as all-MiniLM-L6-v2:
     only the Euclidean triplet loss and the softmax classifier see the difference); `scale` is
     MNRL's and CoSENT's (20), `margin` contrastive's (0.5) and triplet's (5) when None,
-    `num_labels` the softmax classifier's."""
+    `num_labels` the softmax classifier's. `mini_batch_size` embeds each column in chunks of that
+    many rows whose activations are recomputed in the backward pass (GradCache, as
+    sentence-transformers' Cached* losses): memory of one chunk, the loss and its negatives those
+    of the whole batch."""
 
     def __init__(self, loss: str = "mnrl", pooling: str = "mean", scale: float = 20.0, margin: float | None = None,
-                 num_labels: int = 3, normalize: bool = False):
+                 num_labels: int = 3, normalize: bool = False, mini_batch_size: int | None = None):
         if loss not in LOSSES:
             raise ConfigError(f"SentenceObjective.loss={loss!r}: expected one of {sorted(LOSSES)}")
         if loss == "softmax" and num_labels < 2:
             raise ConfigError(f"SentenceObjective.num_labels={num_labels}: the softmax loss needs 2 or more classes")
         self.loss, self.pooling, self.scale, self.num_labels = loss, pooling, scale, num_labels
-        self.normalize = normalize
+        self.normalize, self.mini_batch_size = normalize, mini_batch_size
+        if mini_batch_size is not None and mini_batch_size < 1:
+            raise ConfigError(f"SentenceObjective.mini_batch_size={mini_batch_size}: use a positive number or None")
         self.margin = DEFAULT_MARGINS.get(loss) if margin is None else margin
 
     def __repr__(self):
         return (f"SentenceObjective(loss={self.loss!r}, pooling={self.pooling!r}, scale={self.scale}, "
-                f"margin={self.margin}, num_labels={self.num_labels}, normalize={self.normalize})")
+                f"margin={self.margin}, num_labels={self.num_labels}, normalize={self.normalize}, "
+                f"mini_batch_size={self.mini_batch_size})")
 
     def build_model(self, config):
         return BiEncoder(config, self.pooling, self.num_labels if self.loss == "softmax" else 0)
@@ -86,9 +93,7 @@ class SentenceObjective(Objective):
             raise ConfigError(f"SentenceObjective.loss={self.loss!r} takes {LOSSES[self.loss]}{more} texts per "
                               f"example, the batch has {len(columns)}: give TASK_FEATURE_LENGTHS one 'text<i>' "
                               "length per text of the task")
-        embed = lambda name, i: module.apply({"params": params}, batch[name], enable_dropout=True, method="embed",
-                                             rngs={"dropout": jax.random.fold_in(rng, i)})
-        e = [embed(name, i) for i, name in enumerate(columns)]
+        e = [self.embed(module, params, batch[name], jax.random.fold_in(rng, i)) for i, name in enumerate(columns)]
         if self.normalize:
             e = [S.unit(x) for x in e]
         labels = batch["label"][:, 0]
@@ -109,6 +114,24 @@ class SentenceObjective(Objective):
             per_example = S.cosine_similarity(e[0], e[1], labels)
         total = jnp.sum(per_example)
         return total / normalizers["examples"], {"loss": (total, n), "examples": n}
+
+    def embed(self, module, params, tokens, rng):
+        """[rows, d] training embeddings (dropout on) of one text column, in `mini_batch_size` chunks."""
+        apply = lambda p, t, r: module.apply({"params": p}, t, enable_dropout=True, method="embed",
+                                             rngs={"dropout": r})
+        rows, size = tokens.shape[0], self.mini_batch_size
+        if not size or rows <= size:
+            return apply(params, tokens, rng)
+        if rows % size:
+            raise ConfigError(f"SentenceObjective.mini_batch_size={size} does not divide the {rows} rows of a "
+                              "(micro)batch; pick a divisor")
+        chunk = jax.checkpoint(apply)
+
+        def step(_, xs):
+            tokens_i, i = xs
+            return None, chunk(params, tokens_i, jax.random.fold_in(rng, i))
+        _, out = jax.lax.scan(step, None, (tokens.reshape(rows // size, size, -1), jnp.arange(rows // size)))
+        return out.reshape(rows, -1)
 
     def train_flops_per_example(self, config, feature_lengths):
         return mfu.bi_encoder_train_flops_per_example(config, [n for k, n in feature_lengths.items()
