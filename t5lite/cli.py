@@ -1,4 +1,4 @@
-"""`t5lite` command line: train | eval | infer | convert | tasks | prepare | compile | probe | attention.
+"""`t5lite` command line: train | eval | infer | embed | convert | tasks | prepare | compile | probe | attention.
 
 Gin flags follow T5X: `--gin_file=F` (repeatable) and `--gin.NAME=VALUE` (a gin binding, so
 strings need inner quotes: `--gin.MODEL_DIR="'/tmp/run'"`). `eval` and `infer` read
@@ -58,6 +58,7 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
     """
     import gin
     import t5lite.data.sources  # noqa: F401  (registers configurables)
+    import t5lite.infer.embedding  # noqa: F401
     import t5lite.infer.predict  # noqa: F401
     import t5lite.train.optimizers  # noqa: F401
     import t5lite.train.partitioning  # noqa: F401
@@ -246,12 +247,13 @@ def _model_from_run_unless_given(entry: str) -> None:
         gin.bind_parameter(f"{entry}.model", None)
 
 
-def _objective_from_training_config() -> None:
+def _objective_from_training_config(entry: str = "eval") -> None:
     """A training config's `train.objective` (a task head, say) is what `t5lite eval` evaluates
-    with, so the model is built and scored as during training; `eval.objective` given wins."""
+    (and `t5lite embed` embeds) with, so the model is built and scored as during training;
+    `<entry>.objective` given wins."""
     import gin
-    if _bound("train.objective") and not _bound("eval.objective"):
-        gin.bind_parameter("eval.objective", gin.query_parameter("train.objective"))
+    if _bound("train.objective") and not _bound(f"{entry}.objective"):
+        gin.bind_parameter(f"{entry}.objective", gin.query_parameter("train.objective"))
 
 
 def cmd_infer(args, gin_files, gin_bindings) -> None:
@@ -272,6 +274,22 @@ def cmd_infer(args, gin_files, gin_bindings) -> None:
         return
     write_predictions(args.output, records)
     print(f"wrote {len(texts)} predictions to {args.output}")
+
+
+def cmd_embed(args, gin_files, gin_bindings) -> None:
+    import numpy as np
+    from t5lite.infer.embedding import embed
+    texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
+    if not texts:
+        raise ConfigError("nothing to embed: give texts as arguments or --input_file=FILE (one text per line, "
+                          "or JSON lines)")
+    writable.ensure_writable_file(args.output, "--output")
+    parse_gin(gin_files, gin_bindings, required_macros=(), entry=("embed", embed), base_file="gin/embed.gin")
+    _model_from_run_unless_given("embed")
+    _objective_from_training_config("embed")
+    embeddings = embed(texts)
+    np.save(args.output, embeddings)
+    print(f"wrote {embeddings.shape[0]} embeddings of dimension {embeddings.shape[1]} to {args.output}")
 
 
 def _bound(name: str) -> bool:
@@ -469,6 +487,15 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
     infer.add_argument("--output", default=None, help="write the JSON lines to this file instead of stdout")
     infer.set_defaults(fn=cmd_infer)
+    embed = sub.add_parser("embed", parents=[common],
+                           help="sentence embeddings of texts with an encoder's checkpoint, .npy out (gin: "
+                                "CHECKPOINT_PATH, embed.pooling, embed.normalize; gin/embed.gin)")
+    embed.add_argument("text", nargs="*", help="input texts")
+    embed.add_argument("--input_file", default=None,
+                       help="a UTF-8 file with one input text per line, or JSON lines (.jsonl or --field)")
+    embed.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
+    embed.add_argument("--output", required=True, help="the .npy file to write: [inputs, dim] float32, in input order")
+    embed.set_defaults(fn=cmd_embed)
     convert = sub.add_parser("convert", parents=[common], help="Hugging Face folder <-> t5lite checkpoint")
     convert.add_argument("--from_hf", help="a Hugging Face model folder (config.json + weights) to import")
     convert.add_argument("--to_hf", help="a t5lite run directory (or step directory) to export")

@@ -11,7 +11,8 @@ wnli, boolq, copa, wic -> accuracy; mrpc, qqp -> f1_score_with_invalid + accurac
 pearson_corrcoef + spearman_corrcoef (predictions through string_to_float); squad -> squad;
 cb -> mean_multiclass_f1(3) + accuracy; multirc -> multirc_f1_over_all_answers +
 multirc_exact_match (or multirc_metrics for both); record -> record_metrics; wmt -> bleu;
-summarisation -> rouge; tagging -> entity_f1 + token_accuracy (NER), token_accuracy (POS).
+summarisation -> rouge; tagging -> entity_f1 + token_accuracy (NER), token_accuracy (POS);
+sentence-embedding retrieval (SQuAD, Multi30k) -> retrieval (recall@k, MRR@10, nDCG@10).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ __all__ = [
     "string_to_float",
     "normalize_squad",
     "squad",
+    "retrieval",
     "bleu",
     "rouge",
     "mean_multiclass_f1",
@@ -220,6 +222,34 @@ def spearman_corrcoef(targets, predictions) -> dict[str, float]:
     if np.isnan(x).any() or np.isnan(y).any():
         return {"spearman_corrcoef": float("nan")}
     return {"spearman_corrcoef": 100.0 * _pearson(_average_ranks(x), _average_ranks(y))}
+
+
+# ----------------------------------------------------------------------------- retrieval
+
+RECALL_AT = (1, 5, 10)
+RANK_CUTOFF = 10   # MRR@10 and nDCG@10, as sentence-transformers' InformationRetrievalEvaluator
+
+
+def retrieval(targets, predictions) -> dict[str, float]:
+    """Ranked retrieval, x100: each target is the set of relevant document ids of a query, each
+    prediction its ranked document ids (best first, at least RANK_CUTOFF when the corpus has
+    them). recall@k: the share of a query's relevant documents in its top k; MRR@10: 1 / rank of
+    the first relevant one (0 past 10); nDCG@10 with binary gains (1 / log2(rank + 1))."""
+    targets, predictions = _as_lists("retrieval", targets, predictions)
+    recall = {k: [] for k in RECALL_AT}
+    mrr, ndcg = [], []
+    for relevant, ranked in zip(targets, predictions):
+        relevant = set(relevant)
+        hits = np.array([doc in relevant for doc in list(ranked)[:max(*RECALL_AT, RANK_CUTOFF)]], bool)
+        for k in RECALL_AT:
+            recall[k].append(hits[:k].sum() / max(len(relevant), 1))
+        top = hits[:RANK_CUTOFF]
+        mrr.append(1.0 / (1 + int(np.argmax(top))) if top.any() else 0.0)
+        discounts = 1.0 / np.log2(np.arange(2, RANK_CUTOFF + 2))
+        ideal = discounts[:min(len(relevant), RANK_CUTOFF)].sum()
+        ndcg.append(float(discounts[:len(top)][top].sum() / ideal) if ideal else 0.0)
+    return {**{f"recall@{k}": 100.0 * float(np.mean(v)) for k, v in recall.items()},
+            f"mrr@{RANK_CUTOFF}": 100.0 * float(np.mean(mrr)), f"ndcg@{RANK_CUTOFF}": 100.0 * float(np.mean(ndcg))}
 
 
 # ----------------------------------------------------------------------------- SQuAD / ReCoRD

@@ -15,7 +15,7 @@ from t5lite import cli
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 PAGES = [README, REPO / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
-COMMANDS = ("train", "eval", "infer", "convert", "tasks", "prepare", "compile")
+COMMANDS = ("train", "eval", "infer", "embed", "convert", "tasks", "prepare", "compile", "probe", "attention")
 
 # Appended to each `t5lite` command of the README's Quickstart and next steps: tiny sizes, and the
 # test data instead of the download the README shows. Only what the command reads is bound (an unused

@@ -189,6 +189,10 @@ class FeatureConverter:
             features[EXAMPLES_KEY] = row[EXAMPLES_KEY]
             yield features
 
+    def batch(self, rows: Iterable[Row], batch_size: int, drop_remainder: bool = True) -> Iterator[Row]:
+        """The loader's batches of this converter's rows (`batch`; a converter may group them otherwise)."""
+        return batch(rows, batch_size, drop_remainder)
+
     def _packing_features(self, row: Row) -> Row:
         features = {}
         for prefix, source in self.PACKED.items():

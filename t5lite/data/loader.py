@@ -204,7 +204,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         rows = self.converter.convert(self.source.examples(), self.task_feature_lengths, pack=self.pack)
-        for batch in converters.batch(rows, self.local_batch_size, drop_remainder=self.repeat):
+        for batch in self.converter.batch(rows, self.local_batch_size, drop_remainder=self.repeat):
             self.source.advance(int(batch.pop(EXAMPLES_KEY)))
             yield batch
 

@@ -79,17 +79,26 @@ class Pooler(nn.Module):
         return jnp.tanh(_dense(self.config, self.config.d_model, ("embed", "mlp"), "dense")(x[:, 0]))
 
 
+POOLINGS = ("first", "cls", "last", "mean", "max")   # "cls" is "first", sentence-transformers' name
+
+
 def pool(hidden, mask, how: str):
-    """[batch, length, d] -> [batch, d]: the "first" token, the "last" non-padding one or the "mean"."""
-    if how == "first":
+    """[batch, length, d] -> [batch, d]: the "first" token ([CLS]), the "last" non-padding one, the
+    "mean" or the elementwise "max" over the non-padding ones. As sentence-transformers' Pooling:
+    the mean divides by the token count clamped at 1e-9, the max ignores padding (a row with no
+    token pools to zeros)."""
+    if how in ("first", "cls"):
         return hidden[:, 0]
     if how == "last":
         last = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1) - 1, 0)
         return jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
     if how == "mean":
         m = mask.astype(hidden.dtype)[..., None]
-        return jnp.sum(hidden * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-    raise ConfigError(f"pooling={how!r}: expected 'first', 'last' or 'mean'")
+        return jnp.sum(hidden * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1e-9)
+    if how == "max":
+        m = mask.astype(bool)[..., None]
+        return jnp.where(jnp.any(m, axis=1), jnp.max(jnp.where(m, hidden, -jnp.inf), axis=1), 0)
+    raise ConfigError(f"pooling={how!r}: expected one of {POOLINGS}")
 
 
 def pool_segments(hidden, segment_ids, how: str, num_segments: int):
@@ -102,7 +111,7 @@ def pool_segments(hidden, segment_ids, how: str, num_segments: int):
         total = jnp.sum(m[..., None] * hidden[:, None], axis=2)
         return total / jnp.maximum(jnp.sum(m, axis=2), 1.0)[..., None]
     if how not in ("first", "last"):
-        raise ConfigError(f"pooling={how!r}: expected 'first', 'last' or 'mean'")
+        raise ConfigError(f"pooling={how!r}: packed rows pool 'first', 'last' or 'mean'")
     index = jnp.argmax(member, axis=2) if how == "first" else member.shape[2] - 1 - jnp.argmax(member[..., ::-1], axis=2)
     present = jnp.any(member, axis=2)[..., None]
     return jnp.where(present, jnp.take_along_axis(hidden, index[..., None], axis=1), 0)

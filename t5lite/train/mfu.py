@@ -98,17 +98,26 @@ def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_l
     return 3 * forward_flops_per_example(cfg, encoder_length, decoder_length)
 
 
+def bi_encoder_train_flops_per_example(cfg: ModelConfig, text_lengths) -> float:
+    """Forward + backward FLOPs of one bi-encoder example: the encoder stack (no output head) over
+    each of its texts."""
+    return 3 * 2 * sum(_stack_macs(cfg, cfg.num_encoder_layers, n, False) for n in text_lengths)
+
+
 def real_counts(batch) -> tuple[int, int]:
     """(non-pad tokens, examples) of a host batch of model features.
 
     A token is real where its `*_segment_ids` is > 0 (packed), else where `encoder_input_tokens`
-    / `decoder_target_tokens` is not 0 (decoder inputs start with a 0 BOS, their targets do not);
+    / `decoder_target_tokens` / a bi-encoder's `text<i>_input_tokens` is not 0 (decoder inputs
+    start with a 0 BOS, their targets do not);
     examples are the filled `label_weights` slots, else each row's segments, else the rows."""
     tokens = 0
     for prefix, unpacked in (("encoder", "encoder_input_tokens"), ("decoder", "decoder_target_tokens")):
         segments = batch.get(f"{prefix}_segment_ids")
         source = segments if segments is not None else batch.get(unpacked)
         tokens += 0 if source is None else int(np.count_nonzero(source))
+    tokens += sum(int(np.count_nonzero(v)) for k, v in batch.items()
+                  if k.startswith("text") and k.endswith("_input_tokens"))
     if "label_weights" in batch:
         return tokens, int(np.count_nonzero(batch["label_weights"]))
     segments = batch.get("encoder_segment_ids", batch.get("decoder_segment_ids"))

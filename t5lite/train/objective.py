@@ -20,7 +20,7 @@ from t5lite import models
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, evaluation
 from t5lite.models.config import ModelConfig
-from t5lite.train import losses
+from t5lite.train import losses, mfu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +108,11 @@ class Objective:
     def derived_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """The logged metrics of a step, with any the objective derives from them (perplexity)."""
         return metrics
+
+    def train_flops_per_example(self, config: ModelConfig, feature_lengths: Mapping[str, int]) -> float:
+        """Forward + backward model FLOPs of one example (t5lite.train.mfu), for MFU."""
+        return mfu.train_flops_per_example(config, feature_lengths.get("encoder_input_tokens", 0),
+                                           feature_lengths.get("decoder_input_tokens", 0))
 
     def initial_params(self, path: str, abstract_params) -> Any:
         """The params a run starts from given `train.initial_checkpoint_path`; a subtree left None

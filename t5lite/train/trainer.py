@@ -36,7 +36,7 @@ from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import (distillation, electra, encoder_objectives, finetune_objectives,  # noqa: F401
-                          recurrent_objectives)
+                          recurrent_objectives, sentence_objectives)
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -232,7 +232,7 @@ class TrainTask:
     def flops_per_step(self, global_batch_size: int) -> float:
         """Model FLOPs of one step (forward + backward, t5lite.train.mfu), for MFU."""
         lengths = (self.feature_lengths.get("encoder_input_tokens", 0), self.feature_lengths.get("decoder_input_tokens", 0))
-        return global_batch_size * (mfu.train_flops_per_example(self.config, *lengths)
+        return global_batch_size * (self.objective.train_flops_per_example(self.config, self.feature_lengths)
                                     + self.objective.extra_flops_per_example(*lengths))
 
 

@@ -1,0 +1,120 @@
+"""Sentence embeddings from a checkpoint (`t5lite embed`), and their evaluation as registered tasks.
+
+Every encoder is read as a `t5lite.models.sentence.BiEncoder` (its encoder, pooled): a t5lite run,
+a bi-encoder trained with `SentenceObjective`, or a Hugging Face model imported with `t5lite
+convert --from_hf` (its recorded tokenizer is the vocabulary). Texts are `[CLS] text [SEP]`
+(t5lite.data.sentence_texts), padded per batch to a multiple of 16 tokens.
+
+`SentenceEvaluator` scores a `sentence_*` task split (t5lite.data.tasks.sentence), what `t5lite
+eval` runs for a config whose `train.objective` is a `SentenceObjective`:
+- pairs with a `label` (STS-B): the cosine similarity of each pair's embeddings against the gold
+  score, Pearson and Spearman x100 (sentence-transformers' EmbeddingSimilarityEvaluator reports
+  the same correlations / 100);
+- pairs without one (SQuAD question -> paragraph, Multi30k English -> German): each `text0` ranks
+  the split's distinct `text1`s by cosine similarity; recall@1/5/10, MRR@10, nDCG@10 x100.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Mapping, Sequence
+
+import gin
+import jax
+import numpy as np
+
+from t5lite import metrics as metrics_lib
+from t5lite.data import vocab as vocab_lib
+from t5lite.data.sentence_texts import encode_text
+from t5lite.errors import DataError, require_positive
+from t5lite.infer import checkpoint_reader, predict
+from t5lite.infer.evaluation import EvalResult
+from t5lite.models.sentence import BiEncoder
+
+BUCKET = 16   # batches are padded to a multiple of this many tokens (few compiled shapes)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed(module, params, tokens):
+    return module.apply({"params": params}, tokens, method="embed")
+
+
+def embed_tokens(module: BiEncoder, params, rows: Sequence[np.ndarray], batch_size: int = 64,
+                 normalize: bool = False) -> np.ndarray:
+    """[len(rows), d_model] float32 embeddings of token rows (each without padding), in order."""
+    pad = module.config.pad_token_id
+    out = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        width = -(-max(len(r) for r in chunk) // BUCKET) * BUCKET
+        tokens = np.full((batch_size, width), pad, np.int32)
+        for row, ids in zip(tokens, chunk):
+            row[:len(ids)] = ids
+        out.append(np.asarray(_embed(module, params, tokens))[:len(chunk)])
+    embeddings = np.concatenate(out) if out else np.zeros((0, module.config.d_model), np.float32)
+    return unit(embeddings) if normalize else embeddings
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+class SentenceEvaluator:
+    """One `sentence_*` task split, read once; `evaluate(module, params)` embeds and scores it."""
+
+    def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
+                 data_dir: str | None = None, max_examples: int | None = None):
+        self.task, self.split, self.batch_size = task, split, batch_size
+        self.examples = list(itertools.islice(
+            task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir), max_examples))
+        if not self.examples:
+            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
+                            "check the split name, data_dir and max_examples")
+        if "text1" not in self.examples[0]:
+            raise DataError(f"task {task.name!r} has one text per example; sentence evaluation scores pairs "
+                            "(text0, text1)")
+        self.similarity = "label" in self.examples[0]
+
+    def __repr__(self):
+        kind = "similarity" if self.similarity else "retrieval"
+        return f"SentenceEvaluator({self.task.name!r}, split={self.split!r}, examples={len(self.examples)}, {kind})"
+
+    def evaluate(self, module, params) -> EvalResult:
+        embed = functools.partial(embed_tokens, module, params, batch_size=self.batch_size, normalize=True)
+        queries = embed([ex["text0"] for ex in self.examples])
+        if self.similarity:
+            cosines = np.sum(queries * embed([ex["text1"] for ex in self.examples]), axis=-1)
+            targets = [float(ex["label"]) for ex in self.examples]
+            scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, [float(c) for c in cosines])
+            records = [{"inputs": [ex["text0_pretokenized"], ex["text1_pretokenized"]], "target": t,
+                        "prediction": float(c)} for ex, t, c in zip(self.examples, targets, cosines)]
+            return EvalResult(scores, records)
+        documents = {}   # distinct text1 -> its index in the corpus
+        first = {}
+        for ex in self.examples:
+            first.setdefault(documents.setdefault(ex["text1_pretokenized"], len(documents)), ex["text1"])
+        corpus = embed([first[i] for i in range(len(documents))])
+        ranked = np.argsort(-(queries @ corpus.T), axis=-1, kind="stable")[:, :metrics_lib.RANK_CUTOFF]
+        targets = [[documents[ex["text1_pretokenized"]]] for ex in self.examples]
+        predictions = [[int(i) for i in row] for row in ranked]
+        scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, predictions)
+        records = [{"inputs": ex["text0_pretokenized"], "target": t, "prediction": p}
+                   for ex, t, p in zip(self.examples, targets, predictions)]
+        return EvalResult({**scores, "corpus_size": float(len(documents))}, records)
+
+
+@gin.configurable("embed", denylist=["texts"])
+def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None, pooling: str = "mean",
+          max_length: int = 256, batch_size: int = 64, normalize: bool = False,
+          vocabulary_path: str | None = None, objective=None) -> np.ndarray:
+    """[len(texts), d_model] float32 embeddings, in input order: each text `[CLS] text [SEP]`
+    (cut to `max_length` tokens) through the checkpoint's encoder, pooled (`pooling`: 'mean',
+    'cls', 'max'), unit rows with `normalize`. `objective` (the training config's
+    `SentenceObjective`, bound by `t5lite embed`) gives the pooling the run was trained with."""
+    require_positive({"embed.max_length": max_length, "embed.batch_size": batch_size})
+    vocab_lib.use_run_vocabulary(vocabulary_path, predict.run_dir(checkpoint_reader.step_directory(checkpoint_path)))
+    model = predict.model_config_of(checkpoint_path, model)
+    module = objective.build_model(model) if objective is not None else BiEncoder(model, pooling)
+    params, _, _ = predict.load_params(model, checkpoint_path, module=module)
+    rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
+    return embed_tokens(module, params, rows, batch_size, normalize)
