@@ -12,12 +12,13 @@ from t5lite.data.converters import (DecoderOnlyLMFeatureConverter, EncDecFeature
                                     FeatureConverter, PrefixLMFeatureConverter)
 from t5lite.data.finetune_converters import (EncoderClassificationConverter, EncoderSpanConverter,
                                              EncoderTaggingConverter)
+from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter, PrefixLMFeatureConverter,
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
-                                 EncoderTaggingConverter)},
+                                 EncoderTaggingConverter, Word2VecConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
@@ -28,7 +29,8 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM),
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
-    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head)."""
+    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
+    "word2vec" (word ids of text lines for t5lite.train.word2vec)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

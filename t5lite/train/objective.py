@@ -75,6 +75,11 @@ class Objective:
         """The module trained; its params are the train state's params (and the checkpoint's)."""
         return models.build(config)
 
+    def embedding_rows(self, config) -> int | None:
+        """The rows of the model's token embedding that the task's vocabulary must fit in; None when
+        the objective does not read the task's token ids (the word-level recurrent models)."""
+        return config.vocab_size
+
     def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
         """Dummy features to initialise the module with: ones of [1, length] per feature."""
         return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items()}
@@ -104,6 +109,9 @@ class Objective:
         """The params a run starts from given `train.initial_checkpoint_path`; a subtree left None
         (a new task head) keeps its fresh init."""
         return checkpoint_reader.restore_params(path, abstract_params)
+
+    def finish(self, model_dir: str, params) -> None:
+        """Called once when a run reaches its last step, with the final params (e.g. to export them)."""
 
     def evaluators(self, task, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Any]:
         """Train-time evaluators by task name (each `.evaluate(module, params) -> EvalResult`)."""

@@ -35,6 +35,7 @@ from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, mfu, preemption, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import electra, encoder_objectives, finetune_objectives  # noqa: F401
+from t5lite.train import word2vec  # noqa: F401
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -343,7 +344,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         vocabulary = task.output_features["targets"].vocabulary
         vocab_lib.check_trainable(vocabulary)
         allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
-        vocab_lib.check_identity(model_dir if resuming else None, vocabulary, model.vocab_size, allow_mismatch)
+        vocab_lib.check_identity(model_dir if resuming else None, vocabulary,
+                                 (objective or Objective()).embedding_rows(model), allow_mismatch)
         if initial_checkpoint_path and not resuming:
             vocab_lib.check_identity(source, vocabulary, allow_mismatch=allow_mismatch)
         if own is not None and source != model_dir:   # the fine-tuned run carries the tokenizer on
@@ -441,6 +443,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             bar.close()
             ckpt.close()  # waits until the last save is committed
             writer.close()
+        if step == train_steps:
+            trainer.objective.finish(model_dir, trainer.model_params(state.params, frozen))
         if stop.signal_name:
             log.warning("stopped by %s at step %d; its checkpoint is saved in %s; rerun the same command to resume",
                         stop.signal_name, step, ckpt.directory)
