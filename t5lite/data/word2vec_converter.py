@@ -14,14 +14,18 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 
 from t5lite.data.converters import EXAMPLES_KEY, FeatureConverter, _length
-from t5lite.data.word2vec_vocab import word2vec_vocabulary
+from t5lite.data.word2vec_vocab import Word2VecVocabulary, word2vec_vocabulary
 from t5lite.errors import ConfigError, DataError
 
 TEXT_KEYS = ("targets_pretokenized", "inputs_pretokenized")
 
 
 class Word2VecConverter(FeatureConverter):
+    """Rows of word ids; `vocabulary` defaults to gin's `word2vec_vocabulary()`."""
     name = "word2vec"
+
+    def __init__(self, vocabulary: Word2VecVocabulary | None = None):
+        self.vocabulary = vocabulary
 
     def model_feature_lengths(self, task_feature_lengths: Mapping[str, int], pack: bool = False) -> dict[str, int]:
         return {"encoder_input_tokens": _length(task_feature_lengths, "targets", self.name)}
@@ -31,7 +35,7 @@ class Word2VecConverter(FeatureConverter):
             raise ConfigError("the 'word2vec' converter keeps each line in its own rows (a window never crosses "
                               "lines): set train.pack = False")
         length = _length(task_feature_lengths, "targets", self.name)
-        vocabulary = word2vec_vocabulary()
+        vocabulary = self.vocabulary or word2vec_vocabulary()
         consumed = 0   # examples read since the last row (a line with no known word yields none)
         for example in examples:
             key = next((k for k in TEXT_KEYS if k in example), None)

@@ -123,14 +123,18 @@ class Word2VecObjective(Objective):
                    "kept_words": (jnp.sum(ids != PAD_ID).astype(jnp.float32), jnp.sum(words != PAD_ID).astype(jnp.float32))}
         return total / normalizers["words"], metrics
 
-    def pair_losses(self, inputs, outputs, ids, contexts, mask, rng):
-        """(loss, mask) per pair: [..., length, 2 * window] for skip-gram, [..., length] for CBOW."""
+    def pair_inputs(self, inputs, ids, contexts, mask):
+        """(h, centre ids, mask) of every pair: [..., length, 2 * window] pairs (a context word's input
+        vector each) for skip-gram, [..., length] for CBOW (the mean over the window)."""
         if self.cbow:
             count = jnp.sum(mask, -1, keepdims=True)
             hidden = jnp.sum(inputs[contexts] * mask[..., None], -2) / jnp.maximum(count, 1)
-            mask, centres = count[..., 0] > 0, ids
-        else:
-            hidden, centres = inputs[contexts], jnp.broadcast_to(ids[..., None], contexts.shape)
+            return hidden, ids, count[..., 0] > 0
+        return inputs[contexts], jnp.broadcast_to(ids[..., None], contexts.shape), mask
+
+    def pair_losses(self, inputs, outputs, ids, contexts, mask, rng):
+        """(loss, mask) of every pair, with `negatives` noise words each."""
+        hidden, centres, mask = self.pair_inputs(inputs, ids, contexts, mask)
         negatives = draw_negatives(rng, self.noise_cdf, centres.shape + (self.negatives,))
         pair_loss = negative_sampling_loss(hidden, outputs[centres], outputs[negatives], negatives != centres[..., None])
         return pair_loss, mask
