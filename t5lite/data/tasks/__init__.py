@@ -9,3 +9,4 @@ from t5lite.data.tasks import objectives  # noqa: F401
 from t5lite.data.tasks import bert_finetune  # noqa: F401
 from t5lite.data.tasks import tagging  # noqa: F401
 from t5lite.data.tasks import text  # noqa: F401
+from t5lite.data.tasks import multi30k_text  # noqa: F401
