@@ -18,7 +18,6 @@ from t5lite.data.converters import EXAMPLES_KEY
 from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.data.word_vectors import load_word_vectors
 from t5lite.train import word2vec
-from t5lite.train.objective import LossConfig
 
 TEXT = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the end"]
 

@@ -30,7 +30,8 @@ class Word2VecConverter(FeatureConverter):
     def model_feature_lengths(self, task_feature_lengths: Mapping[str, int], pack: bool = False) -> dict[str, int]:
         return {"encoder_input_tokens": _length(task_feature_lengths, "targets", self.name)}
 
-    def convert(self, examples: Iterable, task_feature_lengths: Mapping[str, int], pack: bool = False) -> Iterator[dict]:
+    def convert(self, examples: Iterable, task_feature_lengths: Mapping[str, int],
+                pack: bool = False) -> Iterator[dict]:
         if pack:
             raise ConfigError("the 'word2vec' converter keeps each line in its own rows (a window never crosses "
                               "lines): set train.pack = False")

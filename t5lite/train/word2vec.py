@@ -120,7 +120,8 @@ class Word2VecObjective(Objective):
         pairs = jnp.sum(mask).astype(jnp.float32)
         total = jnp.sum(pair_loss * mask)
         metrics = {"loss": (total, pairs), "pairs": pairs,
-                   "kept_words": (jnp.sum(ids != PAD_ID).astype(jnp.float32), jnp.sum(words != PAD_ID).astype(jnp.float32))}
+                   "kept_words": (jnp.sum(ids != PAD_ID).astype(jnp.float32),
+                                  jnp.sum(words != PAD_ID).astype(jnp.float32))}
         return total / normalizers["words"], metrics
 
     def pair_inputs(self, inputs, ids, contexts, mask):
@@ -136,8 +137,8 @@ class Word2VecObjective(Objective):
         """(loss, mask) of every pair, with `negatives` noise words each."""
         hidden, centres, mask = self.pair_inputs(inputs, ids, contexts, mask)
         negatives = draw_negatives(rng, self.noise_cdf, centres.shape + (self.negatives,))
-        pair_loss = negative_sampling_loss(hidden, outputs[centres], outputs[negatives], negatives != centres[..., None])
-        return pair_loss, mask
+        skip = negatives != centres[..., None]          # word2vec.c skips a negative equal to the centre
+        return negative_sampling_loss(hidden, outputs[centres], outputs[negatives], skip), mask
 
     def finish(self, model_dir: str, params) -> None:
         """The trained vectors as MODEL_DIR/vectors.txt (word2vec text format)."""
