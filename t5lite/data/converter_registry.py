@@ -14,12 +14,13 @@ from t5lite.data.finetune_converters import (EncoderClassificationConverter, Enc
                                              EncoderTaggingConverter)
 from t5lite.data.word_converters import WordClassificationConverter, WordLMConverter
 from t5lite.data.sentence_texts import SentenceTextsConverter
+from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter, PrefixLMFeatureConverter,
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
-                                 EncoderTaggingConverter, SentenceTextsConverter)},
+                                 EncoderTaggingConverter, SentenceTextsConverter, Word2VecConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
@@ -37,7 +38,7 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
     features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
     "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "sentence_texts"
-    (bi-encoders: each text on its own)."""
+    (bi-encoders: each text on its own); "word2vec" (word ids of text lines for t5lite.train.word2vec)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

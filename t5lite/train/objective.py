@@ -119,6 +119,9 @@ class Objective:
         (a new task head) keeps its fresh init."""
         return checkpoint_reader.restore_params(path, abstract_params)
 
+    def finish(self, model_dir: str, params) -> None:
+        """Called once when a run reaches its last step, with the final params (e.g. to export them)."""
+
     def evaluators(self, task, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Any]:
         """Train-time evaluators by task name (each `.evaluate(module, params) -> EvalResult`)."""
         return evaluation.evaluators(task, split, task_feature_lengths, **kwargs)

@@ -36,7 +36,7 @@ from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import (distillation, electra, encoder_objectives, finetune_objectives,  # noqa: F401
-                          recurrent_objectives, sentence_objectives)
+                          recurrent_objectives, sentence_objectives, word2vec)
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
@@ -502,6 +502,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             bar.close()
             ckpt.close()  # waits until the last save is committed
             writer.close()
+        if step == train_steps:
+            trainer.objective.finish(model_dir, trainer.model_params(state.params, frozen))
         if stop.signal_name:
             log.warning("stopped by %s at step %d; its checkpoint is saved in %s; rerun the same command to resume",
                         stop.signal_name, step, ckpt.directory)

@@ -10,3 +10,4 @@ from t5lite.data.tasks import bert_finetune  # noqa: F401
 from t5lite.data.tasks import tagging  # noqa: F401
 from t5lite.data.tasks import text  # noqa: F401
 from t5lite.data.tasks import sentence  # noqa: F401
+from t5lite.data.tasks import multi30k_text  # noqa: F401

@@ -1,0 +1,170 @@
+"""word2vec training (Mikolov et al. 2013) as word2vec.c does it: skip-gram or CBOW with negative
+sampling over the rows of the `word2vec` converter (gin: `train.objective = @Word2VecObjective()`).
+
+Per step and row, on device, with the step's key:
+- subsampling: each word is kept with t5lite.data.word2vec_vocab's keep probability, the kept words
+  close ranks (windows then reach over the dropped ones, as in word2vec.c);
+- dynamic window: each centre word draws b uniform in [0, window) and sees the words within
+  window - b on either side;
+- negatives: `negatives` ids per (context, centre) pair (per centre for CBOW) from the unigram^0.75
+  distribution; a negative equal to the centre word is skipped, as word2vec.c skips it.
+
+Loss of a pair with input vector h and centre word w: -log s(h . v_w) - sum_neg log s(-h . v_neg),
+where s is the sigmoid, h the context word's input vector (skip-gram: word2vec.c predicts the centre
+from each context word) or the mean of the window's input vectors (CBOW), and v the output vectors.
+The step minimises the pairs' summed loss divided by the batch's words; the logged `loss` is
+the mean per pair. `export_vectors` writes the input table as a word2vec text file.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5lite.data.word2vec_vocab import PAD_ID, Word2VecVocabulary, word2vec_vocabulary
+from t5lite.data.word_vectors import WordVectors, save_word2vec
+from t5lite.errors import ConfigError, require_positive
+from t5lite.infer import checkpoint_reader
+from t5lite.models.static import Word2Vec
+from t5lite.train.objective import LossConfig, Objective
+
+log = logging.getLogger("t5lite")
+
+VECTORS_FILE = "vectors.txt"
+
+
+def subsample(ids, keep_probabilities, rng):
+    """Each word of `ids` [..., length] kept with probability `keep_probabilities[id]`, the kept
+    ones moved to the front of their row in order, 0 after (word2vec.c: discard when keep < u)."""
+    keep = (ids != PAD_ID) & (jax.random.uniform(rng, ids.shape) <= keep_probabilities[ids])
+    order = jnp.argsort(~keep, axis=-1, stable=True)
+    return jnp.where(jnp.take_along_axis(keep, order, -1), jnp.take_along_axis(ids, order, -1), PAD_ID)
+
+
+def offsets(window: int) -> np.ndarray:
+    """The window's offsets, -window..-1, 1..window: the last axis of `context_window`."""
+    return np.array([o for o in range(-window, window + 1) if o != 0])
+
+
+def context_window(ids, reduced, window: int):
+    """(context ids, mask), each [..., length, 2 * window]: the word at each offset of every
+    position of `ids` [..., length] (words packed at the front, 0 after), counted when both words
+    are real and |offset| <= window - reduced (word2vec.c's reduced window b)."""
+    length = ids.shape[-1]
+    padded = jnp.pad(ids, [(0, 0)] * (ids.ndim - 1) + [(window, window)])
+    contexts = jnp.stack([padded[..., window + o:window + o + length] for o in offsets(window)], -1)
+    mask = (ids[..., None] != PAD_ID) & (contexts != PAD_ID) & (np.abs(offsets(window)) <= window - reduced[..., None])
+    return contexts, mask
+
+
+def draw_negatives(rng, noise_cdf, shape):
+    """Ids drawn from the distribution whose cumulative sums over the ids are `noise_cdf`."""
+    u = jax.random.uniform(rng, shape) * noise_cdf[-1]
+    return jnp.minimum(jnp.searchsorted(noise_cdf, u, side="right"), noise_cdf.shape[0] - 1).astype(jnp.int32)
+
+
+def negative_sampling_loss(hidden, target, negatives, negative_mask):
+    """-log s(h . v_target) - sum_k mask_k log s(-h . v_k): hidden and target [..., D], negatives
+    [..., K, D], negative_mask [..., K]."""
+    positive = jnp.sum(hidden * target, -1)
+    negative = jnp.einsum("...d,...kd->...k", hidden, negatives)
+    return -jax.nn.log_sigmoid(positive) - jnp.sum(negative_mask * jax.nn.log_sigmoid(-negative), -1)
+
+
+@gin.configurable
+class Word2VecObjective(Objective):
+    """Skip-gram (or `cbow=True`) with negative sampling. `dim`: vector size; `window`: the largest
+    window; `negatives`: noise words per pair; `sample`: the subsampling threshold t (0: off).
+    The vocabulary is gin's `word2vec_vocabulary` (t5lite.data.word2vec_vocab)."""
+
+    def __init__(self, cbow: bool = False, dim: int = 100, window: int = 5, negatives: int = 5, sample: float = 1e-3,
+                 vocabulary: Word2VecVocabulary | None = None):
+        require_positive({"Word2VecObjective.dim": dim, "Word2VecObjective.window": window,
+                          "Word2VecObjective.negatives": negatives})
+        if sample < 0:
+            raise ConfigError(f"Word2VecObjective.sample={sample}: the subsampling threshold is >= 0 (0: off)")
+        self.cbow, self.dim, self.window, self.negatives, self.sample = cbow, dim, window, negatives, sample
+        self._vocabulary = vocabulary
+
+    @property
+    def vocabulary(self) -> Word2VecVocabulary:
+        return self._vocabulary or word2vec_vocabulary()
+
+    def build_model(self, config) -> nn.Module:
+        vocabulary = self.vocabulary
+        self.keep_probabilities = jnp.asarray(vocabulary.keep_probabilities(self.sample), jnp.float32)
+        self.noise_cdf = jnp.asarray(np.cumsum(vocabulary.noise_distribution()), jnp.float32)
+        log.info("word2vec: %d words, %s, dim %d, window %d, %d negatives, sample %g", len(vocabulary.words),
+                 "CBOW" if self.cbow else "skip-gram", self.dim, self.window, self.negatives, self.sample)
+        return Word2Vec(vocabulary.vocab_size, self.dim)
+
+    def embedding_rows(self, config) -> None:
+        return None    # the tables are as big as the word2vec vocabulary; the task's token ids are not read
+
+    def normalizers(self, batch, loss: LossConfig):
+        return {"words": jnp.maximum(jnp.sum(batch["encoder_input_tokens"] != PAD_ID), 1).astype(jnp.float32)}
+
+    def loss_and_metrics(self, module: nn.Module, params, batch, rng, normalizers, loss: LossConfig):
+        sample_rng, window_rng, negative_rng = jax.random.split(rng, 3)
+        words = batch["encoder_input_tokens"]
+        ids = subsample(words, self.keep_probabilities, sample_rng)
+        reduced = jax.random.randint(window_rng, ids.shape, 0, self.window)
+        contexts, mask = context_window(ids, reduced, self.window)
+        inputs, outputs = module.apply({"params": params}, method="tables")
+        pair_loss, mask = self.pair_losses(inputs, outputs, ids, contexts, mask, negative_rng)
+        pairs = jnp.sum(mask).astype(jnp.float32)
+        total = jnp.sum(pair_loss * mask)
+        metrics = {"loss": (total, pairs), "pairs": pairs,
+                   "kept_words": (jnp.sum(ids != PAD_ID).astype(jnp.float32),
+                                  jnp.sum(words != PAD_ID).astype(jnp.float32))}
+        return total / normalizers["words"], metrics
+
+    def pair_inputs(self, inputs, ids, contexts, mask):
+        """(h, centre ids, mask) of every pair: [..., length, 2 * window] pairs (a context word's input
+        vector each) for skip-gram, [..., length] for CBOW (the mean over the window)."""
+        if self.cbow:
+            count = jnp.sum(mask, -1, keepdims=True)
+            hidden = jnp.sum(inputs[contexts] * mask[..., None], -2) / jnp.maximum(count, 1)
+            return hidden, ids, count[..., 0] > 0
+        return inputs[contexts], jnp.broadcast_to(ids[..., None], contexts.shape), mask
+
+    def pair_losses(self, inputs, outputs, ids, contexts, mask, rng):
+        """(loss, mask) of every pair, with `negatives` noise words each."""
+        hidden, centres, mask = self.pair_inputs(inputs, ids, contexts, mask)
+        negatives = draw_negatives(rng, self.noise_cdf, centres.shape + (self.negatives,))
+        skip = negatives != centres[..., None]          # word2vec.c skips a negative equal to the centre
+        return negative_sampling_loss(hidden, outputs[centres], outputs[negatives], skip), mask
+
+    def finish(self, model_dir: str, params) -> None:
+        """The trained vectors as MODEL_DIR/vectors.txt (word2vec text format)."""
+        if jax.process_index() == 0:
+            save_vectors(params, self.vocabulary, os.path.join(model_dir, VECTORS_FILE))
+            log.info("wrote %s", os.path.join(model_dir, VECTORS_FILE))
+
+
+def word_vectors(params, vocabulary: Word2VecVocabulary) -> WordVectors:
+    """The input vectors of the vocabulary's words (the pad row left out), most frequent first."""
+    return WordVectors(vocabulary.words, np.asarray(params["input_embedding"])[1:])
+
+
+def save_vectors(params, vocabulary: Word2VecVocabulary, path) -> None:
+    """Writes the input vectors of the vocabulary's words (the pad row left out), most frequent
+    first, as a word2vec text file."""
+    save_word2vec(WordVectors(vocabulary.words, np.asarray(params["input_embedding"])[1:]), path)
+
+
+def export_vectors(model_dir: str, objective: Word2VecObjective | None = None, path: str | None = None) -> str:
+    """Writes the word vectors of the latest checkpoint of the run in `model_dir` (trained with
+    `objective`, default gin's `Word2VecObjective()`) to `path` (default MODEL_DIR/vectors.txt)."""
+    objective = objective or Word2VecObjective()
+    module = objective.build_model(None)
+    abstract = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.ones((1, 1), jnp.int32)))
+    params = checkpoint_reader.restore_params(model_dir, nn.unbox(abstract)["params"])
+    path = path or os.path.join(model_dir, VECTORS_FILE)
+    save_vectors(params, objective.vocabulary, path)
+    return path
