@@ -12,23 +12,27 @@ from t5lite.data.converters import (DecoderOnlyLMFeatureConverter, EncDecFeature
                                     FeatureConverter, PrefixLMFeatureConverter)
 from t5lite.data.finetune_converters import (EncoderClassificationConverter, EncoderSpanConverter,
                                              EncoderTaggingConverter)
+from t5lite.data.gpt_inputs import DecoderClassificationConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter, PrefixLMFeatureConverter,
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
-                                 EncoderTaggingConverter)},
+                                 EncoderTaggingConverter, DecoderClassificationConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
     "encoder_sbo": functools.partial(EncoderFeatureConverter, span_boundaries=True),
+    # GPT-1's similarity tasks: each pair in both orders.
+    "decoder_classification_both_orders": functools.partial(DecoderClassificationConverter, both_orders=True),
 }
 
 
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM),
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
-    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head)."""
+    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head), "decoder_classification" /
+    "decoder_classification_both_orders" (a decoder-only model's last-token classifier)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

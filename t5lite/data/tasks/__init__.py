@@ -8,3 +8,4 @@ from t5lite.data.tasks import superglue  # noqa: F401
 from t5lite.data.tasks import objectives  # noqa: F401
 from t5lite.data.tasks import bert_finetune  # noqa: F401
 from t5lite.data.tasks import tagging  # noqa: F401
+from t5lite.data.tasks import gpt_finetune  # noqa: F401
