@@ -64,7 +64,7 @@ def gpt_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int], o
         else:
             keep_a, keep_b = longest_first(len(texts[0]), len(texts[1]), budget)
             texts = [texts[0][:keep_a], texts[1][:keep_b]]
-        join = lambda parts: np.asarray([start, *parts[0], *(t for p in parts[1:] for t in (delim, *p)), extract],
+        join = lambda parts: np.asarray([start, *parts[0], *([delim, *parts[1]] if len(parts) > 1 else []), extract],
                                         np.int32)
         out = {"inputs": join(texts), "label": ex["label"],
                "inputs_pretokenized": " [DELIM] ".join(ex[key] for key in text_keys)}
