@@ -3,11 +3,11 @@ and token tagging (NER, POS).
 
 `ClassificationEvaluator`: the head's argmax (or its float, one output: regression) against the
 example's label, scored with the task's metrics (accuracy, F1, MCC, Pearson/Spearman).
-`DecoderClassificationEvaluator`: the same for a decoder-only model's last-token classifier (GPT-1's
-inputs, one or both orders). `SpanEvaluator`: per context window, the `n_best` highest start + end logit spans with
-start <= end, at most `max_answer_length` tokens, inside the context; per question the best span
-over its windows, mapped back to the original context through the tokens' character offsets,
-scored with SQuAD EM/F1. `TaggingEvaluator`: each word's tag is the argmax at its first subword,
+`DecoderClassificationEvaluator`: the same for a decoder-only model's last-token classifier
+(GPT-1's inputs, one or both orders). `SpanEvaluator`: per context window, the `n_best` highest
+start + end logit spans with start <= end, at most `max_answer_length` tokens, inside the
+context; per question the best span over its windows, mapped back to the original context through
+the tokens' character offsets, scored with SQuAD EM/F1. `TaggingEvaluator`: each word's tag is the argmax at its first subword,
 the windows of a sentence put back together, scored on the words' tag lists (entity P/R/F1, token
 accuracy) and written as a CoNLL file. All have `.evaluate(module, params) -> EvalResult`, as the
 text-to-text `Evaluator`, so training evaluates them the same way.

@@ -1,5 +1,6 @@
 """A backbone and one task head as a single module, params `{"backbone": ..., "head": ...}`, so a
-checkpoint loaded with `t5lite.interop.hf.load` can be grafted in as `params["backbone"]`.
+checkpoint loaded with `t5lite.interop.hf.load` can be grafted in as `params["backbone"]`:
+`WithHead` (encoders' heads) and `DecoderClassifier` (GPT-1's last-token classifier).
 
 It builds the backbone, so it sits above transformer.py, which builds on heads.py.
 """
@@ -56,8 +57,8 @@ class WithHead(nn.Module):
 class DecoderClassifier(nn.Module):
     """GPT-1's fine-tuning model: a decoder-only backbone and a `SequenceClassificationHead` on the
     final state of each input's last real token (the extract token; `decoder_segment_ids` > 0 mark
-    the real tokens, right padding; None: no padding). With the `swapped_` features (a similarity pair in its other
-    order) the two orders' states are added before the head, as GPT-1 does. `with_lm` also returns
+    the real tokens, right padding; None: no padding). With the `swapped_` features (a similarity
+    pair in its other order) the two orders' states are added before the head, as GPT-1 does. `with_lm` also returns
     the backbone's LM logits of each order (for the auxiliary LM loss). Params are
     `{"backbone", "head"}`, as `WithHead`'s."""
     config: ModelConfig
