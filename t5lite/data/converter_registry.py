@@ -15,12 +15,14 @@ from t5lite.data.finetune_converters import (EncoderClassificationConverter, Enc
 from t5lite.data.word_converters import WordClassificationConverter, WordLMConverter
 from t5lite.data.sentence_texts import SentenceTextsConverter
 from t5lite.data.word2vec_converter import Word2VecConverter
+from t5lite.data.gpt_inputs import DecoderClassificationConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter, PrefixLMFeatureConverter,
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
-                                 EncoderTaggingConverter, SentenceTextsConverter, Word2VecConverter)},
+                                 EncoderTaggingConverter, SentenceTextsConverter, Word2VecConverter,
+                                 DecoderClassificationConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
@@ -30,6 +32,8 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     "word_lm_chars": functools.partial(WordLMConverter, chars=True),
     "word_classification": WordClassificationConverter,
     "word_classification_chars": functools.partial(WordClassificationConverter, chars=True),
+    # GPT-1's similarity tasks: each pair in both orders.
+    "decoder_classification_both_orders": functools.partial(DecoderClassificationConverter, both_orders=True),
 }
 
 
@@ -37,7 +41,8 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM),
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
     features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
-    "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "sentence_texts"
+    "decoder_classification" / "decoder_classification_both_orders" (a decoder-only model's last-token
+    classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "sentence_texts"
     (bi-encoders: each text on its own); "word2vec" (word ids of text lines for t5lite.train.word2vec)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")

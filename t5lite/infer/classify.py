@@ -3,10 +3,11 @@ and token tagging (NER, POS).
 
 `ClassificationEvaluator`: the head's argmax (or its float, one output: regression) against the
 example's label, scored with the task's metrics (accuracy, F1, MCC, Pearson/Spearman).
-`SpanEvaluator`: per context window, the `n_best` highest start + end logit spans with
-start <= end, at most `max_answer_length` tokens, inside the context; per question the best span
-over its windows, mapped back to the original context through the tokens' character offsets,
-scored with SQuAD EM/F1. `TaggingEvaluator`: each word's tag is the argmax at its first subword,
+`DecoderClassificationEvaluator`: the same for a decoder-only model's last-token classifier
+(GPT-1's inputs, one or both orders). `SpanEvaluator`: per context window, the `n_best` highest
+start + end logit spans with start <= end, at most `max_answer_length` tokens, inside the
+context; per question the best span over its windows, mapped back to the original context through
+the tokens' character offsets, scored with SQuAD EM/F1. `TaggingEvaluator`: each word's tag is the argmax at its first subword,
 the windows of a sentence put back together, scored on the words' tag lists (entity P/R/F1, token
 accuracy) and written as a CoNLL file. All have `.evaluate(module, params) -> EvalResult`, as the
 text-to-text `Evaluator`, so training evaluates them the same way.
@@ -26,6 +27,8 @@ from t5lite.errors import ConfigError, DataError
 from t5lite.infer.evaluation import EvalResult
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
+DECODER_INPUTS = ("decoder_input_tokens", "decoder_segment_ids", "swapped_decoder_input_tokens",
+                  "swapped_decoder_segment_ids")
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -47,7 +50,7 @@ class _HeadEvaluator:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
                             "check the split name, data_dir and max_examples")
         rows = converter_registry.get_feature_converter(self.converter).convert(self.examples, task_feature_lengths)
-        self.batches = [_fill({k: b[k] for k in self.model_inputs}, batch_size)
+        self.batches = [_fill({k: b[k] for k in self.model_inputs if k in b}, batch_size)
                         for b in converters.batch(rows, batch_size, drop_remainder=False)]
 
     def __repr__(self):
@@ -80,6 +83,16 @@ class ClassificationEvaluator(_HeadEvaluator):
         records = [{"inputs": ex.get("inputs_pretokenized"), "target": t, "prediction": p}
                    for ex, t, p in zip(self.examples, targets, predictions)]
         return EvalResult(scores, records)
+
+
+class DecoderClassificationEvaluator(ClassificationEvaluator):
+    model_inputs = DECODER_INPUTS
+
+    @property
+    def converter(self) -> str:
+        """The converter of the task's inputs: both orders when its examples have them."""
+        both = "swapped_inputs" in self.examples[0]
+        return "decoder_classification_both_orders" if both else "decoder_classification"
 
 
 def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, in_context: np.ndarray, n_best: int = 20,

@@ -1,11 +1,13 @@
 """A backbone and one task head as a single module, params `{"backbone": ..., "head": ...}`, so a
-checkpoint loaded with `t5lite.interop.hf.load` can be grafted in as `params["backbone"]`.
+checkpoint loaded with `t5lite.interop.hf.load` can be grafted in as `params["backbone"]`:
+`WithHead` (encoders' heads) and `DecoderClassifier` (GPT-1's last-token classifier).
 
 It builds the backbone, so it sits above transformer.py, which builds on heads.py.
 """
 from __future__ import annotations
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from t5lite.models import heads as H
 from t5lite.models.config import ModelConfig
@@ -50,3 +52,35 @@ class WithHead(nn.Module):
         if isinstance(self.head, H.SpanExtractionHead):
             return self.head(hidden, mask)
         return self.head(hidden, deterministic)
+
+
+class DecoderClassifier(nn.Module):
+    """GPT-1's fine-tuning model: a decoder-only backbone and a `SequenceClassificationHead` on the
+    final state of each input's last real token (the extract token; `decoder_segment_ids` > 0 mark
+    the real tokens, right padding; None: no padding). With the `swapped_` features (a similarity
+    pair in its other order) the two orders' states are added before the head, as GPT-1 does. `with_lm` also returns
+    the backbone's LM logits of each order (for the auxiliary LM loss). Params are
+    `{"backbone", "head"}`, as `WithHead`'s."""
+    config: ModelConfig
+    num_labels: int
+
+    def setup(self):
+        self.backbone = build_module(self.config)
+        self.head = H.SequenceClassificationHead(self.config, self.num_labels)
+
+    def __call__(self, decoder_input_tokens, decoder_segment_ids=None, swapped_decoder_input_tokens=None,
+                 swapped_decoder_segment_ids=None, enable_dropout: bool = False, with_lm: bool = False,
+                 **unused_features):
+        orders = [(decoder_input_tokens, decoder_segment_ids)]
+        if swapped_decoder_input_tokens is not None:
+            orders.append((swapped_decoder_input_tokens, swapped_decoder_segment_ids))
+        pooled, hidden = 0.0, []
+        for tokens, segments in orders:
+            segments = jnp.ones_like(tokens) if segments is None else segments   # no padding
+            x = self.backbone.encode(tokens, segments, enable_dropout=enable_dropout)
+            pooled = pooled + H.pool(x, segments > 0, "last")
+            hidden.append(x)
+        logits = self.head(pooled, not enable_dropout)
+        if not with_lm:
+            return logits
+        return logits, [self.backbone.lm_head(x) for x in hidden]

@@ -7,6 +7,11 @@
   `BertForQuestionAnswering`.
 - `TaggingObjective`: token cross entropy from `TokenTaggingHead` averaged over the labelled
   positions (`tag_ids` >= 0: each word's first subword), as `BertForTokenClassification`.
+- `GptClassificationObjective`: GPT-1's fine-tuning of a decoder-only model, cross entropy (or
+  squared error, one label) of a classifier on the last real token plus `lm_weight` times the LM
+  loss on the same inputs (mean over their predicted tokens), as `GPT2ForSequenceClassification`'s
+  loss plus `lm_weight` times `GPT2LMHeadModel`'s. Use with the `decoder_classification` converters
+  and the `gpt_glue_*` tasks.
 
 All train `WithHead(config, head)` (params `{"backbone", "head"}`): `initial_params` grafts a
 pre-trained checkpoint (a t5lite run, or a Hugging Face model imported with `t5lite convert`) into
@@ -26,7 +31,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, classify
 from t5lite.models import heads as H
 from t5lite.models.config import ModelConfig
-from t5lite.models.with_head import WithHead
+from t5lite.models.with_head import DecoderClassifier, WithHead
 from t5lite.train.objective import LossConfig, Objective
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
@@ -167,3 +172,60 @@ class TaggingObjective(HeadObjective):
 
     def evaluators(self, task, split, task_feature_lengths, **kwargs):
         return {task.name: classify.TaggingEvaluator(task, split, task_feature_lengths, **kwargs)}
+
+
+@gin.configurable
+class GptClassificationObjective(ClassificationObjective):
+    """`num_labels` as ClassificationObjective's; `lm_weight`: the auxiliary LM loss's weight (GPT-1: 0.5;
+    0 trains the classifier alone)."""
+
+    def __init__(self, num_labels: int = 2, lm_weight: float = 0.5):
+        super().__init__(num_labels, pooling="last")
+        if lm_weight < 0:
+            raise ConfigError(f"GptClassificationObjective.lm_weight={lm_weight}: use 0 (no LM loss) or more")
+        self.lm_weight = lm_weight
+
+    def __repr__(self):
+        return f"GptClassificationObjective(num_labels={self.num_labels}, lm_weight={self.lm_weight})"
+
+    def build_model(self, config: ModelConfig):
+        if config.arch != "decoder":
+            raise ConfigError(f"GptClassificationObjective fine-tunes a decoder-only model, not a {config.arch!r} one; "
+                              "use ClassificationObjective for an encoder")
+        return DecoderClassifier(config, self.num_labels)
+
+    def init_features(self, feature_lengths):
+        return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items() if k.endswith(
+            ("decoder_input_tokens", "decoder_segment_ids"))}
+
+    def normalizers(self, batch, loss: LossConfig) -> dict[str, Any]:
+        """Examples for the classifier; the predicted tokens of every order for the LM loss."""
+        weights = [v for k, v in batch.items() if k.endswith("decoder_loss_weights")]
+        return {"examples": jnp.asarray(batch["label"].shape[0], jnp.float32),
+                "tokens": jnp.maximum(sum(jnp.sum(w) for w in weights), 1).astype(jnp.float32)}
+
+    def apply(self, module, params, batch, rng=None, with_lm: bool = False):
+        inputs = {k: v for k, v in batch.items() if k.endswith(("decoder_input_tokens", "decoder_segment_ids"))}
+        if rng is None:
+            return module.apply({"params": params}, **inputs, with_lm=with_lm)
+        return module.apply({"params": params}, **inputs, with_lm=with_lm, enable_dropout=True, rngs={"dropout": rng})
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        logits, lm_logits = self.apply(module, params, batch, rng, with_lm=True)
+        labels = batch["label"][:, 0]
+        per_example = self.per_example_loss(logits, labels)
+        n = jnp.asarray(labels.shape[0], jnp.float32)
+        lm_total, lm_tokens = 0.0, 0.0
+        for prefix, order_logits in zip(("", "swapped_"), lm_logits):
+            weights = batch[prefix + "decoder_loss_weights"].astype(jnp.float32)
+            ce = optax.softmax_cross_entropy_with_integer_labels(order_logits, batch[prefix + "decoder_target_tokens"])
+            lm_total, lm_tokens = lm_total + jnp.sum(ce * weights), lm_tokens + jnp.sum(weights)
+        classifier = jnp.sum(per_example)
+        objective = classifier / normalizers["examples"] + self.lm_weight * lm_total / normalizers["tokens"]
+        metrics = {"loss": (classifier, n), "lm_loss": (lm_total, lm_tokens), "examples": n}
+        if self.num_labels > 1:
+            metrics["accuracy"] = (jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32), n)
+        return objective, metrics
+
+    def evaluators(self, task, split, task_feature_lengths, **kwargs):
+        return {task.name: classify.DecoderClassificationEvaluator(task, split, task_feature_lengths, **kwargs)}

@@ -7,6 +7,11 @@ en_ewt-ud-{train,dev,test}.iob2`, `en_ewt/en_ewt-ud-{train,dev,test}.conllu`); t
 copy. `conll_task` registers the same for any CoNLL files. Examples are BERT windows
 (t5lite.data.finetune_converters.tagging_inputs): train with the `encoder_tagging` converter,
 unpacked, and `TaggingObjective`; the metrics compare per-word tag lists.
+
+`uner_en_ewt_t2t` and `ud_en_ewt_upos_t2t` are the same data as text for T5 / BART
+(t5lite.data.tagging_text): "ner: <words>" -> "PER: John Smith; LOC: Paris", "upos: <words>" ->
+the tags in order; the postprocessor reads the decoded text back into per-word tags, so the
+same metrics score both.
 """
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ import functools
 from typing import Mapping, Sequence
 
 from t5lite import metrics
+from t5lite.data import preprocessors as P
 from t5lite.data.finetune_converters import tagging_inputs
+from t5lite.data.tagging_text import tagging_text, text_to_tags
 from t5lite.data.registry import TaskRegistry
 from t5lite.data.sources import Conll, FileSource
 from t5lite.data.tasks.pretraining import FEATURES
@@ -34,10 +41,29 @@ def conll_task(name: str, split_files: Mapping[str, str], label_names: Sequence[
     TaskRegistry.add(name, source=FileSource(dict(split_files), Conll(tag_column, word_column, delimiter)),
                      preprocessors=[functools.partial(tagging_inputs, label_names=tuple(label_names))],
                      output_features=FEATURES,
-                     metric_fns=[metrics.entity_f1, metrics.token_accuracy] if entities else [metrics.token_accuracy])
+                     metric_fns=_metric_fns(entities))
 
 
-conll_task("uner_en_ewt", {split: f"uner_en_ewt/en_ewt-ud-{name}.iob2" for split, name in SPLITS.items()},
-           UNER_TAGS, tag_column=2)
-conll_task("ud_en_ewt_upos", {split: f"en_ewt/en_ewt-ud-{name}.conllu" for split, name in SPLITS.items()},
-           UPOS_TAGS, tag_column=3, entities=False)
+def conll_text_task(name: str, split_files: Mapping[str, str], label_names: Sequence[str], tag_column: int,
+                    prefix: str, word_column: int = 1, entities: bool = True,
+                    delimiter: str | None = "\t") -> None:
+    """`conll_task`'s data as text-to-text: inputs "<prefix>: w1 w2 ...", targets the entities
+    ("TYPE: span; ...") or, with `entities=False`, the tags in word order."""
+    types = sorted({tag[2:] for tag in label_names if tag[:2] in ("B-", "I-")}) if entities else None
+    TaskRegistry.add(name, source=FileSource(dict(split_files), Conll(tag_column, word_column, delimiter)),
+                     preprocessors=[functools.partial(tagging_text, prefix=prefix, entities=entities), P.tokenize,
+                                    P.append_eos_after_trim],
+                     output_features=FEATURES, metric_fns=_metric_fns(entities),
+                     postprocess_fn=functools.partial(text_to_tags, types=types))
+
+
+def _metric_fns(entities: bool) -> list:
+    return [metrics.entity_f1, metrics.token_accuracy] if entities else [metrics.token_accuracy]
+
+
+UNER_FILES = {split: f"uner_en_ewt/en_ewt-ud-{name}.iob2" for split, name in SPLITS.items()}
+UPOS_FILES = {split: f"en_ewt/en_ewt-ud-{name}.conllu" for split, name in SPLITS.items()}
+conll_task("uner_en_ewt", UNER_FILES, UNER_TAGS, tag_column=2)
+conll_task("ud_en_ewt_upos", UPOS_FILES, UPOS_TAGS, tag_column=3, entities=False)
+conll_text_task("uner_en_ewt_t2t", UNER_FILES, UNER_TAGS, tag_column=2, prefix="ner")
+conll_text_task("ud_en_ewt_upos_t2t", UPOS_FILES, UPOS_TAGS, tag_column=3, prefix="upos", entities=False)

@@ -1,0 +1,182 @@
+"""GPT-1-style fine-tuning of a decoder-only model: GPT-1's input transformations on real GLUE
+pairs; the objective (classifier on the last real token + lm_weight x LM loss) equals Hugging
+Face's GPT2ForSequenceClassification loss plus lm_weight x GPT2LMHeadModel's on the same weights,
+right-padded rows of different lengths, one order or both orders of a similarity pair (their
+last-token states summed); gpt2_tiny trains and evaluates on SST-2 and MRPC."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from conftest import REPO, shared_data_dir
+
+from t5lite.data import get_task
+from t5lite.data.byte_vocab import ByteVocabulary
+from t5lite.data.converter_registry import get_feature_converter
+from t5lite.data.gpt_inputs import gpt_inputs
+from t5lite.data.registry import Feature
+from t5lite.errors import ConfigError
+from t5lite.interop import hf
+from t5lite.train.finetune_objectives import GptClassificationObjective
+from t5lite.train.objective import LossConfig
+
+torch = pytest.importorskip("torch", reason="Hugging Face PyTorch models are the reference")
+transformers = pytest.importorskip("transformers", reason="Hugging Face PyTorch models are the reference")
+
+GLUE = str(shared_data_dir() / "glue")
+VOCAB = ByteVocabulary()
+START, DELIM, EXTRACT = (VOCAB.sentinel_id(i) for i in range(3))
+LENGTH = 40
+
+
+def glue_pairs(name, n):
+    """The first n train examples of GLUE `name` as the gpt task's source gives them."""
+    task = get_task(f"gpt_glue_{name}")
+    examples = task.source.load("train", data_dir=GLUE, shuffle=False)
+    return [ex for _, ex in zip(range(n), examples)]
+
+
+def features(examples, text_keys, both_orders, length=LENGTH):
+    """GPT-1's inputs over the byte vocabulary, through the task's converter: one batch."""
+    out = list(gpt_inputs(examples, {"inputs": length}, {"inputs": Feature(VOCAB)}, text_keys=text_keys,
+                          both_orders=both_orders))
+    name = "decoder_classification_both_orders" if both_orders else "decoder_classification"
+    rows = list(get_feature_converter(name).convert(out, {"inputs": length}))
+    return out, {k: np.stack([r[k] for r in rows]) for k in rows[0] if not k.startswith("_")}
+
+
+def test_inputs_are_start_a_delim_b_extract_and_features_mark_the_last_real_token():
+    examples = glue_pairs("rte", 4)
+    out, batch = features(examples, ["sentence1", "sentence2"], both_orders=False)
+    ex, row = out[0], {k: v[0] for k, v in batch.items()}
+    a, b = VOCAB.encode(examples[0]["sentence1"]), VOCAB.encode(examples[0]["sentence2"])
+    keep_a = LENGTH - 3 - min(len(b), (LENGTH - 3) // 2) if len(a) > len(b) else None
+    assert ex["inputs"][0] == START and ex["inputs"][-1] == EXTRACT and list(ex["inputs"]).count(DELIM) == 1
+    assert len(ex["inputs"]) == LENGTH   # RTE's premises are longer than 37 bytes: cut longest-first
+    assert list(ex["inputs"][1:1 + len(a[:keep_a])]) == a[:keep_a]
+    n = int(row["decoder_segment_ids"].sum())
+    assert row["decoder_input_tokens"][n - 1] == EXTRACT and (row["decoder_segment_ids"][:n] == 1).all()
+    assert list(row["decoder_target_tokens"][:n - 1]) == list(row["decoder_input_tokens"][1:n])
+    assert row["decoder_loss_weights"].sum() == n - 1
+    sst2 = glue_pairs("sst2", 3)
+    single, batch = features(sst2, ["sentence"], both_orders=False, length=200)
+    assert list(single[1]["inputs"]) == [START, *VOCAB.encode(sst2[1]["sentence"]), EXTRACT]
+    assert (batch["decoder_input_tokens"][1, len(single[1]["inputs"]):] == 0).all()   # right padding
+    swapped, _ = features(glue_pairs("mrpc", 2), ["sentence1", "sentence2"], both_orders=True, length=400)
+    mrpc = glue_pairs("mrpc", 1)[0]
+    assert list(swapped[0]["swapped_inputs"]) == [START, *VOCAB.encode(mrpc["sentence2"]), DELIM,
+                                                  *VOCAB.encode(mrpc["sentence1"]), EXTRACT]
+    with pytest.raises(ConfigError, match="decoder_classification_both_orders"):
+        list(get_feature_converter("decoder_classification").convert(swapped, {"inputs": 400}))
+
+
+def _models(num_labels, tmp_path):
+    """HF GPT-2 LM and classifier sharing one random transformer, and t5lite's module and params."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=VOCAB.vocab_size, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=4,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=1,
+                                     num_labels=num_labels)
+    lm = transformers.GPT2LMHeadModel(config).eval()
+    classifier = transformers.GPT2ForSequenceClassification(config).eval()
+    classifier.transformer.load_state_dict(lm.transformer.state_dict())
+    lm.save_pretrained(str(tmp_path))
+    backbone, variables = hf.load(str(tmp_path))
+    objective = GptClassificationObjective(num_labels=num_labels, lm_weight=0.5)
+    module = objective.build_model(backbone.config)
+    kernel = classifier.score.weight.detach().numpy().T
+    params = {"backbone": variables["params"],
+              "head": {"classifier": {"kernel": kernel, "bias": np.zeros(num_labels, np.float32)}}}
+    return lm, classifier, objective, module, params
+
+
+def _loss(objective, module, params, batch):
+    loss, metrics = objective.loss_and_metrics(module, params, batch, None, objective.normalizers(batch, LossConfig()),
+                                               LossConfig())
+    return float(loss), metrics
+
+
+def _lm_loss(lm, tokens):
+    ids = torch.tensor(tokens, dtype=torch.long)
+    return lm(input_ids=ids, attention_mask=ids != 0, labels=torch.where(ids != 0, ids, -100)).loss.item()
+
+
+@pytest.mark.parametrize("num_labels", [2, 1])
+def test_loss_equals_gpt2_for_sequence_classification_plus_half_the_lm_loss(num_labels, tmp_path):
+    lm, classifier, objective, module, params = _models(num_labels, tmp_path)
+    examples = glue_pairs("rte", 5)
+    for ex, short in zip(examples, (3, 8, 60, 12, 14)):   # rows of different lengths, right-padded
+        ex["sentence1"], ex["sentence2"] = ex["sentence1"][:short], ex["sentence2"][:short]
+    if num_labels == 1:
+        for ex, score in zip(examples, (0.5, 3.2, -1.0, 4.8, 2.0)):
+            ex["label"] = np.float32(score)
+    _, batch = features(examples, ["sentence1", "sentence2"], both_orders=False)
+    lengths = batch["decoder_segment_ids"].sum(1)
+    assert len(set(lengths)) == 5 and lengths.max() == LENGTH
+    ids = torch.tensor(batch["decoder_input_tokens"], dtype=torch.long)
+    labels = torch.tensor(batch["label"][:, 0])
+    ref = classifier(input_ids=ids, attention_mask=ids != 0, labels=labels if num_labels == 1 else labels.long())
+    np.testing.assert_allclose(np.asarray(module.apply({"params": params}, **{
+        k: batch[k] for k in ("decoder_input_tokens", "decoder_segment_ids")})), ref.logits.detach().numpy(),
+        rtol=1e-4, atol=1e-5)
+    loss, metrics = _loss(objective, module, params, batch)
+    assert loss == pytest.approx(ref.loss.item() + 0.5 * _lm_loss(lm, batch["decoder_input_tokens"]), rel=1e-5)
+    assert float(metrics["lm_loss"][0] / metrics["lm_loss"][1]) == pytest.approx(
+        _lm_loss(lm, batch["decoder_input_tokens"]), rel=1e-5)
+
+
+def test_both_orders_sum_the_last_token_states(tmp_path):
+    """Similarity (MRPC): classifier(h(A, B) + h(B, A)) at each order's last real token, and the LM
+    loss over the tokens of both orders."""
+    lm, classifier, objective, module, params = _models(2, tmp_path)
+    examples = glue_pairs("mrpc", 4)
+    for ex, short in zip(examples, (5, 12, 30, 9)):
+        ex["sentence1"], ex["sentence2"] = ex["sentence1"][:short], ex["sentence2"][:short // 2]
+    _, batch = features(examples, ["sentence1", "sentence2"], both_orders=True)
+    assert not (batch["decoder_input_tokens"] == batch["swapped_decoder_input_tokens"]).all()
+    states = []
+    for prefix in ("", "swapped_"):
+        ids = torch.tensor(batch[prefix + "decoder_input_tokens"], dtype=torch.long)
+        hidden = classifier.transformer(input_ids=ids, attention_mask=ids != 0).last_hidden_state
+        last = torch.tensor(batch[prefix + "decoder_segment_ids"].sum(1) - 1)
+        states.append(hidden[torch.arange(len(last)), last])
+    logits = classifier.score(states[0] + states[1])
+    labels = torch.tensor(batch["label"][:, 0], dtype=torch.long)
+    expected = torch.nn.functional.cross_entropy(logits, labels).item() + 0.5 * _lm_loss(
+        lm, np.concatenate([batch["decoder_input_tokens"], batch["swapped_decoder_input_tokens"]]))
+    loss, _ = _loss(objective, module, params, batch)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    ours = module.apply({"params": params}, **{k: v for k, v in batch.items() if "segment" in k or "input" in k})
+    np.testing.assert_allclose(np.asarray(ours), logits.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_an_encoder_is_refused():
+    from t5lite.models import get_config
+    with pytest.raises(ConfigError, match="decoder-only"):
+        GptClassificationObjective().build_model(get_config("bert_tiny"))
+
+
+@pytest.mark.usefixtures("clean_gin_state")
+@pytest.mark.parametrize("task, converter", [("gpt_glue_sst2", "decoder_classification"),
+                                             ("gpt_glue_mrpc", "decoder_classification_both_orders")])
+def test_gpt2_tiny_fine_tunes_and_t5lite_eval_agrees(task, converter, tmp_path):
+    from t5lite import cli
+    from t5lite.train import trainer
+    import gin
+    out, config = str(tmp_path / "ft"), str(REPO / "configs/local/gpt2_tiny_finetune_sst2.gin")
+    bindings = [f"MIXTURE_OR_TASK_NAME = '{task}'", f"train.feature_converter = '{converter}'", f"DATA_DIR = '{GLUE}'"]
+    cli.parse_gin([config], [f"MODEL_DIR = '{out}'", "INITIAL_CHECKPOINT_PATH = None", *bindings, "TRAIN_STEPS = 3",
+                             "EVAL_EVERY = 3", "BATCH_SIZE = 4", "train.log_every = 1", "train.eval_max_examples = 12"],
+                  entry=("train", trainer.train))
+    trainer.train(progress=False)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    assert all(r["lm_loss"] > 0 and r["loss"] > 0 for r in records if "lm_loss" in r)
+    evals = [r for r in records if "eval_accuracy" in r]
+    assert [r["step"] for r in evals] == [3]
+    gin.clear_config()
+    cli.main(["eval", f"--gin_file={config}", f"--gin.MODEL_DIR='{out}'", "--gin.eval.max_examples=12",
+              "--gin.eval.batch_size=4", *(f"--gin.{b}" for b in bindings)])
+    with open(os.path.join(out, "eval", f"{task}.validation", "metrics.jsonl")) as f:
+        metrics = [json.loads(line) for line in f][-1]
+    assert metrics["accuracy"] == pytest.approx(evals[0]["eval_accuracy"])
