@@ -42,12 +42,12 @@ def _examples(task, data_dir, count):
 @pytest.fixture(scope="module")
 def squad():
     """Windows of real SQuAD dev questions (several per long context; some without the answer)."""
-    return _examples("bert_squad_v1", DATA / "squad" / "v1.1", 30)
+    return _examples("bert_squad_v1", DATA / "squad" / "v1.1", 16)
 
 
 @pytest.fixture(scope="module")
 def uner():
-    return _examples("uner_en_ewt", DATA / "ud", 30)
+    return _examples("uner_en_ewt", DATA / "ud", 16)
 
 
 def _batches(converter, examples):
@@ -101,7 +101,7 @@ def test_packed_span_labels_index_their_segment(squad):
         np.testing.assert_array_equal(packed["encoder_input_tokens"][row, first:first + len(ex["inputs"])], ex["inputs"])
 
 
-@pytest.mark.parametrize("which", ["bert_tiny", "minilm"])
+@pytest.mark.parametrize("which", ["bert_tiny", pytest.param("minilm", marks=pytest.mark.slow)])
 def test_packed_span_logits_and_loss_equal_each_window_alone(which, squad, tmp_path):
     model = _hf_model(transformers.BertForQuestionAnswering, which)
     config, backbone = _backbone(model, tmp_path)
@@ -127,7 +127,7 @@ def test_packed_span_logits_and_loss_equal_each_window_alone(which, squad, tmp_p
         assert float(metrics["examples"]) == len(squad) and float(metrics["start_accuracy"][0]) == hits
 
 
-@pytest.mark.parametrize("which", ["bert_tiny", "minilm"])
+@pytest.mark.parametrize("which", ["bert_tiny", pytest.param("minilm", marks=pytest.mark.slow)])
 def test_packed_tagging_logits_loss_and_predictions_equal_each_sentence_alone(which, uner, tmp_path):
     names = uner[0]["label_names"]
     model = _hf_model(transformers.BertForTokenClassification, which, num_labels=len(names))

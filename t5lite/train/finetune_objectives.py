@@ -57,7 +57,7 @@ class HeadObjective(Objective):
     def apply(self, module, params, batch, rng=None):
         """The head's outputs; packed, [batch, label slots, ...] (one per segment)."""
         inputs = {k: batch[k] for k in MODEL_INPUTS + PACKED_INPUTS if k in batch}
-        if "label_weights" in batch:
+        if "encoder_segment_ids" in batch and "label_weights" in batch:
             inputs["num_segments"] = batch["label_weights"].shape[1]
         if rng is None:
             return module.apply({"params": params}, **inputs)
