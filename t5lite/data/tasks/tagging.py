@@ -5,8 +5,8 @@ Universal POS tags of UD English-EWT).
 Both read local files under `data_dir` (a folder laid out as the releases: `uner_en_ewt/
 en_ewt-ud-{train,dev,test}.iob2`, `en_ewt/en_ewt-ud-{train,dev,test}.conllu`); there is no TFDS
 copy. `conll_task` registers the same for any CoNLL files. Examples are BERT windows
-(t5lite.data.finetune_converters.tagging_inputs): train with the `encoder_tagging` converter,
-unpacked, and `TaggingObjective`; the metrics compare per-word tag lists.
+(t5lite.data.finetune_converters.tagging_inputs): train with the `encoder_tagging` converter
+(packed or not) and `TaggingObjective`; the metrics compare per-word tag lists.
 """
 from __future__ import annotations
 
