@@ -115,7 +115,7 @@ def t5lite_runner(config, objective, params, batches):
     step = trainer.jit_train_step()
     sharded = [partitioner.shard_batch(b) for b in batches]
     with trainer.mesh_context():
-        jax.block_until_ready(step(trainer.init_state(1, params), sharded[0]))   # compiles on a throwaway state
+        jax.block_until_ready(step(trainer.init_state(1, params), sharded[0]))   # compiles on a spare state
     holder = {"state": trainer.init_state(0, params)}
 
     def run(indices):
