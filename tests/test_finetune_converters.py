@@ -81,8 +81,6 @@ def test_classification_converter_pads_and_types_labels(wordpiece):
     sst2 = list(sentence_inputs(raw("bert_glue_sst2", n=2), {"inputs": 64}, {"inputs": Feature(wordpiece)},
                                 text_keys=("sentence",)))
     assert next(converter.convert(sst2, {"inputs": 64}))["label"].dtype == np.int32
-    with pytest.raises(ValueError, match="pack = False"):
-        next(get_feature_converter("encoder_span").convert(sst2, {"inputs": 64}, pack=True))
 
 
 def run_qa_features(tokenizer, question, context, answers, length, stride):

@@ -14,6 +14,7 @@ from conftest import shared_data_dir
 
 from t5lite.data import get_task
 from t5lite.data.converter_registry import get_feature_converter
+from t5lite.data.converters import batch as stack_rows
 from t5lite.data.finetune_converters import max_segments, sentence_inputs
 from t5lite.data.loader import Loader
 from t5lite.data.registry import Feature
@@ -229,3 +230,22 @@ def test_packed_regression_equals_each_example_alone(examples, tmp_path):
                        token_type_ids=torch.tensor(ex["token_type_ids"][None], dtype=torch.long),
                        labels=torch.tensor([float(ex["label"])])).loss.item() for ex in scored]
     np.testing.assert_allclose(float(loss), np.mean(reference), rtol=1e-4)
+
+
+def test_text_to_text_glue_packs_by_default_and_counts_real_tokens():
+    """T5 on GLUE packs unless told otherwise (train's default, not overridden by the SST-2 config),
+    and a packed batch's real tokens / examples are its examples' input + target lengths."""
+    import inspect
+
+    assert inspect.signature(train).parameters["pack"].default is True
+    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "local", "t5_tiny_finetune_sst2.gin")) as f:
+        assert "train.pack" not in f.read()
+    task, lengths, glue = get_task("glue_sst2"), {"inputs": 128, "targets": 8}, str(shared_data_dir() / "glue")
+    rows = get_feature_converter("enc_dec").convert(task.get_dataset("train", lengths, shuffle=False, data_dir=glue),
+                                                    lengths, pack=True)
+    batch = next(stack_rows(rows, 4))
+    examples = list(itertools.islice(task.get_dataset("train", lengths, shuffle=False, data_dir=glue),
+                                     int(batch.pop("_examples"))))
+    assert len(examples) > 4                        # several examples per row
+    tokens = sum(len(ex["inputs"]) + len(ex["targets"]) for ex in examples)
+    assert mfu.real_counts(batch) == (tokens, len(examples))

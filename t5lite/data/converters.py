@@ -17,7 +17,7 @@ then resume exactly; strip `_examples` before feeding a batch to the model.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -393,3 +393,42 @@ def batch(rows: Iterable[Row], batch_size: int, drop_remainder: bool = True) -> 
             pending = []
     if pending and not drop_remainder:
         yield _stack(pending)
+
+
+def bucket_widths(length: int, count: int = 4) -> tuple[int, ...]:
+    """Up to `count` padded widths, `length` and its halvings (rounded up to a multiple of 8, at
+    least 8), shortest first: the shapes length-bucketed batches compile to."""
+    if count < 1:
+        raise ConfigError(f"length buckets must be at least 1, got {count}")
+    widths = {length}
+    for k in range(1, count):
+        widths.add(min(length, max(8, -(-length // 2 ** k // 8) * 8)))
+    return tuple(sorted(widths))
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int, max_length: int, count: int = 4) -> list[tuple[np.ndarray, int]]:
+    """Batches of similar length for evaluation: (example indices, padded width) per batch.
+
+    The examples are sorted by length (stably) and cut into `batch_size` chunks, each padded to the
+    smallest of `bucket_widths(max_length, count)` that holds its longest, so padding shrinks with
+    at most `count` compiled shapes; concatenating the indices gives the order to undo. `count=1`
+    keeps the input order at `max_length`."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be positive, got {batch_size}")
+    lengths = np.asarray(lengths, np.int64)
+    widths = np.asarray(bucket_widths(max_length, count))
+    order = np.argsort(lengths, kind="stable") if count > 1 else np.arange(len(lengths))
+    out = []
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        longest = int(lengths[indices].max(initial=0))
+        out.append((indices, int(widths[np.searchsorted(widths, min(longest, max_length))])))
+    return out
+
+
+def restore_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Rows given in `order` (the concatenated indices of `length_buckets`) put back in input order."""
+    out = np.empty_like(values)
+    out[order] = values
+    return out
+

@@ -16,12 +16,13 @@ preprocessors are given), doing what Hugging Face's tokenizer call does:
 The converters pad to the length and name the model features: `encoder_input_tokens`,
 `token_type_ids` and the labels ([batch, 1] arrays `label`, or `start_position`/`end_position`;
 [batch, length] `tag_ids` for tagging).
-`encoder_classification` also packs (`pack=True`): several examples per row, greedy next-fit as
-seqio, with `encoder_segment_ids` / `encoder_positions` (attention confined to each example,
-positions restarting at its [CLS]) and one label slot per possible example, `label` and
-`label_weights` [batch, length // 2] (slot k is segment k + 1; an example has at least [CLS] and
-[SEP], so a row never holds more), so a head pools each example's own [CLS] and padding computes
-nothing but the unused slots.
+All three also pack (`pack=True`): several examples per row, greedy next-fit as seqio, with
+`encoder_segment_ids` / `encoder_positions` (attention confined to each example, positions
+restarting at its [CLS]); per-example labels go in one slot per possible example, `label` or
+`start_position`/`end_position` and `label_weights` [batch, length // 2] (slot k is segment k + 1;
+an example has at least [CLS] and [SEP], so a row never holds more; span positions index the
+row), and `tag_ids` are packed like the tokens, so each head reads its own segment and padding
+computes nothing but the unused slots.
 """
 from __future__ import annotations
 
@@ -214,22 +215,31 @@ def tagging_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int
 # ----------------------------------------------------------------------------- converters
 
 class EncoderTaskConverter(FeatureConverter):
-    """Pads `inputs` / `token_type_ids` to the `inputs` length and adds the `LABELS` as [1] rows."""
-    LABELS: tuple[str, ...] = ()
+    """Pads `inputs` / `token_type_ids` to the `inputs` length and adds the `LABELS` as [1] rows.
+
+    Packed (`pack=True`): greedy next-fit rows as seqio with `encoder_segment_ids` /
+    `encoder_positions`, and each example's `LABELS` in its slot of [length // 2] arrays (slot k
+    is segment k + 1) with `label_weights` marking the filled slots."""
+    LABELS: tuple[str, ...] = ()         # per-example labels
+    TOKEN_LABELS: tuple[str, ...] = ()   # per-position labels, packed like the inputs
 
     def model_feature_lengths(self, task_feature_lengths, pack=False):
         length = _length(task_feature_lengths, "inputs", self.name)
-        return {"encoder_input_tokens": length, "token_type_ids": length, **dict.fromkeys(self.LABELS, 1)}
+        lengths = {"encoder_input_tokens": length, "token_type_ids": length}
+        if not pack:
+            return {**lengths, **dict.fromkeys(self.LABELS, 1)}
+        slots = max_segments(length)
+        return {**lengths, "encoder_segment_ids": length, "encoder_positions": length,
+                **dict.fromkeys(self.LABELS + ("label_weights",), slots)}
 
     def convert(self, examples: Iterable[Example], task_feature_lengths, pack=False) -> Iterator[Row]:
-        if pack:
-            raise ConfigError(f"the {self.name!r} converter does not pack fine-tuning examples; set train.pack = False")
         length = _length(task_feature_lengths, "inputs", self.name)
+        if pack:
+            yield from self._packed(examples, length)
+            return
         for ex in examples:
             tokens = np.asarray(ex["inputs"], np.int32)
-            if len(tokens) > length:
-                raise ConfigError(f"an example has {len(tokens)} input tokens, more than the length {length}; "
-                                  "its preprocessors must cut it (sentence_inputs / squad_windows do)")
+            _check_length(tokens, length)
             row = {"encoder_input_tokens": np.zeros(length, np.int32), "token_type_ids": np.zeros(length, np.int32)}
             row["encoder_input_tokens"][:len(tokens)] = tokens
             row["token_type_ids"][:len(tokens)] = ex["token_type_ids"]
@@ -239,54 +249,64 @@ class EncoderTaskConverter(FeatureConverter):
 
     def label_features(self, ex: Example, length: int) -> dict[str, np.ndarray]:
         """The example's `LABELS` as [1] rows (int32 class ids, float32 scores)."""
+        return {key: _array(ex[key]).reshape(1) for key in self.LABELS}
+
+    def _packed(self, examples: Iterable[Example], length: int) -> Iterator[Row]:
+        pending: list[Example] = []
+        per_token = ("inputs", "token_type_ids") + self.TOKEN_LABELS
+
+        def remembered(stream):
+            for ex in stream:   # pack() keeps the order, so pending examples line up with the segments
+                _check_length(ex["inputs"], length)
+                pending.append(ex)
+                yield {k: ex[k] for k in per_token}
+
+        for row in pack_rows(remembered(examples), dict.fromkeys(per_token, length)):
+            n = row[EXAMPLES_KEY]
+            members = pending[:n]
+            del pending[:n]
+            out = {"encoder_input_tokens": row["inputs"], "token_type_ids": row["token_type_ids"],
+                   "encoder_segment_ids": row["inputs_segment_ids"], "encoder_positions": row["inputs_positions"]}
+            out.update(self.packed_labels(members, row, length))
+            out[EXAMPLES_KEY] = n
+            yield out
+
+    def packed_labels(self, members: Sequence[Example], row: Row, length: int) -> dict[str, np.ndarray]:
+        """The row's `LABELS` in their slots and `label_weights` (1 on the filled slots)."""
+        slots = max_segments(length)
+        starts = np.cumsum([0] + [len(ex["inputs"]) for ex in members[:-1]])
         out = {}
         for key in self.LABELS:
-            value = np.asarray(ex[key])
-            out[key] = value.reshape(1).astype(np.float32 if value.dtype.kind == "f" else np.int32)
+            values = np.stack([_array(self.slot_value(key, ex, start)) for ex, start in zip(members, starts)])
+            out[key] = np.zeros(slots, values.dtype)
+            out[key][:len(members)] = values
+        out["label_weights"] = (np.arange(slots) < len(members)).astype(np.int32)
         return out
+
+    def slot_value(self, key: str, ex: Example, start: int):
+        """Label `key` of an example whose segment starts at token `start` of its row."""
+        return ex[key]
 
     def __repr__(self):
         return f"{type(self).__name__}()"
 
 
+def _array(value) -> np.ndarray:
+    """A label as int32 (class ids, token indices) or float32 (scores)."""
+    value = np.asarray(value)
+    return value.astype(np.float32 if value.dtype.kind == "f" else np.int32)
+
+
+def _check_length(tokens, length: int) -> None:
+    if len(tokens) > length:
+        raise ConfigError(f"an example has {len(tokens)} input tokens, more than the length {length}; "
+                          "its preprocessors must cut it (sentence_inputs / squad_windows / tagging_inputs do)")
+
+
 class EncoderClassificationConverter(EncoderTaskConverter):
-    """GLUE-style: `label` is a class id (int32) or a regression target (float32, STS-B); packs."""
+    """GLUE-style: `label` is a class id (int32) or a regression target (float32, STS-B)."""
     name = "encoder_classification"
     LABELS = ("label",)
-
-    def model_feature_lengths(self, task_feature_lengths, pack=False):
-        if not pack:
-            return super().model_feature_lengths(task_feature_lengths)
-        length = _length(task_feature_lengths, "inputs", self.name)
-        slots = max_segments(length)
-        return {"encoder_input_tokens": length, "token_type_ids": length, "encoder_segment_ids": length,
-                "encoder_positions": length, "label": slots, "label_weights": slots}
-
-    def convert(self, examples, task_feature_lengths, pack=False):
-        if not pack:
-            yield from super().convert(examples, task_feature_lengths)
-            return
-        length = _length(task_feature_lengths, "inputs", self.name)
-        labels: list = []
-
-        def with_label_slot(stream):
-            for ex in stream:   # pack() keeps the order, so labels line up with the segments
-                if len(ex["inputs"]) > length:
-                    raise ConfigError(f"an example has {len(ex['inputs'])} input tokens, more than the length "
-                                      f"{length}; its preprocessors must cut it (sentence_inputs does)")
-                labels.append(ex["label"])
-                yield {"inputs": ex["inputs"], "token_type_ids": ex["token_type_ids"]}
-
-        slots = max_segments(length)
-        for row in pack_rows(with_label_slot(examples), {"inputs": length, "token_type_ids": length}):
-            n = row[EXAMPLES_KEY]
-            values = np.asarray(labels[:n])
-            del labels[:n]
-            label = np.zeros(slots, np.float32 if values.dtype.kind == "f" else np.int32)
-            label[:n] = values
-            yield {"encoder_input_tokens": row["inputs"], "token_type_ids": row["token_type_ids"],
-                   "encoder_segment_ids": row["inputs_segment_ids"], "encoder_positions": row["inputs_positions"],
-                   "label": label, "label_weights": (np.arange(slots) < n).astype(np.int32), EXAMPLES_KEY: n}
 
 
 def max_segments(length: int) -> int:
@@ -295,20 +315,30 @@ def max_segments(length: int) -> int:
 
 
 class EncoderSpanConverter(EncoderTaskConverter):
-    """SQuAD-style: the answer's `start_position` / `end_position` token indices."""
+    """SQuAD-style: the answer's `start_position` / `end_position` token indices; packed, indices
+    into the row (the window's own index plus where its segment starts)."""
     name = "encoder_span"
     LABELS = ("start_position", "end_position")
 
+    def slot_value(self, key, ex, start):
+        return int(ex[key]) + start
+
 
 class EncoderTaggingConverter(EncoderTaskConverter):
-    """Tagging: `tag_ids` [length] per position, IGNORE on special tokens, later subwords, padding."""
+    """Tagging: `tag_ids` [length] per position, IGNORE on special tokens, later subwords, padding;
+    packed, concatenated like the inputs (no label slots)."""
     name = "encoder_tagging"
+    TOKEN_LABELS = ("tag_ids",)
 
     def model_feature_lengths(self, task_feature_lengths, pack=False):
         lengths = super().model_feature_lengths(task_feature_lengths, pack)
+        lengths = {k: v for k, v in lengths.items() if k != "label_weights"}
         return {**lengths, "tag_ids": lengths["encoder_input_tokens"]}
 
     def label_features(self, ex: Example, length: int) -> dict[str, np.ndarray]:
         tag_ids = np.full(length, IGNORE, np.int32)
         tag_ids[:len(ex["tag_ids"])] = ex["tag_ids"]
         return {"tag_ids": tag_ids}
+
+    def packed_labels(self, members, row, length):
+        return {"tag_ids": np.where(row["inputs_segment_ids"] > 0, row["tag_ids"], IGNORE).astype(np.int32)}

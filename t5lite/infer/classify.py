@@ -37,30 +37,52 @@ def _apply(module, params, inputs):
 
 
 class _HeadEvaluator:
-    """Reads, converts and batches the split once; `_outputs` runs the model on every batch."""
+    """Reads, converts and batches the split once; `_outputs` runs the model on every batch.
+
+    Batches are length-bucketed (`length_buckets` widths, see t5lite.data.converters.length_buckets):
+    examples of similar length share a batch cut to a bucket width, so padding computes little and
+    at most that many shapes compile; the outputs come back in the split's order."""
     converter = ""
     model_inputs = MODEL_INPUTS
+    per_token = False     # outputs [batch, length, ...] (span, tagging), padded back to the full length
 
     def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
-                 data_dir: str | None = None, max_examples: int | None = None):
+                 data_dir: str | None = None, max_examples: int | None = None, length_buckets: int = 4):
         self.task, self.split = task, split
         self.examples = list(itertools.islice(
             task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir), max_examples))
         if not self.examples:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
                             "check the split name, data_dir and max_examples")
-        rows = converter_registry.get_feature_converter(self.converter).convert(self.examples, task_feature_lengths)
-        self.batches = [_fill({k: b[k] for k in self.model_inputs if k in b}, batch_size)
-                        for b in converters.batch(rows, batch_size, drop_remainder=False)]
+        rows = list(converter_registry.get_feature_converter(self.converter).convert(self.examples, task_feature_lengths))
+        keys = [k for k in self.model_inputs if k in rows[0]]
+        self.length = len(rows[0][keys[0]])
+        buckets = converters.length_buckets([_used_length(row, keys) for row in rows], batch_size, self.length,
+                                            length_buckets)
+        self.batches = [_fill({k: np.stack([rows[i][k][:width] for i in indices]) for k in keys}, batch_size)
+                        for indices, width in buckets]
+        self.order = np.concatenate([indices for indices, _ in buckets])
 
     def __repr__(self):
         return f"{type(self).__name__}({self.task.name!r}, split={self.split!r}, examples={len(self.examples)})"
 
     def _outputs(self, module, params) -> list[np.ndarray]:
-        """The model's outputs for every example (a tuple of arrays per output), fetched once."""
+        """The model's outputs for every example in the split's order (a tuple of arrays per
+        output), fetched once."""
         fetched = jax.device_get([_apply(module, params, b) for b in self.batches])
         outputs = [o if isinstance(o, (tuple, list)) else (o,) for o in fetched]
-        return [np.concatenate(parts)[:len(self.examples)] for parts in zip(*outputs)]
+        restored = []
+        for parts in zip(*outputs):
+            if self.per_token:
+                parts = [np.pad(p, [(0, 0), (0, self.length - p.shape[1])] + [(0, 0)] * (p.ndim - 2)) for p in parts]
+            restored.append(converters.restore_order(np.concatenate(parts)[:len(self.examples)], self.order))
+        return restored
+
+
+def _used_length(row: Mapping[str, np.ndarray], keys) -> int:
+    """A row's length up to its last non-zero input position (padding is zeros at the end)."""
+    return max(int(np.flatnonzero(np.asarray(row[k]).reshape(len(row[k]), -1).any(-1)).max(initial=-1)) + 1
+               for k in keys)
 
 
 def _fill(batch: dict[str, np.ndarray], size: int) -> dict[str, np.ndarray]:
@@ -112,6 +134,7 @@ def best_spans(start_logits: np.ndarray, end_logits: np.ndarray, in_context: np.
 
 class SpanEvaluator(_HeadEvaluator):
     converter = "encoder_span"
+    per_token = True
 
     def __init__(self, task, split, task_feature_lengths, n_best: int = 20, max_answer_length: int = 30, **kwargs):
         super().__init__(task, split, task_feature_lengths, **kwargs)
@@ -151,6 +174,7 @@ def conll_text(sentences) -> str:
 
 class TaggingEvaluator(_HeadEvaluator):
     converter = "encoder_tagging"
+    per_token = True
 
     def evaluate(self, module, params) -> EvalResult:
         (logits,) = self._outputs(module, params)

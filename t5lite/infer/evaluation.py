@@ -1,6 +1,7 @@
 """Evaluating a task split: decode, postprocess, run the task's metrics, write what was predicted.
 
-An `Evaluator` reads and batches the split once (no packing), so training can call it every N
+An `Evaluator` reads and batches the split once (no packing; length-bucketed inputs, see
+t5lite.data.converters.length_buckets, outputs back in the split's order), so training can call it every N
 steps with new parameters, of an encoder-decoder (the inputs feed the encoder) or a decoder-only
 model (the inputs are the prompt, the targets its continuation). Each call computes
 - `loss`: teacher-forced cross entropy per target token,
@@ -27,7 +28,7 @@ import numpy as np
 from etils import epath
 
 from t5lite import metrics as metrics_lib, models, storage, writable
-from t5lite.data import catalog, registry, vocab as vocab_lib
+from t5lite.data import catalog, converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, predict, scoring
 
@@ -104,7 +105,8 @@ class Evaluator:
     decoder-only model, and its targets (or labels) are scored as what comes next."""
 
     def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
-                 data_dir: str | None = None, max_examples: int | None = None, rank_classification: bool = True):
+                 data_dir: str | None = None, max_examples: int | None = None, rank_classification: bool = True,
+                 length_buckets: int = 4):
         self.task, self.split = task, split
         self.max_decode_length = int(task_feature_lengths["targets"])
         self.vocabulary = task.output_features["targets"].vocabulary
@@ -114,10 +116,12 @@ class Evaluator:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
                             "check the split name, data_dir and max_examples")
         self.batches = []
-        for start in range(0, len(self.examples), batch_size):
-            chunk = self.examples[start:start + batch_size]
-            inputs, input_lengths = padded_rows([ex.get("inputs", ()) for ex in chunk],
-                                                 int(task_feature_lengths.get("inputs", 1)))
+        buckets = converters.length_buckets([len(ex.get("inputs", ())) for ex in self.examples], batch_size,
+                                            int(task_feature_lengths.get("inputs", 1)), length_buckets)
+        self.order = np.concatenate([indices for indices, _ in buckets])
+        for indices, width in buckets:
+            chunk = [self.examples[i] for i in indices]
+            inputs, input_lengths = padded_rows([ex.get("inputs", ()) for ex in chunk], width)
             targets, target_lengths = padded_rows([ex["targets"] for ex in chunk], self.max_decode_length)
             self.batches.append(predict.fill_batch({"inputs": inputs, "input_lengths": input_lengths,
                                                     "targets": targets, "target_lengths": target_lengths},
@@ -153,7 +157,7 @@ class Evaluator:
             outputs.append(out)
         fetched = jax.device_get(outputs)
         n = len(self.examples)
-        return {k: np.concatenate([o[k] for o in fetched])[:n] for k in fetched[0]}
+        return {k: converters.restore_order(np.concatenate([o[k] for o in fetched])[:n], self.order) for k in fetched[0]}
 
     def evaluate(self, module, params) -> EvalResult:
         out = self._run(module, params)

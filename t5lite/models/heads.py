@@ -117,6 +117,13 @@ def pool_segments(hidden, segment_ids, how: str, num_segments: int):
     return jnp.where(present, jnp.take_along_axis(hidden, index[..., None], axis=1), 0)
 
 
+def segment_logits(logits, segment_ids, num_segments: int):
+    """Packed rows: [batch, length] per-token logits -> [batch, num_segments, length], slot k
+    keeping segment k + 1's and NEG_INF elsewhere, so a softmax over a slot is its example's own."""
+    member = segment_ids[:, None, :] == jnp.arange(1, num_segments + 1)[None, :, None]
+    return jnp.where(member, logits[:, None, :], L.NEG_INF)
+
+
 def _dropout_classifier(head: nn.Module, x, num_classes: int, deterministic: bool):
     """Dropout then a dense `classifier` over the last axis, float32 logits (inside a compact head)."""
     x = nn.Dropout(head.config.dropout_rate)(x, deterministic=deterministic)

@@ -24,7 +24,8 @@ class WithHead(nn.Module):
 
     Packed rows (`encoder_segment_ids` given, with `num_segments` label slots per row): a pooling
     head reads each segment's own token (its [CLS] for "first" and "pooler") and returns
-    [batch, num_segments, ...].
+    [batch, num_segments, ...]; the span head returns [batch, num_segments, length] logits, each
+    slot's outside its segment NEG_INF; the tagging head needs no slots.
     """
     config: ModelConfig
     head: nn.Module
@@ -50,7 +51,10 @@ class WithHead(nn.Module):
         if self.pooling is not None:
             return self.head(H.pool(hidden, mask, self.pooling), deterministic)
         if isinstance(self.head, H.SpanExtractionHead):
-            return self.head(hidden, mask)
+            logits = self.head(hidden, mask)
+            if num_segments is None:
+                return logits
+            return tuple(H.segment_logits(x, features["encoder_segment_ids"], num_segments) for x in logits)
         return self.head(hidden, deterministic)
 
 

@@ -35,7 +35,7 @@ from t5lite.models.with_head import DecoderClassifier, WithHead
 from t5lite.train.objective import LossConfig, Objective
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
-PACKED_INPUTS = ("encoder_segment_ids", "encoder_positions")   # a packed batch's (encoder_classification)
+PACKED_INPUTS = ("encoder_segment_ids", "encoder_positions")   # a packed batch's
 
 
 class HeadObjective(Objective):
@@ -62,8 +62,8 @@ class HeadObjective(Objective):
     def apply(self, module, params, batch, rng=None):
         """The head's outputs; packed, [batch, label slots, ...] (one per segment)."""
         inputs = {k: batch[k] for k in MODEL_INPUTS + PACKED_INPUTS if k in batch}
-        if "encoder_segment_ids" in batch:
-            inputs["num_segments"] = batch[self.labels[0]].shape[1]
+        if "encoder_segment_ids" in batch and "label_weights" in batch:
+            inputs["num_segments"] = batch["label_weights"].shape[1]
         if rng is None:
             return module.apply({"params": params}, **inputs)
         return module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng})
@@ -126,11 +126,12 @@ class SpanExtractionObjective(HeadObjective):
         return (ce(start_logits, starts) + ce(end_logits, ends)) / 2
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
-        start_logits, end_logits = self.apply(module, params, batch, rng)
-        starts, ends = batch["start_position"][:, 0], batch["end_position"][:, 0]
-        per_example = self.per_example_loss(start_logits, end_logits, starts, ends)
-        n = jnp.asarray(starts.shape[0], jnp.float32)
-        hit = lambda logits, pos: jnp.sum(jnp.argmax(logits, -1) == pos).astype(jnp.float32)
+        start_logits, end_logits = (x.reshape(-1, x.shape[-1]) for x in self.apply(module, params, batch, rng))
+        starts, ends = batch["start_position"].reshape(-1), batch["end_position"].reshape(-1)   # one per label slot
+        weights = batch["label_weights"].reshape(-1) > 0 if "label_weights" in batch else jnp.ones(starts.shape, bool)
+        per_example = jnp.where(weights, self.per_example_loss(start_logits, end_logits, starts, ends), 0.0)
+        n = jnp.sum(weights).astype(jnp.float32)
+        hit = lambda logits, pos: jnp.sum((jnp.argmax(logits, -1) == pos) & weights).astype(jnp.float32)
         return jnp.sum(per_example) / normalizers["examples"], {
             "loss": (jnp.sum(per_example), n), "start_accuracy": (hit(start_logits, starts), n),
             "end_accuracy": (hit(end_logits, ends), n), "examples": n}

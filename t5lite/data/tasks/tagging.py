@@ -5,8 +5,8 @@ Universal POS tags of UD English-EWT).
 Both read local files under `data_dir` (a folder laid out as the releases: `uner_en_ewt/
 en_ewt-ud-{train,dev,test}.iob2`, `en_ewt/en_ewt-ud-{train,dev,test}.conllu`); there is no TFDS
 copy. `conll_task` registers the same for any CoNLL files. Examples are BERT windows
-(t5lite.data.finetune_converters.tagging_inputs): train with the `encoder_tagging` converter,
-unpacked, and `TaggingObjective`; the metrics compare per-word tag lists.
+(t5lite.data.finetune_converters.tagging_inputs): train with the `encoder_tagging` converter
+(packed or not) and `TaggingObjective`; the metrics compare per-word tag lists.
 
 `uner_en_ewt_t2t` and `ud_en_ewt_upos_t2t` are the same data as text for T5 / BART
 (t5lite.data.tagging_text): "ner: <words>" -> "PER: John Smith; LOC: Paris", "upos: <words>" ->
