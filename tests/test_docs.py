@@ -264,6 +264,7 @@ def test_cli_reference_lists_every_flag():
 def _registered_configurables():
     from gin import config
     import t5lite.data.sources  # noqa: F401  (what cli.parse_gin imports to register the configurables)
+    import t5lite.experiments.spec  # noqa: F401  (`t5lite sweep`'s)
     import t5lite.infer.predict  # noqa: F401
     import t5lite.train.optimizers  # noqa: F401
     import t5lite.train.partitioning  # noqa: F401
