@@ -68,7 +68,10 @@ def test_a_2x2_sweep_reports_scipy_intervals_and_paired_p_values(tmp_path):
     for name, cell in report["cells"].items():
         assert len(cell["seeds"]) == 2 and not cell["errors"]
         # ci: 2560 tokens / (batch 4 x tokens per row): the step count the harness set and recorded
-        assert cell["cost_per_seed"]["pretrain_steps"] == 2560 // (4 * (160 if name == "good_enc_dec" else 256))
+        steps = 2560 // (4 * (160 if name == "good_enc_dec" else 256))
+        assert cell["cost_per_seed"]["pretrain_steps"] == steps
+        assert cell["cost_per_seed"]["flops"] == 1e6 * steps   # as the run's log states them
+        assert cell["cost_per_seed"]["params"] == 1000 + len(name)
         for task in ("sst2", "rte"):
             values = [logged(out, name, s, task) for s in (0, 1)]
             low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))

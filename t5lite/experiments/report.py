@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from t5lite.experiments import stats
 from t5lite.experiments.runner import cell_dir, write_json_atomic
 from t5lite.experiments.spec import Spec
 
+# The trainer's start-up lines in a run's log: "model EncoderDecoder: 1.2M params; 2.23e+09 FLOPs/step; ..."
+# and "trainable params: 1197824 || all params: 1197824 || ...".
+FLOPS_LINE = re.compile(r"model \w+: [\d.]+M params; ([\d.e+-]+) FLOPs/step")
+PARAMS_LINE = re.compile(r"\|\| all params: (\d+)")
 COST_KEYS = ("cost_flops", "cost_device_hours", "cost_energy_kwh", "cost_co2e_kg", "cost_price_usd")
 
 
@@ -30,6 +35,12 @@ def seed_result(spec: Spec, folder: Path) -> dict:
     pretrain = read_metrics(folder / "pretrain")
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(done["wall_seconds"].values()) / 3600}
+    log = (folder / "pretrain.log").read_text(errors="replace")
+    flops, params = FLOPS_LINE.search(log), PARAMS_LINE.search(log)
+    if flops:   # the trainer's own FLOPs per step (t5lite.train.mfu) and parameter count
+        cost["flops"] = float(flops.group(1)) * done["pretrain_steps"]
+    if params:
+        cost["params"] = int(params.group(1))
     for key in COST_KEYS:   # written by the trainer's cost accounting, where it logs them
         values = [r[key] for r in pretrain if key in r]
         if values:
@@ -55,7 +66,7 @@ def build(spec: Spec, out: Path) -> dict:
             mean, low, high = stats.t_interval([r["scores"][column] for r in seeds.values()]) if seeds else (math.nan,) * 3
             summary[column] = {"mean": mean, "low": low, "high": high}
         cost = {k: sum(r["cost"].get(k, 0.0) for r in seeds.values()) / max(1, len(seeds))
-                for k in ("pretrain_steps", "pretrain_tokens", "wall_hours", *COST_KEYS)
+                for k in ("params", "pretrain_steps", "pretrain_tokens", "flops", "wall_hours", *COST_KEYS)
                 if any(k in r["cost"] for r in seeds.values())}
         cells[cell.name] = {"pretrain": list(cell.pretrain), "bindings": list(cell.bindings),
                             "finetune": list(cell.finetune), "seeds": seeds, "summary": summary,
@@ -79,6 +90,10 @@ def _fmt(summary: dict) -> str:
     return f"{summary['mean']:.1f} [{summary['low']:.1f}, {summary['high']:.1f}]"
 
 
+def _num(value) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
 def markdown(report: dict) -> str:
     columns = [*report["tasks"], "glue_average"]
     heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"]
@@ -86,14 +101,15 @@ def markdown(report: dict) -> str:
              f"Seeds {report['seeds']}; pre-training budget {report['pretrain_tokens_budget']} tokens per cell "
              f"(batch {report['batch_size']}); fine-tuning {report['finetune_steps']} steps per task. "
              "Each entry: mean over seeds [95% t-interval].", "",
-             "| cell | " + " | ".join(heads) + " | pre-train steps | tokens | wall h/seed | FLOPs | seeds |",
-             "|---" * (len(heads) + 6) + "|"]
+             "| cell | " + " | ".join(heads) + " | params | pre-train steps | tokens | pre-train FLOPs | wall h/seed | seeds |",
+             "|---" * (len(heads) + 7) + "|"]
     for name, cell in report["cells"].items():
         cost = cell["cost_per_seed"]
-        flops = f"{cost['cost_flops']:.3g}" if "cost_flops" in cost else "–"
+        flops = cost.get("cost_flops", cost.get("flops"))
         lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c]) for c in columns) +
-                     f" | {cost.get('pretrain_steps', 0):.0f} | {cost.get('pretrain_tokens', 0):.0f} | "
-                     f"{cost.get('wall_hours', 0):.4f} | {flops} | {len(cell['seeds'])} |")
+                     f" | {_num(cost.get('params'))} | {cost.get('pretrain_steps', 0):.0f} | "
+                     f"{cost.get('pretrain_tokens', 0):.0f} | {_num(flops)} | {cost.get('wall_hours', 0):.4f} | "
+                     f"{len(cell['seeds'])} |")
     lines += ["", "## Claims", "", "| claim | difference | p (paired t) | verdict |", "|---|---|---|---|"]
     for c in report["claims"]:
         lines.append(f"| {c['claim']} ({c['better']} vs {c['worse']}, {c['column']}) | {c['difference']:+.2f} | "
