@@ -149,9 +149,20 @@ def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
     sweep_ = spec.load([str(REPO / "configs" / "sweeps" / f"{name}.gin")],
                        ["DATA_DIR = 'data/glue'", f"SWEEP_SCALE = '{scale}'"], [str(REPO)])
     assert len(sweep_.cells) >= 2 and sweep_.claims and sweep_.data_dir == "data/glue"
-    for cell in sweep_.cells:
-        for path in (*cell.pretrain, *cell.finetune):
-            assert (REPO / path).is_file(), path
+    import gin
+    from t5lite import cli
+    from t5lite.data.registry import TaskRegistry
+    from t5lite.train.trainer import train
+    for cell in sweep_.cells:   # every run the cell starts parses as `t5lite train` parses it
+        runs = [(cell.pretrain, cell.bindings)] + [
+            (cell.finetune, [*cell.finetune_bindings, f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",
+                             "INITIAL_CHECKPOINT_PATH = '/tmp/pt'", "EVAL_EVERY = 1", "DATA_DIR = 'data/glue'"])
+            for task in sweep_.tasks]
+        for files, bindings in runs:
+            gin.clear_config()
+            cli.parse_gin(list(files), [*bindings, *sweep_.scale_bindings, "MODEL_DIR = '/tmp/run'"],
+                          entry=("train", train))
+            TaskRegistry.get(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
 
 
 @pytest.mark.slow
