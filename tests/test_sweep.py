@@ -134,11 +134,16 @@ def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_a_claim_naming_no_cell_is_a_one_line_error(tmp_path):
+@pytest.mark.parametrize("claim, message", [
+    ("'good_enc_dec', 'gpt', 'glue_average'", "no cell named 'gpt'"),
+    ("'good_enc_dec', 'lm', 'mnli'", "column 'mnli' is neither a task"),
+])
+def test_a_claim_naming_no_cell_or_column_is_a_one_line_error(tmp_path, claim, message):
     gin_file = write_sweep(tmp_path)
-    gin_file.write_text(gin_file.read_text().replace("'good_enc_dec', 'lm', 'glue", "'good_enc_dec', 'gpt', 'glue"))
+    gin_file.write_text(gin_file.read_text().replace("'good_enc_dec', 'lm', 'glue_average'", claim))
     result = sweep(gin_file, tmp_path / "out")
-    assert result.returncode == 2 and "no cell named 'gpt'" in result.stderr, result.stderr
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", ["t5_table2", "t5_objectives", "bert_tasks", "bert_sizes", "roberta_masking",

@@ -80,6 +80,9 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
     names = {c.name for c in parsed}
     claims_ = tuple(Claim(*c) for c in claims)
     for claim in claims_:
+        if claim.column not in (*tasks, "glue_average"):
+            raise ConfigError(f"sweep {name!r} claim {claim.text!r}: column {claim.column!r} is neither a task "
+                              f"{sorted(tasks)} nor 'glue_average'")
         for row in (claim.better, claim.worse):
             if row not in names:
                 raise ConfigError(f"sweep {name!r} claim {claim.text!r}: no cell named {row!r} (cells: {sorted(names)})")
