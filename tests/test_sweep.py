@@ -72,6 +72,8 @@ def test_a_2x2_sweep_reports_scipy_intervals_and_paired_p_values(tmp_path):
         assert cell["cost_per_seed"]["pretrain_steps"] == steps
         assert cell["cost_per_seed"]["flops"] == 1e6 * steps   # as the run's log states them
         assert cell["cost_per_seed"]["params"] == 1000 + len(name)
+        assert cell["cost_per_seed"]["cost_flops"] == 2e6 * steps   # the run's cost.json, where written
+        assert cell["cost_per_seed"]["cost_device_hours"] == 0.5
         for task in ("sst2", "rte"):
             values = [logged(out, name, s, task) for s in (0, 1)]
             low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))

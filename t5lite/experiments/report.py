@@ -45,6 +45,10 @@ def seed_result(spec: Spec, folder: Path) -> dict:
         values = [r[key] for r in pretrain if key in r]
         if values:
             cost[key] = values[-1]
+    cost_file = folder / "pretrain" / "cost.json"   # the run's cost report, where one is written
+    if cost_file.exists():
+        cost.update({f"cost_{k}": v for k, v in json.loads(cost_file.read_text()).items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
     curve = [(r["step"], r["loss"]) for r in pretrain if "loss" in r]
     return {"seed": done["seed"], "scores": scores, "cost": cost, "curve": curve}
 
@@ -66,8 +70,7 @@ def build(spec: Spec, out: Path) -> dict:
             mean, low, high = stats.t_interval([r["scores"][column] for r in seeds.values()]) if seeds else (math.nan,) * 3
             summary[column] = {"mean": mean, "low": low, "high": high}
         cost = {k: sum(r["cost"].get(k, 0.0) for r in seeds.values()) / max(1, len(seeds))
-                for k in ("params", "pretrain_steps", "pretrain_tokens", "flops", "wall_hours", *COST_KEYS)
-                if any(k in r["cost"] for r in seeds.values())}
+                for k in dict.fromkeys(k for r in seeds.values() for k in r["cost"])}
         cells[cell.name] = {"pretrain": list(cell.pretrain), "bindings": list(cell.bindings),
                             "finetune": list(cell.finetune), "seeds": seeds, "summary": summary,
                             "cost_per_seed": cost, "errors": errors}
@@ -101,14 +104,15 @@ def markdown(report: dict) -> str:
              f"Seeds {report['seeds']}; pre-training budget {report['pretrain_tokens_budget']} tokens per cell "
              f"(batch {report['batch_size']}); fine-tuning {report['finetune_steps']} steps per task. "
              "Each entry: mean over seeds [95% t-interval].", "",
-             "| cell | " + " | ".join(heads) + " | params | pre-train steps | tokens | pre-train FLOPs | wall h/seed | seeds |",
-             "|---" * (len(heads) + 7) + "|"]
+             "| cell | " + " | ".join(heads) + " | params | pre-train steps | tokens | pre-train FLOPs | device h | wall h/seed | seeds |",
+             "|---" * (len(heads) + 8) + "|"]
     for name, cell in report["cells"].items():
         cost = cell["cost_per_seed"]
         flops = cost.get("cost_flops", cost.get("flops"))
         lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c]) for c in columns) +
                      f" | {_num(cost.get('params'))} | {cost.get('pretrain_steps', 0):.0f} | "
-                     f"{cost.get('pretrain_tokens', 0):.0f} | {_num(flops)} | {cost.get('wall_hours', 0):.4f} | "
+                     f"{cost.get('pretrain_tokens', 0):.0f} | {_num(flops)} | {_num(cost.get('cost_device_hours'))} | "
+                     f"{cost.get('wall_hours', 0):.4f} | "
                      f"{len(cell['seeds'])} |")
     lines += ["", "## Claims", "", "| claim | difference | p (paired t) | verdict |", "|---|---|---|---|"]
     for c in report["claims"]:
