@@ -174,7 +174,7 @@ def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
 
 @pytest.mark.slow
 def test_a_real_ci_sweep_trains_and_reports(tmp_path):
-    """2 cells x 2 seeds of real tiny pre-training and SST-2 / RTE fine-tuning (about 15 minutes)."""
+    """2 cells x 2 seeds of real tiny pre-training and SST-2 / RTE fine-tuning (3 to 15 minutes, with the load)."""
     gin_file = write_sweep(tmp_path, command=[])
     gin_file.write_text(gin_file.read_text() + f"\nsweep.data_dir = '{shared_data_dir() / 'glue'}'\n")
     result = sweep(gin_file, tmp_path / "out")
