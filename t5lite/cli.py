@@ -463,6 +463,15 @@ def cmd_attention(args, gin_files, gin_bindings) -> None:
     print("wrote " + ", ".join(attention.write(subject, results, weights, sentences, args.out, args.example)))
 
 
+def cmd_sweep(args, gin_files, gin_bindings) -> None:
+    """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json."""
+    from t5lite.experiments import report, runner, spec
+    sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
+    runner.run_sweep(sweep, Path(args.out), args.parallel)
+    report.write(sweep, Path(args.out))
+    print(f"wrote {Path(args.out) / 'report.md'} and report.json")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true",
@@ -590,6 +599,12 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--sentences", type=int, default=200, help="the first N sentences of the split")
     attention.add_argument("--example", type=int, default=0, help="which of them the heatmaps show")
     attention.set_defaults(fn=cmd_attention)
+    sweep = sub.add_parser("sweep", parents=[common], help="run a grid of pre-train + fine-tune cells over seeds "
+                                                            "(--gin_file=configs/sweeps/NAME.gin) and report them")
+    sweep.add_argument("--out", required=True, help="the sweep's folder: a run directory per cell and seed, report.md")
+    sweep.add_argument("--parallel", type=int, default=None,
+                       help="cells run at once (default: the scale's `parallel`)")
+    sweep.set_defaults(fn=cmd_sweep)
     return parser
 
 

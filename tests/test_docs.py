@@ -15,7 +15,7 @@ from t5lite import cli
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 PAGES = [README, REPO / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
-COMMANDS = ("train", "eval", "infer", "embed", "convert", "tasks", "prepare", "compile", "probe", "attention")
+COMMANDS = ("train", "eval", "infer", "embed", "convert", "tasks", "prepare", "compile", "probe", "attention", "sweep")
 
 # Appended to each `t5lite` command of the README's Quickstart and next steps: tiny sizes, and the
 # test data instead of the download the README shows. Only what the command reads is bound (an unused
@@ -264,6 +264,7 @@ def test_cli_reference_lists_every_flag():
 def _registered_configurables():
     from gin import config
     import t5lite.data.sources  # noqa: F401  (what cli.parse_gin imports to register the configurables)
+    import t5lite.experiments.spec  # noqa: F401  (`t5lite sweep`'s)
     import t5lite.infer.predict  # noqa: F401
     import t5lite.train.optimizers  # noqa: F401
     import t5lite.train.partitioning  # noqa: F401

@@ -1,0 +1,123 @@
+"""A sweep spec: the grid of cells (model x objective x fine-tuning method, each a list of gin
+files and bindings), the seeds, the fine-tuning tasks and a token budget per cell, read from a
+gin file at one scale (`SWEEP_SCALE`: ci, cpu or tpu; same gin, different sizes and steps)."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import gin
+
+from t5lite.errors import ConfigError
+
+CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_prefix", "tokens_per_row"}
+SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
+              "eval_max_examples", "bindings", "parallel", "tasks"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One row of the table: how to pre-train it and how to fine-tune it on each task."""
+    name: str
+    pretrain: tuple[str, ...]
+    finetune: tuple[str, ...]
+    bindings: tuple[str, ...] = ()
+    finetune_bindings: tuple[str, ...] = ()
+    task_prefix: str = "glue_"
+    tokens_per_row: int = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A published ordering: row `better` beats row `worse` on `column` (a task or 'glue_average')."""
+    text: str
+    better: str
+    worse: str
+    column: str = "glue_average"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    scale: str
+    cells: tuple[Cell, ...]
+    tasks: Mapping[str, str]          # task -> its metric (the key of `eval_<metric>`)
+    seeds: tuple[int, ...]
+    pretrain_tokens: int
+    batch_size: int
+    finetune_steps: int
+    finetune_batch_size: int
+    eval_max_examples: int | None
+    scale_bindings: tuple[str, ...]
+    parallel: int
+    claims: tuple[Claim, ...]
+    command: tuple[str, ...]
+    data_dir: str | None = None
+
+    def pretrain_steps(self, cell: Cell) -> int:
+        """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1."""
+        return max(1, self.pretrain_tokens // (self.batch_size * cell.tokens_per_row))
+
+
+@gin.configurable
+def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = gin.REQUIRED,
+          tasks: Mapping = gin.REQUIRED, scales: Mapping = gin.REQUIRED, claims: Sequence = (),
+          command: Sequence[str] = (), data_dir: str | None = None) -> Spec:
+    """The sweep a gin file describes, checked. `data_dir` is the fine-tuning configs' DATA_DIR (the GLUE
+    folder); `command` replaces `python -m t5lite.cli` as what runs `train`."""
+    if scale not in scales:
+        raise ConfigError(f"sweep {name!r}: SWEEP_SCALE={scale!r} is not one of {sorted(scales)}; "
+                          f"pass --gin.SWEEP_SCALE=\"'{next(iter(scales), 'ci')}'\"")
+    size = dict(scales[scale])
+    _check_keys(f"sweep {name!r} scale {scale!r}", size, SCALE_KEYS)
+    parsed = []
+    for cell_name, cell in cells.items():
+        _check_keys(f"sweep {name!r} cell {cell_name!r}", cell, CELL_KEYS)
+        if not cell.get("pretrain") or not cell.get("finetune"):
+            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files")
+        parsed.append(Cell(cell_name, **{k: tuple(v) if isinstance(v, (list, tuple)) else v
+                                         for k, v in cell.items()}))
+    names = {c.name for c in parsed}
+    claims_ = tuple(Claim(*c) for c in claims)
+    for claim in claims_:
+        if claim.column not in (*tasks, "glue_average"):
+            raise ConfigError(f"sweep {name!r} claim {claim.text!r}: column {claim.column!r} is neither a task "
+                              f"{sorted(tasks)} nor 'glue_average'")
+        for row in (claim.better, claim.worse):
+            if row not in names:
+                raise ConfigError(f"sweep {name!r} claim {claim.text!r}: no cell named {row!r} (cells: {sorted(names)})")
+    unknown = sorted(set(size.get("tasks", ())) - set(tasks))
+    if unknown:
+        raise ConfigError(f"sweep {name!r} scale {scale!r}: tasks {unknown} are not in sweep.tasks {sorted(tasks)}")
+    tasks = {t: m for t, m in tasks.items() if t in size.get("tasks", tasks)}   # a scale may run fewer
+    seeds = size.get("seeds", 2)
+    return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks),
+                seeds=tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds),
+                pretrain_tokens=int(size.get("pretrain_tokens", 4096)), batch_size=int(size.get("batch_size", 8)),
+                finetune_steps=int(size.get("finetune_steps", 4)),
+                finetune_batch_size=int(size.get("finetune_batch_size", size.get("batch_size", 8))),
+                eval_max_examples=size.get("eval_max_examples"), scale_bindings=tuple(size.get("bindings", ())),
+                parallel=int(size.get("parallel", 2)), claims=claims_, command=tuple(command),
+                 data_dir=data_dir)
+
+
+def _check_keys(where: str, given: Mapping, allowed: set[str]) -> None:
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def load(files: Sequence[str], bindings: Sequence[str], search_paths: Sequence[str]) -> Spec:
+    """Parses a sweep gin file (and `--gin.X=Y` bindings) into a Spec; any error is one line."""
+    gin.clear_config()
+    for path in search_paths:
+        gin.add_config_file_search_path(path)
+    try:
+        gin.parse_config_files_and_bindings(list(files), list(bindings), finalize_config=False)
+        return sweep()
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, IOError, SyntaxError, RuntimeError) as e:
+        message = " ".join(line.strip() for line in str(e).splitlines()
+                           if not line.strip().startswith("In call to configurable"))
+        raise ConfigError(f"sweep gin error in {', '.join(files)}: {message}") from e

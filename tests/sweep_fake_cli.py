@@ -1,0 +1,45 @@
+"""A stand-in for `python -m t5lite.cli` in the sweep tests: `train` writes the metrics.jsonl a real
+run would (pre-training losses, or a fine-tuning run's eval metric) in no time, from a hash of the
+cell's bindings and seed, so the harness, resume and report can be tested without training.
+FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way; a binding of a name it
+does not know fails the run as the real CLI does."""
+import hashlib
+import json
+import os
+import sys
+import time
+
+KNOWN = ("MODEL_DIR", "TRAIN_STEPS", "BATCH_SIZE", "MIXTURE_OR_TASK_NAME", "INITIAL_CHECKPOINT_PATH", "EVAL_EVERY",
+         "DATA_DIR", "train.", "model_config.")
+
+
+def main(argv):
+    assert argv[0] == "train", argv
+    bindings = dict(a[len("--gin."):].split("=", 1) for a in argv[1:] if a.startswith("--gin."))
+    for name in bindings:
+        if not name.startswith(KNOWN):
+            print(f"t5lite: error: --gin.{name}: no configurable or macro named {name!r}", file=sys.stderr)
+            return 2
+    model_dir = bindings["MODEL_DIR"].strip("'")
+    os.makedirs(model_dir, exist_ok=True)
+    time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+    cell = os.path.basename(os.path.dirname(model_dir)).split("__seed")[0]
+    key = "|".join(f"{n}={v}" for n, v in sorted(bindings.items()) if n not in ("MODEL_DIR", "INITIAL_CHECKPOINT_PATH"))
+    digest = int(hashlib.sha256(f"{cell}|{key}".encode()).hexdigest()[:8], 16)
+    steps = int(bindings["TRAIN_STEPS"])
+    print("INFO t5lite: model Fake: 1.0M params; 1e+06 FLOPs/step; peak 1e+11 FLOP/s/device")
+    print(f"INFO t5lite: trainable params: {1000 + len(cell)} || all params: {1000 + len(cell)} || trainable%: 100")
+    if "EVAL_EVERY" not in bindings:   # a pre-training run's cost report
+        with open(os.path.join(model_dir, "cost.json"), "w") as f:
+            json.dump({"flops": 2e6 * steps, "device_hours": 0.5, "device": "fake"}, f)
+    with open(os.path.join(model_dir, "metrics.jsonl"), "w") as f:
+        for step in range(1, steps + 1):
+            f.write(json.dumps({"step": step, "loss": 5.0 / step + digest % 100 / 1000}) + "\n")
+        if "EVAL_EVERY" in bindings:
+            bonus = 10.0 if cell.startswith("good") else 0.0
+            f.write(json.dumps({"step": steps, "eval_accuracy": 50.0 + bonus + digest % 1000 / 100}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""`t5lite sweep`: the harness runs a grid of cells over seeds, resumes after kill -9, reports a
+failing cell and gives t-intervals and paired p-values equal to scipy's. The fast tests run each
+cell's `train` through tests/sweep_fake_cli.py; the slow one trains tiny models for real."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, shared_data_dir
+
+stats = pytest.importorskip("scipy.stats", reason="the sweep's intervals use scipy (the `metrics` extra)")
+
+FAKE = [sys.executable, str(REPO / "tests" / "sweep_fake_cli.py")]
+
+SWEEP = """
+include 'configs/sweeps/scales.gin'
+sweep.name = 'toy'
+sweep.command = {command}
+sweep.cells = {{
+    'good_enc_dec': {{'pretrain': ['configs/local/t5_tiny_pretrain.gin'], 'tokens_per_row': 160,
+                     'finetune': ['configs/local/t5_tiny_finetune_sst2.gin']{extra}}},
+    'lm': {{'pretrain': ['configs/local/t5_prefix_lm_tiny_pretrain.gin'], 'tokens_per_row': 256,
+           'finetune': ['configs/local/t5_tiny_finetune_sst2.gin']}},
+}}
+sweep.tasks = {{'sst2': 'accuracy', 'rte': 'accuracy'}}
+sweep.claims = [('enc-dec > LM on GLUE average', 'good_enc_dec', 'lm', 'glue_average')]
+"""
+
+
+def write_sweep(tmp_path, extra="", command=FAKE):
+    path = tmp_path / "toy.gin"
+    path.write_text(SWEEP.format(command=json.dumps(command), extra=extra))
+    return path
+
+
+def sweep(gin_file, out, *flags, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(REPO), **kwargs.pop("env", {})}
+    argv = [sys.executable, "-m", "t5lite.cli", "sweep", f"--gin_file={gin_file}", "--gin.SWEEP_SCALE='ci'",
+            f"--out={out}", *flags]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, **kwargs)
+
+
+def without_wall_time(report):
+    for cell in report["cells"].values():
+        cell["cost_per_seed"].pop("wall_hours", None)
+        for result in cell["seeds"].values():
+            result["cost"].pop("wall_hours", None)
+    return report
+
+
+def logged(out, cell, seed, task):
+    rows = [json.loads(line) for line in (out / f"{cell}__seed{seed}" / f"finetune_{task}" / "metrics.jsonl").open()]
+    return [r["eval_accuracy"] for r in rows if "eval_accuracy" in r][-1]
+
+
+def test_a_2x2_sweep_reports_scipy_intervals_and_paired_p_values(tmp_path):
+    out = tmp_path / "out"
+    result = sweep(write_sweep(tmp_path), out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["cells"]) == {"good_enc_dec", "lm"} and report["seeds"] == [0, 1]
+    for name, cell in report["cells"].items():
+        assert len(cell["seeds"]) == 2 and not cell["errors"]
+        # ci: 2560 tokens / (batch 4 x tokens per row): the step count the harness set and recorded
+        steps = 2560 // (4 * (160 if name == "good_enc_dec" else 256))
+        assert cell["cost_per_seed"]["pretrain_steps"] == steps
+        assert cell["cost_per_seed"]["flops"] == 1e6 * steps   # as the run's log states them
+        assert cell["cost_per_seed"]["params"] == 1000 + len(name)
+        assert cell["cost_per_seed"]["cost_flops"] == 2e6 * steps   # the run's cost.json, where written
+        assert cell["cost_per_seed"]["cost_device_hours"] == 0.5
+        for task in ("sst2", "rte"):
+            values = [logged(out, name, s, task) for s in (0, 1)]
+            low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+            summary = cell["summary"][task]
+            np.testing.assert_allclose([summary["mean"], summary["low"], summary["high"]],
+                                       [np.mean(values), low, high], rtol=1e-9)
+    average = {n: [np.mean([logged(out, n, s, t) for t in ("sst2", "rte")]) for s in (0, 1)] for n in report["cells"]}
+    claim, = report["claims"]
+    expected = stats.ttest_rel(average["good_enc_dec"], average["lm"])
+    np.testing.assert_allclose(claim["p_value"], expected.pvalue, rtol=1e-9)
+    assert claim["verdict"] in ("reproduced", "not reproduced", "inconclusive at this size")
+    markdown = (out / "report.md").read_text()
+    assert "| good_enc_dec |" in markdown and claim["verdict"] in markdown
+    assert (out / "pretrain_curves.png").stat().st_size > 0 and (out / "table.png").stat().st_size > 0
+    again = sweep(write_sweep(tmp_path), out)   # finished cells are skipped, the report is the same
+    assert "4 already done" in again.stdout
+    assert without_wall_time(json.loads((out / "report.json").read_text())) == without_wall_time(report)
+
+
+def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    whole = tmp_path / "whole"
+    assert sweep(gin_file, whole).returncode == 0
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SLEEP": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "t5lite.cli", "sweep", f"--gin_file={gin_file}",
+                             "--gin.SWEEP_SCALE='ci'", f"--out={out}", "--parallel=1"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not list(out.glob("*/done.json")) and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)   # the sweep and its running cell, at once
+    proc.wait()
+    assert len(list(out.glob("*/done.json"))) < 4 and not (out / "report.json").exists()
+    assert sweep(gin_file, out).returncode == 0
+    assert (without_wall_time(json.loads((out / "report.json").read_text()))
+            == without_wall_time(json.loads((whole / "report.json").read_text())))
+
+
+def test_a_failing_cell_is_reported_and_the_rest_finish(tmp_path):
+    out = tmp_path / "out"
+    result = sweep(write_sweep(tmp_path, extra=", 'bindings': ['modle_config.d_model = 3']"), out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["cells"]["lm"]["seeds"]) == 2
+    errors = report["cells"]["good_enc_dec"]["errors"]
+    assert [e["seed"] for e in errors] == [0, 1] and errors[0]["stage"] == "pretrain"
+    markdown = (out / "report.md").read_text()
+    assert "## Failed cells" in markdown and "modle_config" in markdown
+    assert report["claims"][0]["verdict"] == "inconclusive at this size"
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--gin.sweep.cellz={}", "sweep gin error"),
+    ("--gin.SWEEP_SCALE='gpu'", "is not one of ['ci', 'cpu', 'tpu']"),
+])
+def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
+    result = sweep(write_sweep(tmp_path), tmp_path / "out", flag)
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("claim, message", [
+    ("'good_enc_dec', 'gpt', 'glue_average'", "no cell named 'gpt'"),
+    ("'good_enc_dec', 'lm', 'mnli'", "column 'mnli' is neither a task"),
+])
+def test_a_claim_naming_no_cell_or_column_is_a_one_line_error(tmp_path, claim, message):
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text().replace("'good_enc_dec', 'lm', 'glue_average'", claim))
+    result = sweep(gin_file, tmp_path / "out")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["t5_table2", "t5_objectives", "bert_tasks", "bert_sizes", "roberta_masking",
+                                  "encoder_objectives", "peft_vs_full"])
+@pytest.mark.parametrize("scale", ["ci", "cpu", "tpu"])
+def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
+    from t5lite.experiments import spec
+    sweep_ = spec.load([str(REPO / "configs" / "sweeps" / f"{name}.gin")],
+                       ["DATA_DIR = 'data/glue'", f"SWEEP_SCALE = '{scale}'"], [str(REPO)])
+    assert len(sweep_.cells) >= 2 and sweep_.claims and sweep_.data_dir == "data/glue"
+    import gin
+    from t5lite import cli
+    from t5lite.data.registry import TaskRegistry
+    from t5lite.train.trainer import train
+    for cell in sweep_.cells:   # every run the cell starts parses as `t5lite train` parses it
+        runs = [(cell.pretrain, cell.bindings)] + [
+            (cell.finetune, [*cell.finetune_bindings, f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",
+                             "INITIAL_CHECKPOINT_PATH = '/tmp/pt'", "EVAL_EVERY = 1", "DATA_DIR = 'data/glue'"])
+            for task in sweep_.tasks]
+        for files, bindings in runs:
+            gin.clear_config()
+            cli.parse_gin(list(files), [*bindings, *sweep_.scale_bindings, "MODEL_DIR = '/tmp/run'"],
+                          entry=("train", train))
+            TaskRegistry.get(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
+
+
+@pytest.mark.slow
+def test_a_real_ci_sweep_trains_and_reports(tmp_path):
+    """2 cells x 2 seeds of real tiny pre-training and SST-2 / RTE fine-tuning (3 to 15 minutes, with the load)."""
+    gin_file = write_sweep(tmp_path, command=[])
+    gin_file.write_text(gin_file.read_text() + f"\nsweep.data_dir = '{shared_data_dir() / 'glue'}'\n")
+    result = sweep(gin_file, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    for cell in report["cells"].values():
+        assert len(cell["seeds"]) == 2, cell["errors"]
+        for task in ("sst2", "rte"):
+            assert 0 <= cell["summary"][task]["mean"] <= 100
