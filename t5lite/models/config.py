@@ -19,6 +19,7 @@ from typing import Callable
 
 from t5lite.errors import CheckpointError, ConfigError, UnknownNameError, first_line
 from t5lite.models.recurrent_config import CONFIG_CLASSES, RECURRENT_PRESETS
+from t5lite.models.replaceable import Replaceable
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 POSITION_ENCODINGS = ("none", "learned", "sinusoidal", "t5_relative", "shaw_relative", "rotary", "disentangled")
@@ -26,7 +27,7 @@ ENCODER_HEADS = ("mlm", "discriminator", "none")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Replaceable):
     arch: str = "encoder_decoder"
     vocab_size: int = 32128
     d_model: int = 512
@@ -115,14 +116,6 @@ class ModelConfig:
         """Width of the token embedding table (E); d_model unless factorised."""
         return self.embedding_size or self.d_model
 
-    def replace(self, **changes) -> "ModelConfig":
-        fields = [f.name for f in dataclasses.fields(self)]
-        for name in changes:
-            if name not in fields:
-                close = difflib.get_close_matches(name, fields, n=3)
-                hint = f"did you mean {', '.join(close)}?" if close else f"the fields are {', '.join(fields)}"
-                raise ConfigError(f"model config has no field {name!r}; {hint}")
-        return dataclasses.replace(self, **changes)
 
 
 _T5_V1_1 = dict(mlp_activations=("gelu", "linear"), tie_embeddings=False, scale_tied_logits=False, dropout_rate=0.0)

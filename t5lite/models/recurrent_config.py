@@ -7,26 +7,15 @@ but behave like `ModelConfig` where the trainer needs it: a named preset from
 from __future__ import annotations
 
 import dataclasses
-import difflib
 
 from t5lite.errors import ConfigError
+from t5lite.models.replaceable import Replaceable
 
 _ELMO_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
-class _Replaceable:
-    def replace(self, **changes):
-        fields = [f.name for f in dataclasses.fields(self)]
-        for name in changes:
-            if name not in fields:
-                close = difflib.get_close_matches(name, fields, n=3)
-                hint = f"did you mean {', '.join(close)}?" if close else f"the fields are {', '.join(fields)}"
-                raise ConfigError(f"{type(self).__name__} has no field {name!r}; {hint}")
-        return dataclasses.replace(self, **changes)
-
-
 @dataclasses.dataclass(frozen=True)
-class BiLMConfig(_Replaceable):
+class BiLMConfig(Replaceable):
     """The fields of the original options.json (`char_cnn` and `lstm`), plus the word softmax of
     pre-training (`vocab_size`; 0 in the released files, which hold no softmax) and its dropout."""
     filters: tuple[tuple[int, int], ...] = _ELMO_FILTERS
@@ -78,7 +67,7 @@ class BiLMConfig(_Replaceable):
 
 
 @dataclasses.dataclass(frozen=True)
-class AWDLSTMConfig(_Replaceable):
+class AWDLSTMConfig(Replaceable):
     """fastai's AWD-LSTM (Merity et al., 2017, as ULMFiT uses it): an embedding, `n_layers` LSTMs
     (the last one `emb_dim` wide so the decoder can tie to the embedding) and five dropouts:
     `embed_p` (whole embedding rows), `input_p` (variational, on the embeddings), `weight_p`
