@@ -53,7 +53,8 @@ def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelCon
     path = os.path.join(run_dir(checkpoint_reader.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
     exists = epath.Path(path).exists()
     if model is not None:
-        return model.replace(weight_quantization=_saved_weight_quantization(path)) if exists else model
+        quantizable = exists and hasattr(model, "weight_quantization")   # Transformer configs (not recurrent ones)
+        return model.replace(weight_quantization=_saved_weight_quantization(path)) if quantizable else model
     if not exists:
         raise CheckpointError(f"{checkpoint_path}: no {MODEL_CONFIG_FILE} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")

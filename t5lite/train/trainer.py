@@ -350,7 +350,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                       "train.checkpoint_every": checkpoint_every, "train.keep_checkpoints": keep_checkpoints,
                       "train.num_microbatches": num_microbatches,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
-    if model.weight_quantization != "none":
+    if getattr(model, "weight_quantization", "none") != "none":   # recurrent configs have no quantised form
         raise ConfigError(f"model weight_quantization={model.weight_quantization!r} is an inference model: train a "
                           "float model (a quantised INITIAL_CHECKPOINT_PATH is dequantised when read)")
     if initial_checkpoint_restore not in ("params", "full"):
