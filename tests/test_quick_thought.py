@@ -6,12 +6,11 @@ import json
 import os
 
 import gin
-import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from conftest import REPO, assert_close, shared_data_dir
 import pytest
+from conftest import REPO, assert_close, shared_data_dir
 
 from t5lite import cli
 from t5lite.data import catalog
