@@ -12,6 +12,7 @@ from t5lite.data.converters import (DecoderOnlyLMFeatureConverter, EncDecFeature
                                     FeatureConverter, PrefixLMFeatureConverter)
 from t5lite.data.finetune_converters import (EncoderClassificationConverter, EncoderSpanConverter,
                                              EncoderTaggingConverter)
+from t5lite.data.consecutive_sentences import ConsecutiveSentencesConverter
 from t5lite.data.word_converters import WordClassificationConverter, WordLMConverter
 from t5lite.data.sentence_texts import SentenceTextsConverter
 from t5lite.data.word2vec_converter import Word2VecConverter
@@ -22,7 +23,7 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter, PrefixLMFeatureConverter,
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
                                  EncoderTaggingConverter, SentenceTextsConverter, Word2VecConverter,
-                                 DecoderClassificationConverter)},
+                                 DecoderClassificationConverter, ConsecutiveSentencesConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
@@ -43,7 +44,8 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
     "decoder_classification" / "decoder_classification_both_orders" (a decoder-only model's last-token
     classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "sentence_texts"
-    (bi-encoders: each text on its own); "word2vec" (word ids of text lines for t5lite.train.word2vec)."""
+    (bi-encoders: each text on its own); "consecutive_sentences" (a text's sentences in order,
+    for Quick-Thought); "word2vec" (word ids of text lines for t5lite.train.word2vec)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

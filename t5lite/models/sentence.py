@@ -56,3 +56,27 @@ class BiEncoder(nn.Module):
         if self.num_labels:
             self.classify(u, u)
         return u
+
+
+class TwoEncoders(nn.Module):
+    """Quick-Thought's encoders f and g: two `BiEncoder`s of one config. f shares this module's
+    scope (its params sit at the top level, as a plain encoder run's), so `t5lite embed` reads f
+    from the run like any encoder; g's params are under `context`. `embed` is f, `embed_context` g."""
+    config: ModelConfig
+    pooling: str = "mean"
+
+    def setup(self):
+        self.f = BiEncoder(self.config, self.pooling)
+        nn.share_scope(self, self.f)
+        self.context = BiEncoder(self.config, self.pooling)
+
+    def embed(self, tokens, enable_dropout: bool = False):
+        return self.f.embed(tokens, enable_dropout)
+
+    def embed_context(self, tokens, enable_dropout: bool = False):
+        return self.context.embed(tokens, enable_dropout)
+
+    def __call__(self, encoder_input_tokens=None, enable_dropout: bool = False, **features):
+        tokens = features.get("text0_input_tokens", encoder_input_tokens)
+        self.embed_context(tokens, enable_dropout)
+        return self.embed(tokens, enable_dropout)

@@ -1,0 +1,72 @@
+"""Quick-Thought (Logeswaran and Lee 2018): two encoders f and g (t5lite.models.sentence.TwoEncoders,
+each a pooled `BiEncoder` of one preset) read a batch of K consecutive sentences s_1..s_K (the
+`consecutive_sentences` converter); with scores S_ij = f(s_i) . g(s_j) and the diagonal masked
+out (-inf before the softmax, as the authors' S2V code), each sentence classifies its neighbours
+at offsets -1 and +1 (those inside the batch, uniform targets) among the batch's sentences. The
+loss is the softmax cross entropy averaged over the rows.
+
+f's params are the run's top-level params, so `t5lite embed` reads the run as any encoder run;
+the paper's representation concatenates f and g, `embed_context` gives g.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gin
+import jax
+import jax.numpy as jnp
+
+from t5lite.errors import ConfigError
+from t5lite.infer import checkpoint_reader
+from t5lite.models.sentence import TwoEncoders
+from t5lite.train.sentence_objectives import SentenceObjective
+
+
+def quick_thought_loss(u, v):
+    """Per-row loss [K] of f-embeddings `u` and g-embeddings `v` ([K, d], consecutive sentences)."""
+    k = u.shape[0]
+    if k < 2:
+        raise ConfigError(f"Quick-Thought needs 2 or more consecutive sentences per (micro)batch, got {k}: "
+                          "raise BATCH_SIZE")
+    scores = jnp.einsum("id,jd->ij", u.astype(jnp.float32), v.astype(jnp.float32))
+    eye = jnp.eye(k, dtype=bool)
+    log_probs = jax.nn.log_softmax(jnp.where(eye, -jnp.inf, scores), axis=-1)
+    offsets = jnp.arange(k)[None, :] - jnp.arange(k)[:, None]
+    neighbours = (jnp.abs(offsets) == 1).astype(jnp.float32)
+    targets = neighbours / jnp.sum(neighbours, axis=-1, keepdims=True)
+    return -jnp.sum(jnp.where(neighbours > 0, targets * log_probs, 0.0), axis=-1)
+
+
+@gin.configurable
+class QuickThoughtObjective(SentenceObjective):
+    """Quick-Thought over the batch's `text0_input_tokens` (consecutive sentences), pooled with
+    `pooling` ('mean', 'cls', 'max'). A (micro)batch is one candidate set."""
+
+    def __init__(self, pooling: str = "mean"):
+        super().__init__(loss="mnrl", pooling=pooling)
+
+    def __repr__(self):
+        return f"QuickThoughtObjective(pooling={self.pooling!r})"
+
+    def build_model(self, config):
+        return TwoEncoders(config, self.pooling)
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        tokens = batch["text0_input_tokens"]
+        apply = lambda method, r: module.apply({"params": params}, tokens, enable_dropout=True, method=method,
+                                               rngs={"dropout": r})
+        per_row = quick_thought_loss(apply("embed", jax.random.fold_in(rng, 0)),
+                                     apply("embed_context", jax.random.fold_in(rng, 1)))
+        total, n = jnp.sum(per_row), jnp.asarray(tokens.shape[0], jnp.float32)
+        return total / normalizers["examples"], {"loss": (total, n), "examples": n}
+
+    def train_flops_per_example(self, config, feature_lengths):
+        return 2 * super().train_flops_per_example(config, feature_lengths)
+
+    def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
+        """f and g both start from the checkpoint's encoder."""
+        f = checkpoint_reader.restore_params(path, {k: v for k, v in abstract_params.items() if k != "context"})
+        return {**f, "context": jax.tree.map(jnp.copy, f)}
+
+    def evaluators(self, task, split, task_feature_lengths, **kwargs):
+        return {}

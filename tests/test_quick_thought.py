@@ -1,0 +1,104 @@
+"""Quick-Thought: the loss equals a numpy re-derivation of Logeswaran and Lee (2018) (S_ij = f(s_i) .
+g(s_j), diagonal masked out, uniform targets over the in-batch neighbours at -1 and +1); the
+`consecutive_sentences` converter gives WikiText-2's sentences in corpus order; the config trains
+bert_tiny for 3 steps through `t5lite train` and `t5lite embed` reads the run's encoder f."""
+import json
+import os
+
+import gin
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from conftest import REPO, assert_close, shared_data_dir
+
+from t5lite import cli
+from t5lite.data import catalog
+from t5lite.data.loader import Loader
+from t5lite.data.sentence_texts import encode_text
+from t5lite.data.vocab import DEFAULT_VOCABULARY
+from t5lite.train.quick_thought import quick_thought_loss
+
+CONFIG = str(REPO / "configs/local/bert_tiny_quick_thought.gin")
+pytestmark = pytest.mark.usefixtures("clean_gin_state")
+
+
+def _reference_loss(u, v):
+    """Row i: -(1/|N_i|) sum_{j in N_i} log softmax_{k != i}(u_i . v_k)_j, N_i = {i-1, i+1} in the batch."""
+    k = len(u)
+    losses = []
+    for i in range(k):
+        others = [j for j in range(k) if j != i]
+        scores = np.array([u[i] @ v[j] for j in others], np.float64)
+        log_z = np.log(np.sum(np.exp(scores - scores.max()))) + scores.max()
+        log_p = {j: s - log_z for j, s in zip(others, scores)}
+        neighbours = [j for j in (i - 1, i + 1) if 0 <= j < k]
+        losses.append(-sum(log_p[j] for j in neighbours) / len(neighbours))
+    return np.array(losses)
+
+
+@pytest.mark.parametrize("k", [2, 3, 7])
+def test_loss_equals_the_papers_definition_on_random_embeddings(k):
+    rng = np.random.RandomState(k)
+    u, v = rng.normal(size=(k, 5)).astype(np.float32), rng.normal(size=(k, 5)).astype(np.float32)
+    ours = np.asarray(quick_thought_loss(jnp.asarray(u), jnp.asarray(v)))
+    reference = _reference_loss(u.astype(np.float64), v.astype(np.float64))
+    assert_close(ours, reference, rtol=1e-5)
+    assert np.isfinite(ours).all()
+    # the first row has one neighbour (s_2): its loss is -log p(s_2) among s_2..s_K alone
+    scores = u[0].astype(np.float64) @ v[1:].T.astype(np.float64)
+    assert_close(float(ours[0]), float(np.log(np.exp(scores).sum()) - scores[0]), rtol=1e-5)
+
+
+def _wikitext_sentences(count):
+    """The first `count` sentences of WikiText-2's validation file: paragraphs split at " . ", headings skipped."""
+    sentences = []
+    with open(shared_data_dir() / "text" / "wikitext-2" / "valid.txt", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or (line.startswith("=") and line.endswith("=")):
+                continue
+            parts = line[:-2].split(" . ") if line.endswith(" .") else line.split(" . ")
+            sentences.extend(p + " ." for p in parts)
+            if len(sentences) >= count:
+                return sentences[:count]
+
+
+def test_consecutive_wikitext2_sentences_arrive_in_order_in_a_batch():
+    length, batch_size = 48, 8
+    loader = Loader(catalog.get_task_or_mixture("wikitext2"), "validation", {"text0": length}, batch_size,
+                    "consecutive_sentences", pack=False, shuffle=False, repeat=False,
+                    data_dir=str(shared_data_dir()))
+    batches = iter(loader)
+    rows = np.concatenate([next(batches)["text0_input_tokens"] for _ in range(2)])
+    expected = _wikitext_sentences(2 * batch_size)
+    assert expected[0].startswith("Homarus gammarus , known as the European lobster")
+    for row, sentence in zip(rows, expected):
+        ids = encode_text(DEFAULT_VOCABULARY, sentence, length)
+        np.testing.assert_array_equal(row[:len(ids)], ids)
+        assert not row[len(ids):].any()
+
+
+def test_config_trains_bert_tiny_and_t5lite_embed_reads_its_encoder(tmp_path):
+    run = str(tmp_path / "qt")
+    cli.main(["train", f"--gin_file={CONFIG}", f"--gin.MODEL_DIR='{run}'", "--gin.DATA_DIR=None",
+              "--gin.MIXTURE_OR_TASK_NAME='embedded_docs_lines'", "--gin.TASK_FEATURE_LENGTHS={'text0': 32}",
+              "--gin.BATCH_SIZE=8", "--gin.TRAIN_STEPS=3", "--gin.train.log_every=1", "--gin.train.checkpoint_every=3",
+              "--gin.warmup_cosine.warmup_steps=1"])
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        losses = [r["loss"] for r in map(json.loads, f) if "loss" in r]
+    assert len(losses) == 3 and np.isfinite(losses).all()
+    # an untrained encoder: about log(7) (7 candidates), not far from it after 3 steps
+    assert losses[0] == pytest.approx(np.log(7), rel=0.3)
+    params = ocp.StandardCheckpointer().restore(os.path.join(run, "checkpoints", "3", "state"))["params"]
+    assert "context" in params and set(params) - {"context"} == set(params["context"])
+    texts = ["The lobster is blue .", "It lives in the sea ."]
+    gin.clear_config()
+    cli.main(["embed", f"--gin_file={CONFIG}", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'a.npy'}",
+              *texts])
+    gin.clear_config()
+    cli.main(["embed", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'b.npy'}", *texts])
+    with_config, run_alone = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
+    assert with_config.shape == (2, 64) and np.isfinite(with_config).all()
+    np.testing.assert_array_equal(with_config, run_alone)
+    assert not np.allclose(with_config[0], with_config[1])
