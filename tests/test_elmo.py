@@ -16,7 +16,6 @@ from t5lite.interop import elmo
 from t5lite.models.recurrent import BiLM, BiLMConfig, CharCNN, LSTMLayer, lstm_step
 
 ELMO = shared_data_dir() / "elmo"
-needs_fixture = pytest.mark.skipif(not ELMO.exists(), reason="needs ../shared/data/elmo")
 
 
 def _allennlp_ids(token: bytes | int) -> list[int]:
@@ -153,7 +152,6 @@ def _reference(k: int, j: int) -> np.ndarray:
     return np.concatenate([forward, backward], -1)
 
 
-@needs_fixture
 @pytest.mark.parametrize("stateful", [False, True])
 def test_embed_reproduces_tensorflow_bilm(stateful):
     pytest.importorskip("h5py", reason="the bilm weights are hdf5")
@@ -217,7 +215,6 @@ def test_scalar_mix_matches_allennlp_formula(layer_norm):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
 
 
-@needs_fixture
 def test_scalar_mix_over_elmo_layers():
     from t5lite.models.scalar_mix import ScalarMix
 
@@ -228,7 +225,6 @@ def test_scalar_mix_over_elmo_layers():
     np.testing.assert_allclose(np.asarray(out), layers.mean(0), rtol=1e-5, atol=1e-6)
 
 
-@needs_fixture
 def test_save_writes_the_original_files(tmp_path):
     h5py = pytest.importorskip("h5py", reason="the bilm weights are hdf5")
     module, variables = elmo.load(str(ELMO / "options.json"), str(ELMO / "lm_weights.hdf5"))

@@ -140,7 +140,6 @@ def test_tiny_lm_trains_logs_perplexity_and_resumes(tmp_path, config):
     assert json.loads((tmp_path / "model_config.json").read_text())["arch"] in ("bilm", "awd_lstm")
 
 
-@pytest.mark.skipif(not ELMO.exists(), reason="needs ../shared/data/elmo")
 def test_bilm_files_round_trip_through_a_t5lite_run_and_the_cli(tmp_path):
     config = elmo.to_run(str(ELMO / "options.json"), str(ELMO / "lm_weights.hdf5"), str(tmp_path / "run"),
                          vocab_size=16)
@@ -161,7 +160,6 @@ def test_bilm_files_round_trip_through_a_t5lite_run_and_the_cli(tmp_path):
             np.testing.assert_array_equal(from_cli[name][...], original[name][...], err_msg=name)
 
 
-@pytest.mark.skipif(not ELMO.exists(), reason="needs ../shared/data/elmo")
 def test_a_trained_run_written_as_bilm_files_embeds_as_the_run(tmp_path):
     """t5lite run -> hdf5 -> load: the embeddings equal the run's own biLM on its params."""
     cfg = BiLMConfig.from_options(json.loads((ELMO / "options.json").read_text()), vocab_size=12)
