@@ -472,6 +472,14 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     print(f"wrote {Path(args.out) / 'report.md'} and report.json")
 
 
+def _add_text_inputs(parser: argparse.ArgumentParser, text_help: str) -> None:
+    """The input flags `t5lite infer` and `t5lite embed` share: texts, or a file of them."""
+    parser.add_argument("text", nargs="*", help=text_help)
+    parser.add_argument("--input_file", default=None,
+                        help="a UTF-8 file with one input text per line, or JSON lines (.jsonl or --field)")
+    parser.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true",
@@ -490,19 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     infer = sub.add_parser("infer", parents=[common],
                            help="decode texts with a checkpoint, JSON lines out (gin: CHECKPOINT_PATH, "
                                 "infer.method; gin/infer.gin)")
-    infer.add_argument("text", nargs="*", help="input texts, e.g. \"sst2 sentence: a fine film\"")
-    infer.add_argument("--input_file", default=None,
-                       help="a UTF-8 file with one input text per line, or JSON lines (.jsonl or --field)")
-    infer.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
+    _add_text_inputs(infer, "input texts, e.g. \"sst2 sentence: a fine film\"")
     infer.add_argument("--output", default=None, help="write the JSON lines to this file instead of stdout")
     infer.set_defaults(fn=cmd_infer)
     embed = sub.add_parser("embed", parents=[common],
                            help="sentence embeddings of texts with an encoder's checkpoint, .npy out (gin: "
                                 "CHECKPOINT_PATH, embed.pooling, embed.normalize; gin/embed.gin)")
-    embed.add_argument("text", nargs="*", help="input texts")
-    embed.add_argument("--input_file", default=None,
-                       help="a UTF-8 file with one input text per line, or JSON lines (.jsonl or --field)")
-    embed.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
+    _add_text_inputs(embed, "input texts")
     embed.add_argument("--output", required=True, help="the .npy file to write: [inputs, dim] float32, in input order")
     embed.set_defaults(fn=cmd_embed)
     convert = sub.add_parser("convert", parents=[common], help="Hugging Face folder <-> t5lite checkpoint")
