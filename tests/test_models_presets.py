@@ -2,6 +2,7 @@
 published sizes; every parameter has logical axis names; `build` dispatches on `arch`; looped and
 scanned layers give the same param tree up to the layers axis."""
 import flax
+import gin
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 from t5lite import models
+from t5lite.errors import ConfigError
+from t5lite.models import get_config
 
 # Exact counts, checked against transformers' own classes (meta device) when these were written:
 # BertForPreTraining, RobertaForMaskedLM, AlbertForPreTraining, ElectraForPreTraining,
@@ -120,3 +123,15 @@ def test_outputs_per_family_are_float32_with_the_documented_shapes():
         hidden = jax.eval_shape(lambda v: module.apply(v, encoder_input_tokens=tokens, decoder_input_tokens=tokens,
                                                        method="encode"), variables)
         assert hidden.shape == (2, 8, cfg.d_model), name
+
+
+def test_gin_overrides_change_any_field_and_name_a_misspelt_one(clean_gin_state):
+    from t5lite.train.trainer import model_config
+    gin.parse_config(["model_config.preset = 'bert_tiny'",
+                      "model_config.overrides = {'num_encoder_layers': 1, 'd_ff': 96}"])
+    config = model_config()
+    assert (config.num_encoder_layers, config.d_ff) == (1, 96)
+    assert config.d_model == get_config("bert_tiny").d_model
+    gin.parse_config(["model_config.overrides = {'num_encoder_layer': 1}"])
+    with pytest.raises(ConfigError, match="did you mean num_encoder_layers"):
+        model_config()

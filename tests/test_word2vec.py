@@ -2,6 +2,7 @@
 update, subsampling's keep probabilities, the unigram^0.75 noise, the dynamic window's pairs; the
 converter; and `t5lite train` on WikiText-2 writing vectors the gensim-equal evaluations read."""
 import collections
+import json
 import math
 import os
 
@@ -17,6 +18,8 @@ from t5lite.data import word2vec_vocab
 from t5lite.data.converters import EXAMPLES_KEY
 from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.data.word_vectors import load_word_vectors
+from t5lite.errors import ConfigError
+from t5lite.models import get_config
 from t5lite.train import word2vec
 
 TEXT = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the end"]
@@ -184,14 +187,37 @@ def _train(model_dir, steps, *bindings):
 
 
 def test_train_writes_word2vec_vectors_in_frequency_order(tmp_path, clean_gin_state):
-    _train(tmp_path, 3, "BATCH_SIZE=4", "train.log_every=1", "Word2VecObjective.dim=8")
+    _train(tmp_path, 3, "BATCH_SIZE=4", "train.log_every=1", "model_config.overrides={'dim': 8}")
     vectors = load_word_vectors(tmp_path / "vectors.txt")
     assert vectors.vectors.shape[1] == 8 and vectors.words[:3] == ("<unk>", "the", ",")
     vocab = word2vec_vocab.build((shared_data_dir() / "text" / "wikitext-2" / "test.txt").read_text().splitlines(), 5)
     assert vectors.words == vocab.words
-    again = word2vec.export_vectors(str(tmp_path), word2vec.Word2VecObjective(dim=8, vocabulary=vocab),
+    recorded = json.loads((tmp_path / "model_config.json").read_text())
+    assert (recorded["arch"], recorded["dim"], recorded["vocab_size"]) == ("word2vec", 8, vocab.vocab_size)
+    again = word2vec.export_vectors(str(tmp_path), word2vec.Word2VecObjective(vocabulary=vocab),
                                     str(tmp_path / "again.txt"))
     np.testing.assert_array_equal(load_word_vectors(again).vectors, vectors.vectors)
+
+
+@pytest.mark.parametrize("cbow", [False, True])
+def test_flops_count_the_dynamic_windows_pairs_and_their_dot_products(cbow):
+    """word2vec.c's loop: a centre word with reduced window b in [0, window) (uniform) scores every
+    context word within window - b on either side (skip-gram: 1 + negatives dot products of dim each;
+    CBOW: sums the context vectors, then scores once). Forward and backward: 3x."""
+    window, negatives, dim, length = 4, 3, 7, 11
+    pairs = np.mean([2 * (window - b) for b in range(window)])
+    forward = (pairs * dim + 2 * (1 + negatives) * dim) if cbow else pairs * 2 * (1 + negatives) * dim
+    objective = word2vec.Word2VecObjective(cbow=cbow, window=window, negatives=negatives)
+    got = objective.train_flops_per_example(get_config("word2vec", dim=dim), {"encoder_input_tokens": length})
+    np.testing.assert_allclose(got, 3 * forward * length, rtol=1e-12)
+
+
+def test_a_transformer_preset_is_refused_with_the_preset_to_use():
+    vocab = word2vec_vocab.build(TEXT, min_count=1)
+    with pytest.raises(ConfigError, match="model_config.preset = 'word2vec'"):
+        word2vec.Word2VecObjective(vocabulary=vocab).build_model(get_config("bert_tiny"))
+    with pytest.raises(ConfigError, match="vocab_size"):
+        word2vec.Word2VecObjective(vocabulary=vocab).build_model(get_config("word2vec", vocab_size=3))
 
 
 def _analogies_above_random(vectors_file):

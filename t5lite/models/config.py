@@ -18,8 +18,9 @@ import difflib
 from typing import Callable
 
 from t5lite.errors import CheckpointError, ConfigError, UnknownNameError, first_line
-from t5lite.models.recurrent_config import CONFIG_CLASSES, RECURRENT_PRESETS
+from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig, RECURRENT_PRESETS
 from t5lite.models.replaceable import Replaceable
+from t5lite.models.static_config import STATIC_PRESETS, Word2VecConfig
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 POSITION_ENCODINGS = ("none", "learned", "sinusoidal", "t5_relative", "shaw_relative", "rotary", "disentangled")
@@ -221,13 +222,17 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
 
 def get_config(name: str, **overrides) -> ModelConfig:
     """A named preset, optionally with fields replaced (`get_config("t5_small", dtype="bfloat16")`);
-    the recurrent families' presets (`elmo_*`, `awd_lstm*`) return their own config classes."""
-    presets = {**PRESETS, **RECURRENT_PRESETS}
+    the recurrent families' presets (`elmo_*`, `awd_lstm*`) and word2vec's (`word2vec*`) return their
+    own config classes."""
+    presets = {**PRESETS, **RECURRENT_PRESETS, **STATIC_PRESETS}
     if name not in presets:
         close = difflib.get_close_matches(name, presets, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise UnknownNameError(f"unknown model preset {name!r}.{hint} Known presets: {', '.join(sorted(presets))}")
     return presets[name]().replace(**overrides)
+
+
+_CONFIG_CLASSES = {"bilm": BiLMConfig, "awd_lstm": AWDLSTMConfig, "word2vec": Word2VecConfig}
 
 
 def save_config(config: ModelConfig, path: str) -> None:
@@ -243,14 +248,14 @@ def _tuples(value):
 
 
 def load_config(path: str) -> ModelConfig:
-    """A config `save_config` wrote (a recurrent family's by its `arch`); a file that is not one is
+    """A config `save_config` wrote (a recurrent or static family's by its `arch`); a file that is not one is
     a CheckpointError naming it."""
     import json
 
     from etils import epath
     try:
         fields = json.loads(epath.Path(path).read_text(encoding="utf-8"))
-        cls = CONFIG_CLASSES.get(fields.get("arch"), ModelConfig)
+        cls = _CONFIG_CLASSES.get(fields.get("arch"), ModelConfig)
         if cls is not ModelConfig:
             fields.pop("arch")
         return cls(**{k: _tuples(v) for k, v in fields.items()})

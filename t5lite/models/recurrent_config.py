@@ -118,5 +118,3 @@ RECURRENT_PRESETS = {
     "awd_lstm_tiny_classifier": lambda: AWDLSTMConfig(vocab_size=8192, emb_dim=64, hidden_dim=256,
                                                       **AWD_LSTM_CLAS_DROPOUTS),
 }
-
-CONFIG_CLASSES = {"bilm": BiLMConfig, "awd_lstm": AWDLSTMConfig}

@@ -71,6 +71,11 @@ class Objective:
     """The interface, and the default: token cross entropy over the model's logits (LM, MLM,
     sequence-to-sequence), weighted by the targets' loss weights (T5X's loss)."""
 
+    def complete_config(self, config: ModelConfig) -> ModelConfig:
+        """The run's model config with what only the objective knows filled in (word2vec's
+        vocabulary size); the run records and resumes with this one."""
+        return config
+
     def build_model(self, config: ModelConfig) -> nn.Module:
         """The module trained; its params are the train state's params (and the checkpoint's)."""
         return models.build(config)

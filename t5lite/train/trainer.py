@@ -248,13 +248,15 @@ class NonFiniteLossError(T5liteError, FloatingPointError):
     """The loss or gradients diverged; the message names the last finite checkpoint to resume from."""
 
 
-@gin.configurable(denylist=["overrides"])
+@gin.configurable
 def model_config(preset: str = gin.REQUIRED, overrides: Mapping[str, Any] | None = None,
                  dtype: str | None = None, scan_layers: bool | None = None, remat_policy: str | None = None,
                  dropout_rate: float | None = None, vocab_size: int | None = None,
                  pad_token_id: int | None = None, max_position_embeddings: int | None = None) -> ModelConfig:
     """A preset with the fields users change most often overridden from gin (`pad_token_id`: a
-    RoBERTa preset, pad 1, trained on a T5-style vocabulary, pad 0)."""
+    RoBERTa preset, pad 1, trained on a T5-style vocabulary, pad 0), and any other field of the
+    preset's config through `overrides` (`{'num_encoder_layers': 4}`; a misspelt field is a
+    ConfigError naming the close ones)."""
     changes = dict(overrides or {})
     for key, value in dict(dtype=dtype, scan_layers=scan_layers, remat_policy=remat_policy,
                            dropout_rate=dropout_rate, vocab_size=vocab_size, pad_token_id=pad_token_id,
@@ -375,6 +377,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             log.warning("%s is already at step %d (TRAIN_STEPS=%d): nothing to do; raise TRAIN_STEPS to train "
                         "further", model_dir, ckpt.latest_step() or 0, train_steps)
             return {}
+        objective = objective or Objective()
+        model = objective.complete_config(model)
         run_dir.check_model_config(model_dir, model, ckpt.latest_step() or 0, allow_config_change)
         resuming = ckpt.latest_step() is not None
         source = model_dir if resuming or not initial_checkpoint_path else predict.run_dir(
@@ -387,7 +391,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         vocab_lib.check_trainable(vocabulary)
         allow_mismatch = True if allow_config_change else None  # None: the gin vocabulary.allow_mismatch
         vocab_lib.check_identity(model_dir if resuming else None, vocabulary,
-                                 (objective or Objective()).embedding_rows(model), allow_mismatch)
+                                 objective.embedding_rows(model), allow_mismatch)
         if initial_checkpoint_path and not resuming:
             vocab_lib.check_identity(source, vocabulary, allow_mismatch=allow_mismatch)
         if own is not None and source != model_dir:   # the fine-tuned run carries the tokenizer on

@@ -30,7 +30,9 @@ from t5lite.data.word2vec_vocab import PAD_ID, Word2VecVocabulary, word2vec_voca
 from t5lite.data.word_vectors import WordVectors, save_word2vec
 from t5lite.errors import ConfigError, require_positive
 from t5lite.infer import checkpoint_reader
+from t5lite.models.config import load_config
 from t5lite.models.static import Word2Vec
+from t5lite.models.static_config import Word2VecConfig
 from t5lite.train.objective import LossConfig, Objective
 
 log = logging.getLogger("t5lite")
@@ -78,30 +80,52 @@ def negative_sampling_loss(hidden, target, negatives, negative_mask):
 
 @gin.configurable
 class Word2VecObjective(Objective):
-    """Skip-gram (or `cbow=True`) with negative sampling. `dim`: vector size; `window`: the largest
+    """Skip-gram (or `cbow=True`) with negative sampling on the tables of a `Word2VecConfig`
+    (`model_config.preset = 'word2vec'`; its `dim` is the vector size). `window`: the largest
     window; `negatives`: noise words per pair; `sample`: the subsampling threshold t (0: off).
     The vocabulary is gin's `word2vec_vocabulary` (t5lite.data.word2vec_vocab)."""
 
-    def __init__(self, cbow: bool = False, dim: int = 100, window: int = 5, negatives: int = 5, sample: float = 1e-3,
+    def __init__(self, cbow: bool = False, window: int = 5, negatives: int = 5, sample: float = 1e-3,
                  vocabulary: Word2VecVocabulary | None = None):
-        require_positive({"Word2VecObjective.dim": dim, "Word2VecObjective.window": window,
-                          "Word2VecObjective.negatives": negatives})
+        require_positive({"Word2VecObjective.window": window, "Word2VecObjective.negatives": negatives})
         if sample < 0:
             raise ConfigError(f"Word2VecObjective.sample={sample}: the subsampling threshold is >= 0 (0: off)")
-        self.cbow, self.dim, self.window, self.negatives, self.sample = cbow, dim, window, negatives, sample
+        self.cbow, self.window, self.negatives, self.sample = cbow, window, negatives, sample
         self._vocabulary = vocabulary
 
     @property
     def vocabulary(self) -> Word2VecVocabulary:
         return self._vocabulary or word2vec_vocabulary()
 
+    def complete_config(self, config):
+        """The config with the vocabulary's size filled in (`vocab_size` 0); a word2vec config is required."""
+        if not isinstance(config, Word2VecConfig):
+            raise ConfigError(f"Word2VecObjective trains word2vec's tables; got a {type(config).__name__}: set "
+                              "model_config.preset = 'word2vec' (dim 100) or 'word2vec_300'")
+        size = self.vocabulary.vocab_size
+        if config.vocab_size not in (0, size):
+            raise ConfigError(f"model_config.vocab_size={config.vocab_size} but the word2vec vocabulary has {size} "
+                              "ids: leave vocab_size unset (0) so the run takes the vocabulary's size")
+        require_positive({"model_config dim": config.dim})
+        return config.replace(vocab_size=size)
+
     def build_model(self, config) -> nn.Module:
+        config = self.complete_config(config)
         vocabulary = self.vocabulary
         self.keep_probabilities = jnp.asarray(vocabulary.keep_probabilities(self.sample), jnp.float32)
         self.noise_cdf = jnp.asarray(np.cumsum(vocabulary.noise_distribution()), jnp.float32)
         log.info("word2vec: %d words, %s, dim %d, window %d, %d negatives, sample %g", len(vocabulary.words),
-                 "CBOW" if self.cbow else "skip-gram", self.dim, self.window, self.negatives, self.sample)
-        return Word2Vec(vocabulary.vocab_size, self.dim)
+                 "CBOW" if self.cbow else "skip-gram", config.dim, self.window, self.negatives, self.sample)
+        return Word2Vec(config.vocab_size, config.dim)
+
+    def train_flops_per_example(self, config, feature_lengths):
+        """Forward + backward (3x forward) FLOPs of a row of words before subsampling. A centre word
+        sees window + 1 context words on average (the dynamic window draws window - b, b uniform in
+        [0, window), on either side); each (context, centre) pair scores 1 + negatives dot products of
+        `dim` (skip-gram); CBOW first averages the window (its adds) and scores once per centre."""
+        dim, pairs, scores = config.dim, self.window + 1, 1 + self.negatives
+        per_word = (pairs * dim + 2 * scores * dim) if self.cbow else pairs * 2 * scores * dim
+        return 3 * per_word * feature_lengths.get("encoder_input_tokens", 0)
 
     def embedding_rows(self, config) -> None:
         return None    # the tables are as big as the word2vec vocabulary; the task's token ids are not read
@@ -155,14 +179,15 @@ def word_vectors(params, vocabulary: Word2VecVocabulary) -> WordVectors:
 def save_vectors(params, vocabulary: Word2VecVocabulary, path) -> None:
     """Writes the input vectors of the vocabulary's words (the pad row left out), most frequent
     first, as a word2vec text file."""
-    save_word2vec(WordVectors(vocabulary.words, np.asarray(params["input_embedding"])[1:]), path)
+    save_word2vec(word_vectors(params, vocabulary), path)
 
 
 def export_vectors(model_dir: str, objective: Word2VecObjective | None = None, path: str | None = None) -> str:
-    """Writes the word vectors of the latest checkpoint of the run in `model_dir` (trained with
-    `objective`, default gin's `Word2VecObjective()`) to `path` (default MODEL_DIR/vectors.txt)."""
+    """Writes the word vectors of the latest checkpoint of the run in `model_dir` (its
+    `model_config.json` says the tables' size; `objective` gives the vocabulary, default gin's
+    `Word2VecObjective()`) to `path` (default MODEL_DIR/vectors.txt)."""
     objective = objective or Word2VecObjective()
-    module = objective.build_model(None)
+    module = objective.build_model(load_config(os.path.join(model_dir, "model_config.json")))
     abstract = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.ones((1, 1), jnp.int32)))
     params = checkpoint_reader.restore_params(model_dir, nn.unbox(abstract)["params"])
     path = path or os.path.join(model_dir, VECTORS_FILE)
