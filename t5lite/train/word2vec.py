@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5lite.data.word2vec_vocab import PAD_ID, Word2VecVocabulary, word2vec_vocabulary
-from t5lite.data.word_vectors import WordVectors, save_word2vec
+from t5lite.data.word_vectors import RUN_VECTORS_FILE, WordVectors, save_word2vec
 from t5lite.errors import ConfigError, require_positive
 from t5lite.infer import checkpoint_reader
 from t5lite.models.config import load_config
@@ -36,8 +36,6 @@ from t5lite.models.static_config import Word2VecConfig
 from t5lite.train.objective import LossConfig, Objective
 
 log = logging.getLogger("t5lite")
-
-VECTORS_FILE = "vectors.txt"
 
 
 def subsample(ids, keep_probabilities, rng):
@@ -167,8 +165,8 @@ class Word2VecObjective(Objective):
     def finish(self, model_dir: str, params) -> None:
         """The trained vectors as MODEL_DIR/vectors.txt (word2vec text format)."""
         if jax.process_index() == 0:
-            save_vectors(params, self.vocabulary, os.path.join(model_dir, VECTORS_FILE))
-            log.info("wrote %s", os.path.join(model_dir, VECTORS_FILE))
+            save_vectors(params, self.vocabulary, os.path.join(model_dir, RUN_VECTORS_FILE))
+            log.info("wrote %s", os.path.join(model_dir, RUN_VECTORS_FILE))
 
 
 def word_vectors(params, vocabulary: Word2VecVocabulary) -> WordVectors:
@@ -190,6 +188,6 @@ def export_vectors(model_dir: str, objective: Word2VecObjective | None = None, p
     module = objective.build_model(load_config(os.path.join(model_dir, "model_config.json")))
     abstract = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.ones((1, 1), jnp.int32)))
     params = checkpoint_reader.restore_params(model_dir, nn.unbox(abstract)["params"])
-    path = path or os.path.join(model_dir, VECTORS_FILE)
+    path = path or os.path.join(model_dir, RUN_VECTORS_FILE)
     save_vectors(params, objective.vocabulary, path)
     return path
