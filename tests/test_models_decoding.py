@@ -103,7 +103,7 @@ def test_decodes_of_one_input_share_its_cross_attention_cache():
 
 
 def test_prefix_lm_attention_and_cached_decoding():
-    module = models.build("gpt2_tiny")
+    module = models.build(models.get_config("gpt2_tiny", prefix_lm=True))
     variables = random_variables(module, scale=0.2)
     apply = jax.jit(module.apply)
     seq = tokens((1, 8), 4)
@@ -125,6 +125,17 @@ def test_prefix_lm_attention_and_cached_decoding():
     stepped, _ = decode_stepwise(module, variables["params"], cache, chunks,
                                  step_args=lambda c, p: dict(decoder_input_tokens=c, decoder_causal_attention=p))
     assert_close(stepped, full)
+
+
+def test_a_causal_lm_trained_on_prefix_lm_rows_attends_causally_as_it_decodes():
+    """The `prefix_lm` converter marks every row's prefix; a decoder that is not a prefix LM
+    (T5's "language model" row: inputs + targets, causal) must not see later prefix tokens."""
+    module = models.build("gpt2_tiny")
+    variables = random_variables(module, scale=0.2)
+    seq = tokens((1, 8), 4)
+    prefix = jnp.asarray([[1, 1, 1, 1, 0, 0, 0, 0]])
+    assert_close(module.apply(variables, decoder_input_tokens=seq, decoder_causal_attention=prefix),
+                 module.apply(variables, decoder_input_tokens=seq), rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["bert_tiny", "t5_tiny"])

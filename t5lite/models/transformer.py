@@ -322,8 +322,10 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """GPT family: `apply(vars, decoder_input_tokens=...)` -> LM logits. A prefix LM passes
-    `decoder_causal_attention` (1 over the prefix), which the prefix attends to bidirectionally."""
+    """GPT family: `apply(vars, decoder_input_tokens=...)` -> LM logits. A prefix LM
+    (`config.prefix_lm`) passes `decoder_causal_attention` (1 over the prefix), which the prefix
+    attends to bidirectionally; a causal LM ignores it, so that training (the `prefix_lm`
+    converter always marks the prefix) attends as decoding and scoring do."""
     config: ModelConfig
 
     def setup(self):
@@ -334,6 +336,8 @@ class Decoder(nn.Module):
 
     def encode(self, decoder_input_tokens, decoder_segment_ids=None, decoder_positions=None,
                decoder_causal_attention=None, enable_dropout=False, decode=False, **unused_features):
+        if not self.config.prefix_lm:
+            decoder_causal_attention = None
         return without_prompt(self.decoder(decoder_input_tokens, None, decoder_segment_ids, decoder_positions,
                                             decoder_causal_attention, deterministic=not enable_dropout,
                                             decode=decode), decoder_input_tokens)
