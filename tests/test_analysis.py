@@ -371,3 +371,44 @@ def test_analysis_mistakes_are_one_line_errors(tmp_path, capsys):
                           (("--data_dir", str(tmp_path), "--model", str(tmp_path / "nowhere")), "does not exist")]:
         code, err = _cli(capsys, "probe", *common, *args)
         assert code == 2 and message in err, (args, err)
+
+
+def test_an_electra_run_is_read_as_its_discriminator(tmp_path, capsys):
+    """An ELECTRA checkpoint holds generator and discriminator: the analysis reads the discriminator,
+    whose layer states equal those the ELECTRA objective's joint module computes, and the commands run
+    on the run."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    from conftest import train_tiny
+    from t5lite import models
+    from t5lite.analysis import forward, loading
+    from t5lite.infer import checkpoint_reader
+    from t5lite.train import electra
+    config = models.get_config("electra_tiny", vocab_size=2176, dropout_rate=0.0)
+    objective = electra.ElectraObjective("electra_tiny_generator")
+    run = tmp_path / "electra"
+    train_tiny(run, config, 2, mixture_or_task_name="embedded_docs_electra_mlm", task_feature_lengths={"inputs": 32},
+               feature_converter="encoder", objective=objective, z_loss=0.0)
+    subject = loading.load(str(run))
+    joint = objective.build_model(config)
+    init = lambda: nn.unbox(joint.init(jax.random.key(0), encoder_input_tokens=jnp.ones((1, 8), jnp.int32)))["params"]
+    both = checkpoint_reader.restore_params(str(run / "checkpoints"), jax.eval_shape(init))
+    encoded = [words.encode(subject.vocabulary, s.words, "encoder") for s in forward.fitting(subject, _ud(6))]
+    assert len(encoded) >= 2
+    states, _ = forward.run(subject, encoded)
+    for e, h in zip(encoded, states):
+        _, state = joint.apply({"params": both}, jnp.asarray(e.tokens[None]), method="discriminate",
+                               capture_intermediates=True, mutable=["intermediates"])
+        stack = state["intermediates"]["discriminator"]["encoder"]
+        assert h.shape[0] == config.num_encoder_layers + 1
+        for layer in range(config.num_encoder_layers):
+            (want, _), = stack[f"layers_{layer}"]["__call__"]
+            np.testing.assert_allclose(h[layer + 1], np.asarray(want[0]), rtol=1e-5, atol=1e-6)
+    data, out = str(shared_data_dir() / "ud"), tmp_path / "out"
+    code, err = _cli(capsys, "probe", "--model", str(run), "--data_dir", data, "--out", str(out), "--probes", "pos",
+                     "--train_sentences", "8", "--test_sentences", "4", "--no_control")
+    assert code == 0, err
+    assert len(json.loads((out / "probe.json").read_text())["pos"]["electra"]["accuracy"]) == 3
+    code, err = _cli(capsys, "attention", "--model", str(run), "--data_dir", data, "--out", str(out), "--sentences", "3")
+    assert code == 0, err
