@@ -497,6 +497,8 @@ def test_probe_command_types_entity_spans(tmp_path, capsys):
     read = result["sentences_read"]["ner_spans"]
     assert read["train"] == 60 and read["train_spans"] > 0 and read["test_spans"] > 0
     assert len(result["ner_spans"]["bert"]["accuracy"]) == 3 and (out / "probe.png").stat().st_size > 0
-    code, err = _cli(capsys, "probe", "--model", str(model), "--data_dir", data, "--out", str(out), "--probes",
-                     "ner_spans", "--train_sentences", "1", "--test_sentences", "1", "--no_control")
-    assert code == 2 and "give more --train_sentences" in err
+    from t5lite.analysis import probe
+    from t5lite.errors import ConfigError
+    no_entity = [words.Sentence(("we", "play"), ("O", "O"))]
+    with pytest.raises(ConfigError, match="give more --train_sentences"):
+        probe.span_typing(no_entity, no_entity, [np.zeros((3, 0, 4))], [np.zeros((3, 0, 4))], 1e-3)
