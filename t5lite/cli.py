@@ -449,7 +449,7 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
         print(f"wrote {neighbours.write(result, args.out)}")
         return
     results = probe.run(subject, args.data_dir, args.probes.split(","), args.train_sentences, args.test_sentences,
-                        args.rank, args.epochs, args.l2, not args.no_control, args.seed)
+                        args.rank, args.epochs, args.l2, not args.no_control, args.seed, args.span_pooling)
     print("wrote " + ", ".join(probe.write(results, args.out)))
 
 
@@ -575,7 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="per-layer linear (POS, NER) and structural (dependency distance) probes of a frozen "
                                 "model against its untrained control; or, with --neighbours, a word's contextual "
                                 "nearest neighbours")
-    probe.add_argument("--probes", default="pos,structural", help="comma-separated: pos, ner, structural")
+    probe.add_argument("--probes", default="pos,structural",
+                       help="comma-separated: pos, ner, ner_spans (entity type of each gold span), structural")
+    probe.add_argument("--span_pooling", default="mean", choices=["mean", "endpoint"],
+                       help="ner_spans: a span's vector is its subwords' mean or [first; last]")
     probe.add_argument("--train_sentences", type=int, default=500, help="sentences the probes train on")
     probe.add_argument("--test_sentences", type=int, default=200, help="sentences the probes are scored on")
     probe.add_argument("--rank", type=int, default=32, help="the structural probe's rank k")

@@ -51,6 +51,19 @@ def clean_gin_state():
     set_default_vocabulary(None)
 
 
+@pytest.fixture(scope="session")
+def bpe_files(tmp_path_factory):
+    """A small byte-level BPE trained with `tokenizers` (RoBERTa's <s> </s> <pad> <unk> <mask>), saved as
+    GPT-2's vocab.json + merges.txt: a folder GPT2TokenizerFast and RobertaTokenizerFast load."""
+    from t5lite.data import byte_bpe, corpus
+    out = tmp_path_factory.mktemp("bpe")
+    path = byte_bpe.train_byte_bpe(corpus.embedded_documents()[:200], 600, out_dir=str(out))
+    files = out / "files"
+    files.mkdir()
+    byte_bpe.load_tokenizer(path).model.save(str(files))
+    return files
+
+
 @pytest.fixture
 def micro_config():
     """A T5 small enough to compile and train in a second or two."""

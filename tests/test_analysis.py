@@ -367,7 +367,138 @@ def test_analysis_mistakes_are_one_line_errors(tmp_path, capsys):
     common = ("--model", str(model), "--out", str(tmp_path / "out"))
     for args, message in [(("--neighbours", "theatre", "--corpus", str(corpus)), "does not occur in the corpus"),
                           (("--neighbours", "play", "--corpus", str(corpus), "--layer", "3"), "layers 0 (embeddings) to 2"),
-                          (("--data_dir", str(tmp_path), "--probes", "pos,syntax"), "choose from pos,ner,structural"),
+                          (("--data_dir", str(tmp_path), "--probes", "pos,syntax"), "choose from pos,ner,ner_spans,structural"),
                           (("--data_dir", str(tmp_path), "--model", str(tmp_path / "nowhere")), "does not exist")]:
         code, err = _cli(capsys, "probe", *common, *args)
         assert code == 2 and message in err, (args, err)
+
+
+def test_an_electra_run_is_read_as_its_discriminator(tmp_path, capsys):
+    """An ELECTRA checkpoint holds generator and discriminator: the analysis reads the discriminator,
+    whose layer states equal those the ELECTRA objective's joint module computes, and the commands run
+    on the run."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    from conftest import train_tiny
+    from t5lite import models
+    from t5lite.analysis import forward, loading
+    from t5lite.infer import checkpoint_reader
+    from t5lite.train import electra
+    config = models.get_config("electra_tiny", vocab_size=2176, dropout_rate=0.0)
+    objective = electra.ElectraObjective("electra_tiny_generator")
+    run = tmp_path / "electra"
+    train_tiny(run, config, 2, mixture_or_task_name="embedded_docs_electra_mlm", task_feature_lengths={"inputs": 32},
+               feature_converter="encoder", objective=objective, z_loss=0.0)
+    subject = loading.load(str(run))
+    joint = objective.build_model(config)
+    init = lambda: nn.unbox(joint.init(jax.random.key(0), encoder_input_tokens=jnp.ones((1, 8), jnp.int32)))["params"]
+    both = checkpoint_reader.restore_params(str(run / "checkpoints"), jax.eval_shape(init))
+    encoded = [words.encode(subject.vocabulary, s.words, "encoder") for s in forward.fitting(subject, _ud(6))]
+    assert len(encoded) >= 2
+    states, _ = forward.run(subject, encoded)
+    for e, h in zip(encoded, states):
+        _, state = joint.apply({"params": both}, jnp.asarray(e.tokens[None]), method="discriminate",
+                               capture_intermediates=True, mutable=["intermediates"])
+        stack = state["intermediates"]["discriminator"]["encoder"]
+        assert h.shape[0] == config.num_encoder_layers + 1
+        for layer in range(config.num_encoder_layers):
+            (want, _), = stack[f"layers_{layer}"]["__call__"]
+            np.testing.assert_allclose(h[layer + 1], np.asarray(want[0]), rtol=1e-5, atol=1e-6)
+    data, out = str(shared_data_dir() / "ud"), tmp_path / "out"
+    code, err = _cli(capsys, "probe", "--model", str(run), "--data_dir", data, "--out", str(out), "--probes", "pos",
+                     "--train_sentences", "8", "--test_sentences", "4", "--no_control")
+    assert code == 0, err
+    assert len(json.loads((out / "probe.json").read_text())["pos"]["electra"]["accuracy"]) == 3
+    code, err = _cli(capsys, "attention", "--model", str(run), "--data_dir", data, "--out", str(out), "--sentences", "3")
+    assert code == 0, err
+
+
+# ----------------------------------------------------------------------------- span probe
+
+UNER_DEV, UNER_TEST = "ud/uner_en_ewt/en_ewt-ud-dev.iob2", "ud/uner_en_ewt/en_ewt-ud-test.iob2"
+
+
+def test_entity_spans_equal_seqeval_on_uner():
+    sequence_labeling = pytest.importorskip("seqeval.metrics.sequence_labeling", reason="seqeval is the reference")
+    from t5lite.analysis import spans
+    sentences = [s for f in (UNER_DEV, UNER_TEST) for s in words.read_conll(str(shared_data_dir() / f))]
+    found = 0
+    for s in sentences:
+        want = sequence_labeling.get_entities(list(s.tags))
+        assert spans.entity_spans(s) == want, s.words
+        found += len(want)
+    assert found > 1500
+
+
+@pytest.mark.parametrize("pooling", ["mean", "endpoint"])
+def test_span_vectors_equal_numpy_over_hugging_faces_word_ids(pooling):
+    """Each span's subwords found from HF's `word_ids()` of the same words; mean / [first; last] by numpy."""
+    transformers = pytest.importorskip("transformers", reason="the tokenizer's word_ids are the reference")
+    from t5lite.analysis import forward, loading, spans
+    path = _minilm()
+    subject = loading.load(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    sentences = [s for s in words.read_conll(str(shared_data_dir() / UNER_DEV), 200) if spans.entity_spans(s)][:6]
+    encoded = [words.encode(subject.vocabulary, s.words, "encoder") for s in sentences]
+    states, _ = forward.run(subject, encoded)
+    multi = 0
+    for s, e, h in zip(sentences, encoded, states):
+        word_ids = tokenizer(list(s.words), is_split_into_words=True).word_ids()
+        got = spans.span_vectors(h, e, spans.entity_spans(s), pooling)
+        for i, (_, first, last) in enumerate(spans.entity_spans(s)):
+            tokens = [t for t, w in enumerate(word_ids) if w is not None and first <= w <= last]
+            multi += len(tokens) > 1
+            want = (h[:, tokens].astype(np.float64).mean(1) if pooling == "mean"
+                    else np.concatenate([h[:, tokens[0]], h[:, tokens[-1]]], -1))
+            np.testing.assert_allclose(got[:, i], want, rtol=1e-5, atol=1e-6)
+    assert multi >= 3   # spans of several subwords, where the poolings differ
+
+
+def test_span_probe_matches_sklearn_per_layer():
+    """The span probe's accuracy per layer is scikit-learn's LogisticRegression (C = 1 / (l2 n)) on the
+    same span vectors and labels."""
+    sklearn = pytest.importorskip("sklearn.linear_model", reason="scikit-learn is the reference")
+    from t5lite.analysis import probe, spans
+    read = words.read_conll(str(shared_data_dir() / UNER_DEV), 1200)
+    train, test = read[:800], read[800:]
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(2, 3, 16))                     # [layers, types, d]: layer 1 holds the type better
+
+    def vectors(part):
+        out = []
+        for s in part:
+            labels = spans.span_labels([s], probe.ENTITY_TYPES)
+            noise = rng.normal(size=(2, len(labels), 16)) * np.array([4.0, 1.5])[:, None, None]
+            out.append((centres[:, labels] + noise).astype(np.float32))
+        return out
+
+    x_train, x_test = vectors(train), vectors(test)
+    l2 = 1e-2
+    got = probe.span_typing(train, test, x_train, x_test, l2)["accuracy"]
+    y_train, y_test = (spans.span_labels(p, probe.ENTITY_TYPES) for p in (train, test))
+    want = []
+    for layer in range(2):
+        fit = np.concatenate([v[layer] for v in x_train]).astype(np.float64)
+        ref = sklearn.LogisticRegression(C=1 / (l2 * len(y_train)), tol=1e-10, max_iter=10000).fit(fit, y_train)
+        want.append(np.mean(ref.predict(np.concatenate([v[layer] for v in x_test])) == y_test))
+    np.testing.assert_allclose(got, want, atol=1.5 / len(y_test))
+    assert want[1] > want[0] + 0.1 and min(want) < 1 and len(y_test) > 50
+
+
+def test_probe_command_types_entity_spans(tmp_path, capsys):
+    model = _tiny_bert_folder(tmp_path / "bert")
+    data, out = str(shared_data_dir() / "ud"), tmp_path / "out"
+    code, err = _cli(capsys, "probe", "--model", str(model), "--data_dir", data, "--out", str(out), "--probes",
+                     "ner_spans", "--span_pooling", "endpoint", "--train_sentences", "60", "--test_sentences", "40")
+    assert code == 0, err
+    result = json.loads((out / "probe.json").read_text())
+    assert set(result["ner_spans"]) == {"bert", "bert (untrained)"} and result["settings"]["span_pooling"] == "endpoint"
+    read = result["sentences_read"]["ner_spans"]
+    assert read["train"] == 60 and read["train_spans"] > 0 and read["test_spans"] > 0
+    assert len(result["ner_spans"]["bert"]["accuracy"]) == 3 and (out / "probe.png").stat().st_size > 0
+    from t5lite.analysis import probe
+    from t5lite.errors import ConfigError
+    no_entity = [words.Sentence(("we", "play"), ("O", "O"))]
+    with pytest.raises(ConfigError, match="give more --train_sentences"):
+        probe.span_typing(no_entity, no_entity, [np.zeros((3, 0, 4))], [np.zeros((3, 0, 4))], 1e-3)

@@ -1,5 +1,6 @@
 """Tagging inputs: first-subword labels equal Hugging Face run_ner's `tokenize_and_align_labels` on
-UD sentences (MiniLM's WordPiece tokenizer), long sentences become windows covering every word once,
+UD sentences (MiniLM's WordPiece tokenizer; a byte-level BPE as RoBERTa with `add_prefix_space`),
+the analysis' words equal the running text's pieces, long sentences become windows covering every word once,
 and the converter pads the labels with the ignore index."""
 import os
 
@@ -64,6 +65,43 @@ def test_first_subword_labels_equal_run_ner(wordpiece, task, column, names, labe
                                         label_all, list(names))
         assert ex["inputs"].tolist() == ids
         assert ex["tag_ids"].tolist() == labels
+
+
+@pytest.mark.parametrize("task,column", [("ud_en_ewt_upos", 3), ("uner_en_ewt", 2)])
+def test_byte_bpe_words_get_their_space_as_run_ner_with_add_prefix_space(bpe_files, task, column):
+    """RoBERTa's tokenizer as run_ner loads it (`add_prefix_space=True`) puts "Ġ" on every word."""
+    tokenizer = transformers.RobertaTokenizerFast.from_pretrained(str(bpe_files), add_prefix_space=True)
+    folder = "en_ewt/en_ewt-ud-dev.conllu" if column == 3 else "uner_en_ewt/en_ewt-ud-dev.iob2"
+    sentences = [ex for _, ex in Conll(column)(os.path.join(UD, folder))][:N]
+    set_default_vocabulary(str(bpe_files), extra_ids=0)
+    try:
+        examples = list(get_task(task).get_dataset("validation", {"inputs": 512}, shuffle=False, data_dir=UD))[:N]
+    finally:
+        set_default_vocabulary(None)
+    names = list(examples[0]["label_names"])
+    for ex, sentence in zip(examples, sentences):
+        assert ex["window_start"] == 0 and ex["words"] == sentence["words"]
+        ids, labels = run_ner_alignment(tokenizer, sentence["words"], [names.index(t) for t in sentence["tags"]],
+                                        False, names)
+        assert ex["inputs"].tolist() == ids
+        assert ex["tag_ids"].tolist() == labels
+
+
+def test_analysis_words_are_the_running_texts_pieces(bpe_files):
+    """The analysis reads a sentence as running text: no space before the first word (GPT-2 / RoBERTa
+    tokenizers on `" ".join(words)`), each word still owning its pieces."""
+    from t5lite.analysis import words
+    from t5lite.data import vocab
+    tokenizer = transformers.RobertaTokenizerFast.from_pretrained(str(bpe_files), trim_offsets=False)
+    ours = vocab.make_vocabulary("byte_bpe", str(bpe_files))
+    for sentence in words.read_conll(os.path.join(UD, "en_ewt/en_ewt-ud-dev.conllu"), N):
+        encoded = words.encode(ours, sentence.words, "encoder")
+        batch = tokenizer(" ".join(sentence.words), return_offsets_mapping=True)
+        assert encoded.tokens.tolist() == batch["input_ids"]
+        # a word starts where its space (the first word: the text) starts
+        spaces = np.cumsum([0] + [len(w) + 1 for w in sentence.words[:-1]]) - 1
+        first = {a: i for i, (a, b) in reversed(list(enumerate(batch["offset_mapping"]))) if b > a}
+        assert encoded.starts.tolist() == [first[max(a, 0)] for a in spaces]
 
 
 def test_windows_cover_each_word_once(wordpiece):

@@ -24,17 +24,6 @@ def kinds():
     return {kind: vocab.make_vocabulary(kind) for kind in ("sentencepiece", "byte_bpe", "bytes")}
 
 
-@pytest.fixture(scope="module")
-def bpe_files(tmp_path_factory):
-    """A small byte-level BPE trained with `tokenizers`, saved as GPT-2's vocab.json + merges.txt."""
-    out = tmp_path_factory.mktemp("bpe")
-    path = byte_bpe.train_byte_bpe(corpus.embedded_documents()[:200], 600, out_dir=str(out))
-    files = out / "files"
-    files.mkdir()
-    byte_bpe.load_tokenizer(path).model.save(str(files))
-    return files
-
-
 # --- bytes: seqio's ByteVocabulary is the reference.
 
 def test_bytes_match_seqio():

@@ -41,7 +41,8 @@ def _vocabulary(path: str | None, folder: str | None):
 def load(path: str, vocabulary: str | None = None, name: str | None = None) -> Subject:
     """A Hugging Face model folder (config.json + weights, its tokenizer beside them) or a t5lite
     run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one); of a
-    fine-tuned run, the backbone without its task head.
+    fine-tuned run, the backbone without its task head; of an ELECTRA run (t5lite.train.electra),
+    the discriminator.
     `name` labels the results (default: the folder's name)."""
     from t5lite.infer import checkpoint_reader, predict
     from t5lite.interop import hf
@@ -57,10 +58,11 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
     step_dir = checkpoint_reader.step_directory(path)
     run = predict.run_dir(step_dir)
     vocab = _vocabulary(vocabulary, os.path.join(run, vocab_lib.TOKENIZER_DIR)) or vocab_lib.DEFAULT_VOCABULARY
-    if "backbone" in checkpoint_reader.stored_param_names(step_dir):   # fine-tuned: the backbone, not the head
+    # Fine-tuned: the backbone, not the head. ELECTRA: the discriminator (the run's model), not the generator.
+    part = next((p for p in ("backbone", "discriminator") if p in checkpoint_reader.stored_param_names(step_dir)), None)
+    if part is not None:
         vocab_lib.check_identity(run, vocab, config.vocab_size)
-        abstract = {"backbone": predict.abstract_params(config)}
-        params = checkpoint_reader.restore_params(step_dir, abstract)["backbone"]
+        params = checkpoint_reader.restore_params(step_dir, {part: predict.abstract_params(config)})[part]
     else:
         params, _, _ = predict.load_params(config, path, vocabulary=vocab)
     if config.scan_layers:

@@ -1,9 +1,11 @@
 """`t5lite probe`: what each layer of a frozen model holds, read by probes trained on its word
 vectors (each word's first subword; layer 0 is the embedding layer's output). Linear probes tag
-UPOS (UD English-EWT train -> test) and named entities (Universal NER: dev -> test); the
-structural probe (t5lite.analysis.structural) recovers dependency trees (UD train -> test). Every
-probe is trained again on the same shape of model freshly initialised: the control, which says how
-much a probe reads from the architecture and the word identities alone.
+UPOS (UD English-EWT train -> test) and named entities (Universal NER: dev -> test); the span
+probe (`ner_spans`) types each gold entity span (PER / LOC / ORG) from its pooled subwords
+(t5lite.analysis.spans); the structural probe (t5lite.analysis.structural) recovers dependency
+trees (UD train -> test). Every probe is trained again on the same shape of model freshly
+initialised: the control, which says how much a probe reads from the architecture and the word
+identities alone.
 """
 from __future__ import annotations
 
@@ -14,24 +16,38 @@ from typing import Sequence
 
 import numpy as np
 
-from t5lite.analysis import forward, linear, loading, structural, words
+from t5lite.analysis import forward, linear, loading, spans, structural, words
 from t5lite.data.tasks.tagging import UNER_TAGS, UPOS_TAGS
 from t5lite.errors import ConfigError
 
 log = logging.getLogger("t5lite")
 
-PROBES = ("pos", "ner", "structural")
+PROBES = ("pos", "ner", "ner_spans", "structural")
 UD = "en_ewt/en_ewt-ud-{}.conllu"
 UNER = "uner_en_ewt/en_ewt-ud-{}.iob2"
 # The split each probe trains on and the one it reports (UNER's train split has no entity layer).
-SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test"), "ner": (UNER, "dev", "test")}
+SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test"), "ner": (UNER, "dev", "test"),
+          "ner_spans": (UNER, "dev", "test")}
+ENTITY_TYPES = tuple(dict.fromkeys(t[2:] for t in UNER_TAGS if t != "O"))   # PER, LOC, ORG
 
 
-def word_vectors(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> list[np.ndarray]:
-    """Per sentence [layers + 1, words, d_model]: each word's first subword in every layer."""
+def features(subject: loading.Subject, sentences: Sequence[words.Sentence], span_pooling: str | None = None):
+    """Per sentence [layers + 1, words, d_model]: each word's first subword in every layer; with
+    `span_pooling`, per sentence [layers + 1, entity spans, d] (t5lite.analysis.spans) instead."""
     encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
     states, _ = forward.run(subject, encoded)
-    return [h[:, e.starts] for h, e in zip(states, encoded)]
+    if span_pooling is None:
+        return [h[:, e.starts] for h, e in zip(states, encoded)]
+    return [spans.span_vectors(h, e, spans.entity_spans(s), span_pooling)
+            for h, e, s in zip(states, encoded, sentences)]
+
+
+def _per_layer(x_train, y_train, x_test, classes: int, l2: float):
+    """Each layer's test predictions of a softmax-regression probe trained on that layer."""
+    for layer in range(x_train[0].shape[0]):
+        train = np.concatenate([v[layer] for v in x_train])
+        test = np.concatenate([v[layer] for v in x_test])
+        yield linear.predict_proba(linear.fit(train, y_train, classes, l2=l2), test).argmax(-1)
 
 
 def _tag_ids(sentences, names) -> np.ndarray:
@@ -44,14 +60,21 @@ def tagging(train, test, train_vecs, test_vecs, names, l2: float) -> dict:
     y_train, y_test = _tag_ids(train, names), _tag_ids(test, names)
     entity = y_test != names.index("O") if "O" in names else None
     result = {"accuracy": []} | ({"entity_word_accuracy": []} if entity is not None else {})
-    for layer in range(train_vecs[0].shape[0]):
-        x_train = np.concatenate([v[layer] for v in train_vecs])
-        x_test = np.concatenate([v[layer] for v in test_vecs])
-        guess = linear.predict_proba(linear.fit(x_train, y_train, len(names), l2=l2), x_test).argmax(-1)
+    for guess in _per_layer(train_vecs, y_train, test_vecs, len(names), l2):
         result["accuracy"].append(float(np.mean(guess == y_test)))
         if entity is not None:
             result["entity_word_accuracy"].append(float(np.mean(guess[entity] == y_test[entity])))
     return result
+
+
+def span_typing(train, test, train_vecs, test_vecs, l2: float) -> dict:
+    """Accuracy per layer of a softmax-regression probe typing gold entity spans (ENTITY_TYPES)."""
+    y_train, y_test = (spans.span_labels(part, ENTITY_TYPES) for part in (train, test))
+    if not len(y_train) or not len(y_test):
+        raise ConfigError(f"the span probe read {len(y_train)} training and {len(y_test)} test entities; "
+                          "give more --train_sentences / --test_sentences")
+    return {"accuracy": [float(np.mean(guess == y_test))
+                         for guess in _per_layer(train_vecs, y_train, test_vecs, len(ENTITY_TYPES), l2)]}
 
 
 def distances(train, test, train_vecs, test_vecs, rank: int, epochs: int, seed: int) -> dict:
@@ -73,29 +96,39 @@ def distances(train, test, train_vecs, test_vecs, rank: int, epochs: int, seed: 
 
 def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos", "structural"),
         train_sentences: int = 500, test_sentences: int = 200, rank: int = 32, epochs: int = 30,
-        l2: float = 1e-3, control: bool = True, seed: int = 0) -> dict:
+        l2: float = 1e-3, control: bool = True, seed: int = 0, span_pooling: str = "mean") -> dict:
     """{probe: {model name: {score: [per layer]}}} for the model and (with `control`) its untrained
-    twin, and under "sentences_read" each probe's sentences that fit the model."""
+    twin, and under "sentences_read" each probe's sentences that fit the model (the span probe:
+    also its entity spans)."""
     unknown = sorted(set(probes) - set(PROBES))
     if unknown or not probes:
         raise ConfigError(f"--probes {','.join(probes)}: choose from {','.join(PROBES)}")
+    if span_pooling not in spans.POOLINGS:
+        raise ConfigError(f"--span_pooling {span_pooling}: choose from {', '.join(spans.POOLINGS)}")
     subjects = [subject] + ([loading.untrained(subject, seed)] if control else [])
     results = {"model": subject.name, "layers": "0 = embeddings, k = the output of layer k", "settings": dict(
-        train_sentences=train_sentences, test_sentences=test_sentences, rank=rank, epochs=epochs, l2=l2, seed=seed)}
+        train_sentences=train_sentences, test_sentences=test_sentences, rank=rank, epochs=epochs, l2=l2, seed=seed,
+        span_pooling=span_pooling)}
     cache = {}
     for name in probes:
         pattern, train_split, test_split = SPLITS[name]
         data = [forward.fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
                 for split, limit in ((train_split, train_sentences), (test_split, test_sentences))]
         results[name] = {}
-        results.setdefault("sentences_read", {})[name] = {"train": len(data[0]), "test": len(data[1])}
+        read = results.setdefault("sentences_read", {})[name] = {"train": len(data[0]), "test": len(data[1])}
+        pooling = span_pooling if name == "ner_spans" else None
+        if pooling:
+            read |= {f"{part}_spans": sum(len(spans.entity_spans(x)) for x in sentences)
+                     for part, sentences in zip(("train", "test"), data)}
         for s in subjects:
-            key = (s.name, pattern)
+            key = (s.name, pattern, pooling)
             if key not in cache:
-                cache[key] = [word_vectors(s, part) for part in data]
+                cache[key] = [features(s, part, pooling) for part in data]
             log.info("%s probe of %s on %d + %d sentences", name, s.name, *map(len, data))
             if name == "structural":
                 results[name][s.name] = distances(*data, *cache[key], rank, epochs, seed)
+            elif pooling:
+                results[name][s.name] = span_typing(*data, *cache[key], l2)
             else:
                 results[name][s.name] = tagging(*data, *cache[key], UPOS_TAGS if name == "pos" else UNER_TAGS, l2)
     return results
@@ -116,7 +149,8 @@ def write(results: dict, out: str) -> list[str]:
         for model, scores in results[p].items():
             ax.plot(range(len(scores[score])), scores[score], marker="o", label=model,
                     linestyle="--" if model.endswith("(untrained)") else "-")
-        ax.set(title=f"{p}: {score}", xlabel="layer (0 = embeddings)")
+        label = f"{p} ({results['settings']['span_pooling']})" if p == "ner_spans" else p
+        ax.set(title=f"{label}: {score}", xlabel="layer (0 = embeddings)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(results["model"])

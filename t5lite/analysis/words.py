@@ -80,10 +80,11 @@ class Encoded:
 def encode(vocabulary, words: Sequence[str], arch: str) -> Encoded:
     """`words` as model inputs: [CLS] w1 .. wn [SEP] (encoders), w1 .. wn EOS (encoder-decoders'
     encoders), w1 .. wn (decoders). A word with no subword of its own gets the UNK id, so every
-    word has a representation. Byte-level BPE words after the first get their leading space."""
-    byte_bpe = vocab_lib.kind_of(vocabulary) == "byte_bpe"
-    pieces = [list(vocabulary.encode(" " + w if byte_bpe and i else w)) or [vocabulary.unk_id]
-              for i, w in enumerate(words)]
+    word has a representation. Byte-level BPE words get their leading space except the first
+    (`vocab.word_pieces(space_first=False)`): the model reads the sentence as the running text it was
+    pre-trained on, `" ".join(words)` tokenized as it stands, where a text's first word has no space;
+    tagging inputs follow `run_ner` instead and space every word, as the fine-tuned model saw them."""
+    pieces = [p or [vocabulary.unk_id] for p in vocab_lib.word_pieces(vocabulary, words, space_first=False)]
     ids = special_ids(vocabulary) if arch == "encoder" else None
     prefix = [ids["cls"]] if ids else []
     suffix = [ids["sep"]] if ids else [vocabulary.eos_id] if arch == "encoder_decoder" else []

@@ -31,6 +31,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import gin
 import numpy as np
 
+from t5lite.data import vocab as vocab_lib
 from t5lite.data.converters import EXAMPLES_KEY, FeatureConverter, Row, _length, pack as pack_rows
 from t5lite.data.objectives.masking import special_ids
 from t5lite.data.registry import Example
@@ -178,7 +179,8 @@ def _continuation(tag_id: int, names: Sequence[str]) -> int:
 def tagging_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int], output_features,
                    label_names: Sequence[str], label_all_subwords: bool = False) -> Iterator[Example]:
     """Sentences `{"id", "words", "tags"}` -> one example per window of words, each with `inputs`
-    ([CLS] subwords [SEP]), `token_type_ids` (0), `tag_ids` (the tag's index in `label_names` on
+    ([CLS] subwords [SEP]; each word's subwords as `vocab.word_pieces` gives them, so byte-level BPE
+    words carry their leading space as in `run_ner`), `token_type_ids` (0), `tag_ids` (the tag's index in `label_names` on
     each word's first subword, IGNORE elsewhere; `label_all_subwords`, gin:
     `tagging_inputs.label_all_subwords`, labels every subword), `word_positions` (each window word's
     first-subword index, -1 for a word with no subword) and, for scoring, `window_start` (its first
@@ -195,7 +197,7 @@ def tagging_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int
         if unknown:
             raise DataError(f"sentence {ex['id']!r} has tags {unknown} outside the task's {list(names)}; "
                             "register the task with those tags or fix the file")
-        pieces = [list(vocabulary.encode(word))[:length - 2] for word in ex["words"]]
+        pieces = [p[:length - 2] for p in vocab_lib.word_pieces(vocabulary, ex["words"])]
         for start, stop in word_windows([len(p) for p in pieces], length - 2):
             tokens, tag_ids, positions = [ids["cls"]], [IGNORE], []
             for word, tag in zip(pieces[start:stop], ex["tags"][start:stop]):

@@ -215,6 +215,18 @@ def kind_of(vocabulary) -> str:
     return next((kind for kind, spec in KINDS.items() if spec.endswith(":" + name)), name)
 
 
+def word_pieces(vocabulary, words: Sequence[str], space_first: bool = True) -> list[list[int]]:
+    """Each word's subword ids, every word encoded on its own (as BERT and Hugging Face's `run_ner`
+    split words, so each word owns its subwords). Byte-level BPE writes a word's start into its
+    first piece ("Ġword"), so its words are encoded with a leading space: before every word, as Hugging
+    Face tokenizers do with `add_prefix_space=True, is_split_into_words=True` (how `run_ner` loads
+    RoBERTa / GPT-2), or with `space_first=False` not before the first, which gives exactly the
+    pieces of the running text `" ".join(words)`. Other kinds mark continuations instead ("##",
+    SentencePiece's "▁" is added by the model), so the flag changes nothing for them."""
+    space = kind_of(vocabulary) == "byte_bpe"
+    return [list(vocabulary.encode(" " + w if space and (i or space_first) else w)) for i, w in enumerate(words)]
+
+
 def resolved(vocabulary):
     """The vocabulary itself, for `DEFAULT_VOCABULARY` the one it stands for now."""
     return vocabulary._resolve() if isinstance(vocabulary, DefaultVocabulary) else vocabulary
