@@ -181,8 +181,8 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
     _objective_from_training_config()
     check_task_name("eval")
     from t5lite.train import cost
-    meter = cost.CostMeter(None)
-    metrics = evaluate()
+    meter = cost.CostMeter(None)   # this call's cost, written to the eval folder's cost.json
+    metrics = evaluate(meter=meter)
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     print("cost (estimated):", cost.summary(meter.totals()))
 
