@@ -179,3 +179,43 @@ def test_head_importance_equals_a_torch_head_mask_on_hugging_faces_bert(tmp_path
     gated = module.apply({"params": variables["params"], "head_gates": gates}, encoder_input_tokens=tokens)
     pruned = module.apply({"params": pruning.prune_heads(variables["params"], chosen)}, encoder_input_tokens=tokens)
     assert_close(pruned, gated, rtol=1e-5)
+
+
+def _train_sst2(bindings):
+    """`t5lite train` (in process) on configs/local/bert_tiny_finetune_sst2.gin with `bindings`."""
+    import gin
+
+    from t5lite import cli
+    from t5lite.train import trainer
+    from tests.conftest import REPO, shared_data_dir
+    gin.clear_config()
+    cli.parse_gin([str(REPO / "configs/local/bert_tiny_finetune_sst2.gin")],
+                  [f"DATA_DIR = '{shared_data_dir() / 'glue'}'", "EVAL_EVERY = 0", "BATCH_SIZE = 8", *bindings],
+                  entry=("train", trainer.train))
+    trainer.train(progress=False)
+    gin.clear_config()
+
+
+def _stored(run):
+    from t5lite.infer.checkpoint_reader import step_directory, step_reader
+    return step_reader().restore(step_directory(run)).state["params"]
+
+
+def test_magnitude_pruning_a_task_head_run_prunes_the_backbone_and_keeps_the_head(bert_tiny_sst2_run, tmp_path):
+    """A classifier run pruned at learning rate 0: its backbone kernels masked by open_lth's
+    global rule in numpy, the head (all of it, continued from the run) dense and unchanged."""
+    from flax.traverse_util import flatten_dict
+    out = str(tmp_path / "pruned")
+    _train_sst2([f"MODEL_DIR = '{out}'", f"INITIAL_CHECKPOINT_PATH = '{bert_tiny_sst2_run}'", "TRAIN_STEPS = 1",
+                 "warmup_cosine.peak_learning_rate = 0.0", "train.pruning = @MagnitudePruning()",
+                 "MagnitudePruning.fraction = 0.5"])
+    source, pruned = flatten_dict(_stored(bert_tiny_sst2_run)), flatten_dict(_stored(out))
+    kernels = sorted(p for p in source if p[-1] == "kernel" and p[0] == "backbone")
+    masks = _open_lth([np.asarray(source[p]) for p in kernels], 0.5)
+    for path, mask in zip(kernels, masks):
+        np.testing.assert_array_equal(pruned[path], np.where(mask, source[path], 0))
+    for path in (p for p in source if p[0] == "head"):
+        np.testing.assert_array_equal(pruned[path], source[path])
+    report = json.loads(open(os.path.join(out, pruning.SPARSITY_FILE)).read())
+    assert not any(name.startswith("head/") for name in report["layers"])
+    assert_close(report["total"], 0.5, rtol=1e-3)

@@ -102,10 +102,15 @@ def _as_stored(abstract_params, stored_params, int8_paths):
     return unflatten_dict(flat)
 
 
+def stored_params(path: str) -> Any:
+    """The metadata (shape, dtype) of a checkpoint's params (`step_directory`), as a tree."""
+    return step_reader().metadata(step_directory(path)).item_metadata["state"]["params"]
+
+
 def stored_param_names(path: str) -> set[str]:
     """The top-level names of a checkpoint's params (`step_directory`); an ELECTRA run stores
     "generator" and "discriminator"."""
-    return set(step_reader().metadata(step_directory(path)).item_metadata["state"]["params"])
+    return set(stored_params(path))
 
 
 def restore_state(path: str, abstract_state: Any) -> Any:

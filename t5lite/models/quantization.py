@@ -62,16 +62,15 @@ def quantized_leaves(tree) -> set[tuple[str, ...]]:
 
 def quantize_params(params, abstract_quantized) -> dict:
     """Float `params` in the layout of a quantised model (`abstract_quantized`, its params'
-    shapes): each int8 weight quantised with its `<name>_scale`, every other leaf as it is."""
+    shapes): each weight the model holds as int8 quantised with its `<name>_scale`, every other
+    leaf of `params` as it is."""
     floats, wanted = flatten_dict(params), flatten_dict(abstract_quantized)
-    int8 = quantized_leaves(abstract_quantized)
-    scales = {_scale_path(p) for p in int8}
-    out = {}
-    for path in wanted:
+    int8, out = quantized_leaves(abstract_quantized), {}
+    for path, leaf in floats.items():   # the model may own more (a pre-training head a task run dropped)
         if path in int8:
-            out[path], out[_scale_path(path)] = quantize(floats[path], wanted[_scale_path(path)].shape)
-        elif path not in scales:
-            out[path] = floats[path]
+            out[path], out[_scale_path(path)] = quantize(leaf, wanted[_scale_path(path)].shape)
+        else:
+            out[path] = leaf
     return unflatten_dict(out)
 
 

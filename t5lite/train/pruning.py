@@ -32,8 +32,10 @@ SPARSITY_FILE = "sparsity.json"
 
 
 def prunable(path: tuple[str, ...]) -> bool:
-    """Dense kernels are pruned; embeddings, biases, norms and position tables are not."""
-    return path[-1] == "kernel"
+    """Dense kernels are pruned; embeddings, biases, norms and position tables are not, nor a
+    task head (`WithHead`'s "head": a few weights per label, as pruned BERTs keep their
+    classifier dense, and as quantisation keeps it float)."""
+    return path[-1] == "kernel" and path[0] != "head"
 
 
 def nonzero_masks(params) -> dict:
