@@ -166,6 +166,8 @@ def get_task_or_mixture(name: str):
 def cmd_train(args, gin_files, gin_bindings) -> None:
     import gin
     from t5lite.train.trainer import train
+    if args.prune_heads is not None:   # Michel et al.'s head pruning of the starting params
+        gin_bindings = [*gin_bindings, "train.pruning = @HeadPruning()", f"HeadPruning.fraction = {args.prune_heads}"]
     parse_gin(gin_files, gin_bindings, entry=("train", train))
     check_task_name("train")
     metrics = train()
@@ -489,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", parents=[common],
                            help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
+    train.add_argument("--prune_heads", type=float, default=None, metavar="FRACTION",
+                       help="prune this fraction of the attention heads, least important first (Michel et al.), "
+                            "from the starting params: train.pruning=@HeadPruning() with HeadPruning.fraction")
     train.set_defaults(fn=cmd_train)
     evaluate = sub.add_parser("eval", parents=[common],
                               help="evaluate a checkpoint on a task split (gin: MODEL_DIR for its latest "
