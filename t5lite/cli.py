@@ -335,7 +335,7 @@ def parse_lengths(text: str) -> dict[str, int]:
 def _convert_quantized(args) -> None:
     from t5lite.interop import checkpoint
     if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge or args.peft_adapter:
-        raise ConfigError("t5lite convert --quantize int8: give exactly one source, --from_hf HF_DIR or --from_run "
+        raise ConfigError(f"t5lite convert --quantize {args.quantize}: give exactly one source, --from_hf HF_DIR or --from_run "
                           "RUN_DIR, and --out DIR")
     writable.ensure_new_dir(args.out, "--out")
     config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
@@ -523,9 +523,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--merge", default=None,
                          help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
     convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
-    convert.add_argument("--quantize", default=None, choices=["int8"],
-                         help="write a weight-only quantised run (int8 kernels and per-output-channel scales) of "
-                              "--from_hf HF_DIR or --from_run RUN_DIR")
+    convert.add_argument("--quantize", default=None, choices=["int8", "int4"],
+                         help="write a weight-only quantised run (int8: kernels and tables with per-output-channel "
+                              "scales; int4: packed int4 kernels, scales per 128 inputs) of --from_hf HF_DIR or "
+                              "--from_run RUN_DIR")
     convert.add_argument("--from_run", default=None, help="with --quantize: a t5lite run directory to quantise")
     convert.add_argument("--from_elmo", default=None, help="an original ELMo weights .hdf5 to import as a t5lite run")
     convert.add_argument("--elmo_options", default=None, help="with --from_elmo: its options.json")

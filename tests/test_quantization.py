@@ -355,3 +355,85 @@ def test_int8_tagging_and_span_heads_stay_float(head):
     assert jax.tree.map(lambda x: (x.shape, jnp.dtype(x.dtype)), qparams) == \
         jax.tree.map(lambda x: (x.shape, jnp.dtype(x.dtype)), abstract)
     qmodule.apply({"params": qparams}, encoder_input_tokens=tokens)
+
+
+def _int4_rule(w2d, group):
+    """(q, scale) of a [inputs, outputs] kernel by the int4 rule in numpy: per output channel and
+    group of `group` inputs, scale = absmax / 7.5, q = clip(round(w / scale), -8, 7)."""
+    w = np.asarray(w2d, np.float64)
+    blocks = w.reshape(w.shape[0] // group, group, w.shape[1])
+    scale = np.abs(blocks).max(axis=1) / 7.5
+    q = np.clip(np.round(blocks / scale[:, None]), -8, 7).reshape(w.shape)
+    return q, scale
+
+
+@pytest.mark.parametrize("shape,in_ndim,group", [((256, 6), 1, 128), ((63, 10), 1, 63), ((4, 32, 40), 2, 128)])
+def test_int4_packing_and_scales_equal_the_rule_and_torchao(shape, in_ndim, group):
+    """Two values per byte (even input row in the low nibble), one scale per output channel and
+    group of 128 inputs (all of them when 128 does not divide them); torchao's symmetric affine
+    primitives (block (1, group), quant range [-8, 7], on the [outputs, inputs] layout) give the
+    same scales and values; dequantising is q * scale."""
+    from torchao.quantization import quant_primitives as qp
+    w = np.random.default_rng(2).standard_t(4, shape).astype(np.float32) * 0.05
+    w2d = w.reshape(-1, int(np.prod(shape[in_ndim:])))
+    packed, scale = quantization.quantize_int4(w, in_ndim)
+    q, rule_scale = _int4_rule(w2d, group)
+    assert packed.dtype == jnp.uint8 and packed.shape == ((w2d.shape[0] + 1) // 2, w2d.shape[1])
+    assert_close(scale, rule_scale, rtol=1e-6)
+    t = torch.from_numpy(np.ascontiguousarray(w2d.T))
+    t_scale, zero = qp.choose_qparams_affine(t, qp.MappingType.SYMMETRIC, (1, group), torch.int8, quant_min=-8,
+                                             quant_max=7)
+    t_q = qp.quantize_affine(t, (1, group), t_scale, zero, torch.int8, quant_min=-8, quant_max=7).numpy().T
+    assert_close(scale, t_scale.numpy().reshape(w2d.shape[1], -1).T, rtol=1e-6)
+    bytes_ = np.asarray(packed)
+    low, high = (bytes_ & 0xF).astype(np.int16), (bytes_ >> 4).astype(np.int16)
+    unpacked = np.stack([low, high], axis=1).reshape(-1, w2d.shape[1])[:w2d.shape[0]]
+    unpacked = np.where(unpacked >= 8, unpacked - 16, unpacked)
+    # within float rounding of a .5 tie (a group's -absmax, at -7.5) either side is the rule's
+    tie = np.abs(np.abs(w2d / np.repeat(rule_scale, group, axis=0)) % 1 - 0.5) < 4e-5
+    assert tie.mean() < 0.05
+    for expected in (q, t_q.astype(np.int16)):
+        np.testing.assert_array_equal(unpacked[~tie], expected[~tie])
+        assert np.abs(unpacked[tie] - expected[tie]).max(initial=0) <= 1
+    dequantized = quantization.dequantize_int4(packed, scale, shape)
+    assert_close(dequantized, (unpacked * np.repeat(np.asarray(scale, np.float64), group, axis=0)).reshape(shape),
+                 rtol=1e-6)
+
+
+def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert_tiny_sst2_run, tmp_path):
+    """`t5lite convert --quantize int4` of a classifier run: dense kernels packed uint8 beside
+    float32 group scales, embedding tables int8, the head float32; a float model reads it as
+    q * scale, and `t5lite eval` scores it."""
+    from t5lite import cli
+    from t5lite.infer.checkpoint_reader import restore_params, stored_params
+    from t5lite.train.finetune_objectives import ClassificationObjective
+    out = str(tmp_path / "int4")
+    cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int4", "--out", out])
+    config = load_config(os.path.join(out, "model_config.json"))
+    assert config.weight_quantization == "int4"
+    stored = flatten_dict(jax.tree.map(lambda m: jnp.dtype(m.dtype), stored_params(out)))
+    packed = {p for p, d in stored.items() if d == jnp.uint8}
+    assert packed and all(p[0] == "backbone" and p[-1] == "kernel" for p in packed)
+    assert {p[-1] for p, d in stored.items() if d == jnp.int8} == {"embedding"}
+    assert all(d == jnp.float32 for p, d in stored.items() if p[0] == "head")
+    module = ClassificationObjective(num_labels=2, pooling="pooler").build_model(config)
+    loaded = flatten_dict(restore_params(out, predict.abstract_params(config, module=module)))
+    source = flatten_dict(restore_params(bert_tiny_sst2_run, predict.abstract_params(
+        config.replace(weight_quantization="none"), module=module)))
+    for path in packed:
+        outputs = stored_params(out)
+        for key in path[:-1] + (path[-1] + "_scale",):
+            outputs = outputs[key]
+        w2d = np.asarray(source[path]).reshape(-1, outputs.shape[1])
+        group = 128 if w2d.shape[0] % 128 == 0 else w2d.shape[0]
+        q, scale = _int4_rule(w2d, group)
+        tie = np.abs(np.abs(w2d / np.repeat(scale, group, axis=0)) % 1 - 0.5) < 4e-5
+        got = np.asarray(loaded[path]).reshape(w2d.shape)
+        expected = q * np.repeat(scale, group, axis=0)
+        assert_close(got[~tie], expected[~tie], rtol=1e-5)
+    gin.clear_config()
+    cli.main(["eval", "--gin_file=configs/local/bert_tiny_finetune_sst2.gin", f"--gin.CHECKPOINT_PATH='{out}'",
+              f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'", "--gin.eval.max_examples=8"])
+    gin.clear_config()
+    record = json.loads((tmp_path / "int4" / "eval" / "bert_glue_sst2.validation" / "metrics.jsonl").read_text())
+    assert record["examples"] == 8

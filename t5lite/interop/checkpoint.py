@@ -73,7 +73,7 @@ def prefix_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConf
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return module.config
 def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str | None = None) -> ModelConfig:
-    """Writes a weight-only quantised run (`scheme` 'int8'; t5lite.models.quantization) of a
+    """Writes a weight-only quantised run (`scheme` 'int8' or 'int4'; t5lite.models.quantization) of a
     Hugging Face folder or a t5lite run: int8 kernels and embedding tables with their scales on
     disk, and a `model_config.json` with `weight_quantization`, so every command builds the
     quantised model; the source's tokenizer and vocabulary record come along. A run fine-tuned
@@ -93,11 +93,12 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
                                   "float source instead")
         params, note = _restore_params(step_dir, config, CONFIG_FILE), {"quantized_from": step_dir}
     qconfig = config.replace(weight_quantization=scheme, scan_layers=False)
-    abstract = predict.abstract_params(qconfig)
+    abstract = predict.abstract_params(qconfig.replace(weight_quantization="int8"))   # which weights, which scales
     if set(params) == set(HEAD_RUN_PARAMS):   # a task-head run: its backbone quantised, the head kept float
-        qparams = {"backbone": quantization.quantize_params(params["backbone"], abstract), "head": params["head"]}
+        qparams = {"backbone": quantization.quantize_params(params["backbone"], abstract, scheme),
+                   "head": params["head"]}
     else:
-        qparams = quantization.quantize_params(params, abstract)
+        qparams = quantization.quantize_params(params, abstract, scheme)
     _write_run(models.build(qconfig), {"params": qparams}, out_dir, note)
     if hf_dir is not None:
         vocab_lib.record_tokenizer(out_dir, hf_dir)
