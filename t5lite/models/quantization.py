@@ -25,7 +25,7 @@ from t5lite.errors import ConfigError
 
 WEIGHT_QUANTIZATIONS = ("none", "int8", "int4")
 SCALE_SUFFIX = "_scale"
-INT4_GROUP = 128   # inputs per int4 scale: torchao's and Qwix's default group size for int4 weight-only
+INT4_GROUP = 128   # inputs per int4 scale: torchao's default group_size for int4 weight-only (Qwix's tile_size)
 
 
 def _qwix():
