@@ -336,3 +336,17 @@ def test_prune_heads_flag_prunes_a_task_head_run_that_eval_reports(bert_tiny_sst
     assert "metrics: accuracy=" in capsys.readouterr().out
     line = json.loads((out / "eval" / "bert_glue_sst2.validation" / "metrics.jsonl").read_text().splitlines()[-1])
     assert line["step"] == 1 and line["examples"] == 16 and 0 <= line["accuracy"] <= 100
+
+
+def test_head_pruning_refuses_stacked_layers_and_bad_settings():
+    from t5lite.errors import ConfigError
+    stacked = {"encoder": {"layers": {"self_attention": {
+        **{n: {"kernel": np.ones((2, 8, 4, 2), np.float32)} for n in ("query", "key", "value")},
+        "out": {"kernel": np.ones((2, 4, 2, 8), np.float32)}}}}}
+    with pytest.raises(ConfigError, match="scan_layers = False"):
+        pruning.importance_from_gradients(stacked, [])
+    for bad in (dict(fraction=1.0), dict(fraction=0.0), dict(rounds=0), dict(batches=0)):
+        with pytest.raises(ConfigError, match="HeadPruning"):
+            pruning.HeadPruning(**bad)
+    with pytest.raises(ConfigError, match="train.pruning"):
+        pruning.HeadPruning().masks(stacked)

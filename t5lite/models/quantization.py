@@ -112,7 +112,8 @@ def quantize_params(params, abstract_quantized, scheme: str = "int8") -> dict:
     for path, leaf in floats.items():   # the model may own more (a pre-training head a task run dropped)
         scale_shape = wanted[_scale_path(path)].shape if path in int8 else None
         if path in int8 and scheme == "int4" and path[-1] == "kernel":
-            in_ndim = next(i for i, n in enumerate(scale_shape) if n != 1)   # the leading reduced axes
+            # the leading reduced axes (all of them but the last when every axis is reduced: one output)
+            in_ndim = next((i for i, n in enumerate(scale_shape) if n != 1), len(scale_shape) - 1)
             out[path], out[_scale_path(path)] = quantize_int4(leaf, in_ndim)
         elif path in int8:
             out[path], out[_scale_path(path)] = quantize(leaf, scale_shape)
