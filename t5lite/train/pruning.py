@@ -9,7 +9,11 @@ norms or embeddings). A pruned weight is an exact zero in the checkpoint, so a p
 plain run every command loads, and its mask is its non-zero pattern: iterative pruning is one
 `t5lite train` per round, each from the last (`train.initial_checkpoint_path`), with
 `train.pruning = @MagnitudePruning()`; `rewind_checkpoint` (an early step of the dense run)
-gives the kept weights their values of that step (Frankle et al.'s rewinding).
+gives the kept weights their values of that step (Frankle et al.'s rewinding). A task head
+(`WithHead`'s "head") is never pruned.
+
+`train.pruning = @HeadPruning()` removes whole attention heads instead, the least important by
+Michel et al.'s score over all layers, with the same masks kept through training.
 """
 from __future__ import annotations
 
