@@ -166,6 +166,8 @@ def get_task_or_mixture(name: str):
 def cmd_train(args, gin_files, gin_bindings) -> None:
     import gin
     from t5lite.train.trainer import train
+    if args.prune_heads is not None:   # Michel et al.'s head pruning of the starting params
+        gin_bindings = [*gin_bindings, "train.pruning = @HeadPruning()", f"HeadPruning.fraction = {args.prune_heads}"]
     parse_gin(gin_files, gin_bindings, entry=("train", train))
     check_task_name("train")
     metrics = train()
@@ -181,8 +183,8 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
     _objective_from_training_config()
     check_task_name("eval")
     from t5lite.train import cost
-    meter = cost.CostMeter(None)
-    metrics = evaluate()
+    meter = cost.CostMeter(None)   # this call's cost, written to the eval folder's cost.json
+    metrics = evaluate(meter=meter)
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     print("cost (estimated):", cost.summary(meter.totals()))
 
@@ -333,7 +335,7 @@ def parse_lengths(text: str) -> dict[str, int]:
 def _convert_quantized(args) -> None:
     from t5lite.interop import checkpoint
     if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge or args.peft_adapter:
-        raise ConfigError("t5lite convert --quantize int8: give exactly one source, --from_hf HF_DIR or --from_run "
+        raise ConfigError(f"t5lite convert --quantize {args.quantize}: give exactly one source, --from_hf HF_DIR or --from_run "
                           "RUN_DIR, and --out DIR")
     writable.ensure_new_dir(args.out, "--out")
     config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
@@ -489,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", parents=[common],
                            help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
+    train.add_argument("--prune_heads", type=float, default=None, metavar="FRACTION",
+                       help="prune this fraction of the attention heads, least important first (Michel et al.), "
+                            "from the starting params: train.pruning=@HeadPruning() with HeadPruning.fraction")
     train.set_defaults(fn=cmd_train)
     evaluate = sub.add_parser("eval", parents=[common],
                               help="evaluate a checkpoint on a task split (gin: MODEL_DIR for its latest "
@@ -518,9 +523,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--merge", default=None,
                          help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
     convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
-    convert.add_argument("--quantize", default=None, choices=["int8"],
-                         help="write a weight-only quantised run (int8 kernels and per-output-channel scales) of "
-                              "--from_hf HF_DIR or --from_run RUN_DIR")
+    convert.add_argument("--quantize", default=None, choices=["int8", "int4"],
+                         help="write a weight-only quantised run (int8: kernels and tables with per-output-channel "
+                              "scales; int4: packed int4 kernels, scales per 128 inputs) of --from_hf HF_DIR or "
+                              "--from_run RUN_DIR")
     convert.add_argument("--from_run", default=None, help="with --quantize: a t5lite run directory to quantise")
     convert.add_argument("--from_elmo", default=None, help="an original ELMo weights .hdf5 to import as a t5lite run")
     convert.add_argument("--elmo_options", default=None, help="with --from_elmo: its options.json")

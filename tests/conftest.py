@@ -132,3 +132,22 @@ def tf_targets_dataset(tf, docs):
     """A tf.data dataset of {"targets": token ids}, one per document, for t5's preprocessors."""
     spec = {"targets": tf.TensorSpec([None], tf.int32)}
     return tf.data.Dataset.from_generator(lambda: ({"targets": d} for d in docs), output_signature=spec)
+
+
+@pytest.fixture(scope="session")
+def bert_tiny_sst2_run(tmp_path_factory) -> str:
+    """A task-head run: bert_tiny fine-tuned 2 steps on SST-2 with a classifier head (params
+    `{"backbone", "head"}`), as `t5lite train --gin_file=configs/local/bert_tiny_finetune_sst2.gin` writes it."""
+    import gin
+
+    from t5lite import cli
+    from t5lite.train import trainer
+    out = str(tmp_path_factory.mktemp("bert_tiny_sst2") / "run")
+    gin.clear_config()
+    cli.parse_gin([str(REPO / "configs/local/bert_tiny_finetune_sst2.gin")],
+                  [f"MODEL_DIR = '{out}'", "INITIAL_CHECKPOINT_PATH = None",
+                   f"DATA_DIR = '{shared_data_dir() / 'glue'}'", "TRAIN_STEPS = 2", "EVAL_EVERY = 0", "BATCH_SIZE = 8"],
+                  entry=("train", trainer.train))
+    trainer.train(progress=False)
+    gin.clear_config()
+    return out

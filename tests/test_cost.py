@@ -66,3 +66,34 @@ def test_cost_json_matches_metrics_jsonl_and_a_resume_continues_the_totals(tmp_p
     expected = model.estimate(final["flops"], final["seconds"])
     for key, value in expected.items():
         assert_close(final[key], value)
+
+
+def test_t5lite_eval_writes_cost_json_beside_its_metrics(tmp_path, capsys):
+    """`t5lite eval` writes the cost of its own call to `<run>/eval/cost.json` (training's schema)
+    and adds it to each metrics line; the fields are Strubell's formula recomputed here."""
+    import gin
+
+    from conftest import TINY_LENGTHS, TINY_TASK
+    from t5lite import cli
+    train_tiny(tmp_path, models.get_config("t5_tiny"), 2)
+    training = json.loads((tmp_path / "cost.json").read_text())
+    gin.clear_config()
+    cli.main(["eval", f"--gin.CHECKPOINT_PATH='{tmp_path}'", f"--gin.MIXTURE_OR_TASK_NAME='{TINY_TASK}'",
+              f"--gin.TASK_FEATURE_LENGTHS={TINY_LENGTHS}", "--gin.eval.max_examples=4",
+              "--gin.cost.device_power_watts=250.0", "--gin.cost.price_per_device_hour=3.0", "--gin.cost.pue=1.1"])
+    assert "cost (estimated):" in capsys.readouterr().out
+    got = json.loads((tmp_path / "eval" / "cost.json").read_text())
+    assert set(got) == set(training) - {"step"}
+    assert json.loads((tmp_path / "cost.json").read_text()) == training     # the training run's own stays
+    assert (got["device_power_watts"], got["price_per_device_hour"], got["pue"]) == (250.0, 3.0, 1.1)
+    assert 0 < got["seconds"] < 600
+    device_hours = got["devices"] * got["seconds"] / 3600
+    energy = 250.0 * device_hours * 1.1 / 1000
+    assert_close(got["device_hours"], device_hours)
+    assert_close(got["energy_kwh"], energy)
+    assert_close(got["co2e_kg"], energy * cost.DEFAULT_GRID)
+    assert_close(got["usd"], 3.0 * device_hours)
+    assert got["flops"] == 0.0        # eval counts no FLOPs
+    line = json.loads((tmp_path / "eval" / f"{TINY_TASK}.validation" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {k: line[f"cost_{k}"] for k in ("flops", "device_hours", "energy_kwh", "co2e_kg", "usd", "seconds")} == \
+        {k: got[k] for k in ("flops", "device_hours", "energy_kwh", "co2e_kg", "usd", "seconds")}

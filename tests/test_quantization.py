@@ -6,10 +6,12 @@ import json
 import os
 
 import flax.linen as nn
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 pytest.importorskip("qwix", reason="t5lite's int8 numerics go through Qwix (extra 'quant')")
 torch = pytest.importorskip("torch", reason="torch runs torchao, the reference (extra 'hf')")
@@ -22,7 +24,7 @@ from t5lite import models  # noqa: E402
 from t5lite.infer import predict  # noqa: E402
 from t5lite.models import layers as L, quantization  # noqa: E402
 from t5lite.models.config import load_config  # noqa: E402
-from tests.conftest import assert_close  # noqa: E402
+from tests.conftest import assert_close, shared_data_dir  # noqa: E402
 
 MINILM_TENSORS = ["encoder.layer.0.attention.self.query.weight", "encoder.layer.3.intermediate.dense.weight",
                   "encoder.layer.5.output.dense.weight"]
@@ -273,3 +275,165 @@ def test_a_gin_model_keeps_a_quantised_runs_weight_quantization(tmp_path, micro_
         (tmp_path / name / "checkpoints" / "0" / "state").mkdir(parents=True)
         save_config(micro_config.replace(weight_quantization=scheme), str(tmp_path / name / "model_config.json"))
         assert predict.model_config_of(str(tmp_path / name), micro_config).weight_quantization == scheme
+
+
+def _rule(w, scale_shape):
+    """(q, scale) by the rule in numpy: per output channel (the axes `scale_shape` keeps), scale =
+    absmax / 127.5, q = clip(round(w / scale), -128, 127)."""
+    w = np.asarray(w, np.float64)
+    reduce = tuple(i for i, n in enumerate(scale_shape) if n == 1)
+    scale = np.abs(w).max(axis=reduce, keepdims=True) / 127.5
+    return np.clip(np.round(w / scale), -128, 127), scale
+
+
+def test_int8_task_head_run_converts_evaluates_and_keeps_its_classifier_float(bert_tiny_sst2_run, tmp_path):
+    """`t5lite convert --quantize int8 --from_run` of a fine-tuned classifier: the backbone's
+    kernels and tables are int8 (q * scale equal to the rule in numpy), the head is the float run's
+    exactly; `t5lite eval` loads it; its logits equal the float model on the numpy-dequantised
+    weights (to 1e-4 of the largest) and lie within 5% of the largest float32 logit of float32's."""
+    from t5lite import cli
+    from t5lite.infer.checkpoint_reader import restore_params
+    from t5lite.train.finetune_objectives import ClassificationObjective
+    out = str(tmp_path / "int8")
+    cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int8", "--out", out])
+    config = load_config(os.path.join(out, "model_config.json"))
+    assert config.weight_quantization == "int8"
+    objective = ClassificationObjective(num_labels=2, pooling="pooler")
+    float_config = config.replace(weight_quantization="none")
+    fmodule, qmodule = objective.build_model(float_config), objective.build_model(config)
+    params = restore_params(bert_tiny_sst2_run, predict.abstract_params(float_config, module=fmodule))
+    qparams = restore_params(out, predict.abstract_params(config, module=qmodule))
+    int8 = quantization.quantized_leaves(qparams)
+    assert {p[0] for p in int8} == {"backbone"} and len(int8) == 2 * 6 + 1 + 3   # 2 layers, pooler, 3 tables
+    jax.tree.map(np.testing.assert_array_equal, params["head"], qparams["head"])
+    assert jnp.dtype(qparams["head"]["classifier"]["kernel"].dtype) == jnp.float32
+    flat, qflat = flatten_dict(params), flatten_dict(qparams)
+    rule = dict(flat)
+    for path in int8:
+        scale_path = path[:-1] + (path[-1] + "_scale",)
+        q, scale = _rule(flat[path], qflat[scale_path].shape)
+        assert_close(qflat[scale_path], scale, rtol=1e-6)
+        # a value within float rounding of a .5 tie (a channel's -absmax) may round either way, by one step
+        stored = np.asarray(qflat[path], np.int32)
+        tie = np.abs(np.abs(np.asarray(flat[path], np.float64) / scale) % 1 - 0.5) < 4e-5
+        np.testing.assert_array_equal(stored[~tie], q[~tie])
+        assert np.abs(stored[tie] - q[tie]).max(initial=0) <= 1
+        rule[path] = (np.where(tie, stored, q) * scale).astype(np.float32)   # a tie: either is the rule's
+    tokens = jnp.asarray(np.random.default_rng(0).integers(5, 2000, (8, 24)), jnp.int32)
+    logits = np.asarray(fmodule.apply({"params": params}, encoder_input_tokens=tokens))
+    qlogits = np.asarray(qmodule.apply({"params": qparams}, encoder_input_tokens=tokens))
+    rule_logits = np.asarray(fmodule.apply({"params": unflatten_dict(rule)}, encoder_input_tokens=tokens))
+    assert np.abs(qlogits - rule_logits).max() <= 1e-4 * np.abs(rule_logits).max()   # logits near 0: scaled atol
+    assert np.abs(qlogits - logits).max() <= 0.05 * np.abs(logits).max()
+
+    glue = str(shared_data_dir() / "glue")
+    gin.clear_config()
+    cli.main(["eval", "--gin_file=configs/local/bert_tiny_finetune_sst2.gin", f"--gin.CHECKPOINT_PATH='{out}'",
+              f"--gin.DATA_DIR='{glue}'", "--gin.eval.max_examples=8", "--gin.eval.batch_size=8"])
+    gin.clear_config()
+    record = json.loads((tmp_path / "int8" / "eval" / "bert_glue_sst2.validation" / "metrics.jsonl").read_text())
+    assert record["examples"] == 8 and 0 <= record["accuracy"] <= 100
+
+
+@pytest.mark.parametrize("head", ["tagging", "span"])
+def test_int8_tagging_and_span_heads_stay_float(head):
+    """A quantised model's task heads (tagging, span extraction) keep float32 kernels; the
+    backbone's are int8, and `quantize_params` lays a float task-head tree out as that model."""
+    from t5lite.models import heads as H
+    from t5lite.models.with_head import WithHead
+    config = models.get_config("bert_tiny", vocab_size=2176)
+    make = (lambda c: H.TokenTaggingHead(c, 5)) if head == "tagging" else H.SpanExtractionHead
+    fmodule = WithHead(config, make(config))
+    qconfig = config.replace(weight_quantization="int8")
+    qmodule = WithHead(qconfig, make(qconfig))
+    tokens = jnp.ones((1, 8), jnp.int32)
+    params = nn.unbox(fmodule.init(jax.random.key(0), encoder_input_tokens=tokens))["params"]
+    abstract = predict.abstract_params(qconfig, module=qmodule)
+    assert all(jnp.dtype(x.dtype) == jnp.float32 for x in jax.tree.leaves(abstract["head"]))
+    assert {p[0] for p in quantization.quantized_leaves(abstract)} == {"backbone"}
+    qparams = quantization.quantize_params(params, abstract)
+    assert jax.tree.map(lambda x: (x.shape, jnp.dtype(x.dtype)), qparams) == \
+        jax.tree.map(lambda x: (x.shape, jnp.dtype(x.dtype)), abstract)
+    qmodule.apply({"params": qparams}, encoder_input_tokens=tokens)
+
+
+def _int4_rule(w2d, group):
+    """(q, scale) of a [inputs, outputs] kernel by the int4 rule in numpy: per output channel and
+    group of `group` inputs, scale = absmax / 7.5, q = clip(round(w / scale), -8, 7)."""
+    w = np.asarray(w2d, np.float64)
+    blocks = w.reshape(w.shape[0] // group, group, w.shape[1])
+    scale = np.abs(blocks).max(axis=1) / 7.5
+    q = np.clip(np.round(blocks / scale[:, None]), -8, 7).reshape(w.shape)
+    return q, scale
+
+
+@pytest.mark.parametrize("shape,in_ndim,group", [((256, 6), 1, 128), ((63, 10), 1, 63), ((4, 32, 40), 2, 128)])
+def test_int4_packing_and_scales_equal_the_rule_and_torchao(shape, in_ndim, group):
+    """Two values per byte (even input row in the low nibble), one scale per output channel and
+    group of 128 inputs (all of them when 128 does not divide them); torchao's symmetric affine
+    primitives (block (1, group), quant range [-8, 7], on the [outputs, inputs] layout) give the
+    same scales and values; dequantising is q * scale."""
+    from torchao.quantization import quant_primitives as qp
+    w = np.random.default_rng(2).standard_t(4, shape).astype(np.float32) * 0.05
+    w2d = w.reshape(-1, int(np.prod(shape[in_ndim:])))
+    packed, scale = quantization.quantize_int4(w, in_ndim)
+    q, rule_scale = _int4_rule(w2d, group)
+    assert packed.dtype == jnp.uint8 and packed.shape == ((w2d.shape[0] + 1) // 2, w2d.shape[1])
+    assert_close(scale, rule_scale, rtol=1e-6)
+    t = torch.from_numpy(np.ascontiguousarray(w2d.T))
+    t_scale, zero = qp.choose_qparams_affine(t, qp.MappingType.SYMMETRIC, (1, group), torch.int8, quant_min=-8,
+                                             quant_max=7)
+    t_q = qp.quantize_affine(t, (1, group), t_scale, zero, torch.int8, quant_min=-8, quant_max=7).numpy().T
+    assert_close(scale, t_scale.numpy().reshape(w2d.shape[1], -1).T, rtol=1e-6)
+    bytes_ = np.asarray(packed)
+    low, high = (bytes_ & 0xF).astype(np.int16), (bytes_ >> 4).astype(np.int16)
+    unpacked = np.stack([low, high], axis=1).reshape(-1, w2d.shape[1])[:w2d.shape[0]]
+    unpacked = np.where(unpacked >= 8, unpacked - 16, unpacked)
+    # within float rounding of a .5 tie (a group's -absmax, at -7.5) either side is the rule's
+    tie = np.abs(np.abs(w2d / np.repeat(rule_scale, group, axis=0)) % 1 - 0.5) < 4e-5
+    assert tie.mean() < 0.05
+    for expected in (q, t_q.astype(np.int16)):
+        np.testing.assert_array_equal(unpacked[~tie], expected[~tie])
+        assert np.abs(unpacked[tie] - expected[tie]).max(initial=0) <= 1
+    dequantized = quantization.dequantize_int4(packed, scale, shape)
+    assert_close(dequantized, (unpacked * np.repeat(np.asarray(scale, np.float64), group, axis=0)).reshape(shape),
+                 rtol=1e-6)
+
+
+def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert_tiny_sst2_run, tmp_path):
+    """`t5lite convert --quantize int4` of a classifier run: dense kernels packed uint8 beside
+    float32 group scales, embedding tables int8, the head float32; a float model reads it as
+    q * scale, and `t5lite eval` scores it."""
+    from t5lite import cli
+    from t5lite.infer.checkpoint_reader import restore_params, stored_params
+    from t5lite.train.finetune_objectives import ClassificationObjective
+    out = str(tmp_path / "int4")
+    cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int4", "--out", out])
+    config = load_config(os.path.join(out, "model_config.json"))
+    assert config.weight_quantization == "int4"
+    stored = flatten_dict(jax.tree.map(lambda m: jnp.dtype(m.dtype), stored_params(out)))
+    packed = {p for p, d in stored.items() if d == jnp.uint8}
+    assert packed and all(p[0] == "backbone" and p[-1] == "kernel" for p in packed)
+    assert {p[-1] for p, d in stored.items() if d == jnp.int8} == {"embedding"}
+    assert all(d == jnp.float32 for p, d in stored.items() if p[0] == "head")
+    module = ClassificationObjective(num_labels=2, pooling="pooler").build_model(config)
+    loaded = flatten_dict(restore_params(out, predict.abstract_params(config, module=module)))
+    source = flatten_dict(restore_params(bert_tiny_sst2_run, predict.abstract_params(
+        config.replace(weight_quantization="none"), module=module)))
+    for path in packed:
+        outputs = stored_params(out)
+        for key in path[:-1] + (path[-1] + "_scale",):
+            outputs = outputs[key]
+        w2d = np.asarray(source[path]).reshape(-1, outputs.shape[1])
+        group = 128 if w2d.shape[0] % 128 == 0 else w2d.shape[0]
+        q, scale = _int4_rule(w2d, group)
+        tie = np.abs(np.abs(w2d / np.repeat(scale, group, axis=0)) % 1 - 0.5) < 4e-5
+        got = np.asarray(loaded[path]).reshape(w2d.shape)
+        expected = q * np.repeat(scale, group, axis=0)
+        assert_close(got[~tie], expected[~tie], rtol=1e-5)
+    gin.clear_config()
+    cli.main(["eval", "--gin_file=configs/local/bert_tiny_finetune_sst2.gin", f"--gin.CHECKPOINT_PATH='{out}'",
+              f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'", "--gin.eval.max_examples=8"])
+    gin.clear_config()
+    record = json.loads((tmp_path / "int4" / "eval" / "bert_glue_sst2.validation" / "metrics.jsonl").read_text())
+    assert record["examples"] == 8

@@ -55,57 +55,72 @@ def restore_params(path: str, abstract_params: Any) -> Any:
 
     Shapes must match the model being trained; a mismatch names the parameter. An int8 weight
     of a quantised run (`t5lite convert --quantize int8`) that `abstract_params` wants as float is
-    dequantised (t5lite.models.quantization): fine-tuning or a float model reads a quantised run.
+    dequantised (t5lite.models.quantization): fine-tuning or a float model reads a quantised run;
+    a packed int4 kernel (`--quantize int4`) is always read dequantised.
     """
     path = step_directory(path)
     reader = step_reader()
     stored_params = reader.metadata(path).item_metadata["state"]["params"]
     flat_expected = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(abstract_params)}
     flat_stored = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(stored_params)}
-    for name, expected in flat_expected.items():
+    expected = flatten_dict(abstract_params)
+    int4 = {p for p in quantization.int4_leaves(stored_params) if p in expected}   # packed: shapes differ
+    packed_names = {"".join(f"[{k!r}]" for k in p) for p in int4}
+    for name, wanted in flat_expected.items():
         if name not in flat_stored:
             raise CheckpointMismatchError(
                 f"checkpoint {path} has no parameter {name} (it holds {sorted(stored_params)}): it is another model "
                 "than the configured one; use the run's own gin config, or no model gin (the run's "
                 "model_config.json is read)")
-        if tuple(flat_stored[name].shape) != tuple(expected.shape):
+        if name not in packed_names and tuple(flat_stored[name].shape) != tuple(wanted.shape):
             raise CheckpointMismatchError(
                 f"checkpoint {path}: parameter {name} has shape {tuple(flat_stored[name].shape)}, the model expects "
-                f"{tuple(expected.shape)}; use the run's own model_config.preset and vocab_size (or no model gin)")
-    expected = flatten_dict(abstract_params)
+                f"{tuple(wanted.shape)}; use the run's own model_config.preset and vocab_size (or no model gin)")
     to_dequantize = {p for p in quantization.quantized_leaves(stored_params)
                      if p in expected and jax.numpy.dtype(expected[p].dtype) != jax.numpy.int8}
     # Only the `params` subtree is read (partial restore), laid out as `abstract_params`' shardings.
-    item = {"params": _as_stored(abstract_params, stored_params, to_dequantize)}
+    item = {"params": _as_stored(abstract_params, stored_params, to_dequantize, int4)}
     restored = reader.restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
         item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True)))
     params = restored.state["params"]
-    if not to_dequantize:
+    if not to_dequantize and not int4:
         return params
     params = quantization.dequantize_params(params, to_dequantize)
+    if int4:
+        flat = flatten_dict(params)
+        for p in int4:
+            scale = p[:-1] + (p[-1] + quantization.SCALE_SUFFIX,)
+            flat[p] = quantization.dequantize_int4(flat[p], flat.pop(scale), expected[p].shape)
+        params = unflatten_dict(flat)
     return jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), params, abstract_params)
 
 
-def _as_stored(abstract_params, stored_params, int8_paths):
+def _as_stored(abstract_params, stored_params, int8_paths, int4_paths=frozenset()):
     """`abstract_params` with the float weights at `int8_paths` read as the stored int8 values and
-    their (replicated) scales."""
-    if not int8_paths:
+    their (replicated) scales, and those at `int4_paths` as the stored packed bytes (replicated)."""
+    if not int8_paths and not int4_paths:
         return abstract_params
     flat, stored = flatten_dict(abstract_params), flatten_dict(stored_params)
-    for path in int8_paths:
+    for path in (*int8_paths, *int4_paths):
         sharding = flat[path].sharding
         replicated = (jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
                       if isinstance(sharding, jax.sharding.NamedSharding) else sharding)
         scale = path[:-1] + (path[-1] + quantization.SCALE_SUFFIX,)
-        flat[path] = jax.ShapeDtypeStruct(flat[path].shape, jax.numpy.int8, sharding=sharding)
+        flat[path] = (jax.ShapeDtypeStruct(flat[path].shape, jax.numpy.int8, sharding=sharding) if path in int8_paths
+                      else jax.ShapeDtypeStruct(tuple(stored[path].shape), jax.numpy.uint8, sharding=replicated))
         flat[scale] = jax.ShapeDtypeStruct(tuple(stored[scale].shape), jax.numpy.float32, sharding=replicated)
     return unflatten_dict(flat)
+
+
+def stored_params(path: str) -> Any:
+    """The metadata (shape, dtype) of a checkpoint's params (`step_directory`), as a tree."""
+    return step_reader().metadata(step_directory(path)).item_metadata["state"]["params"]
 
 
 def stored_param_names(path: str) -> set[str]:
     """The top-level names of a checkpoint's params (`step_directory`); an ELECTRA run stores
     "generator" and "discriminator"."""
-    return set(step_reader().metadata(step_directory(path)).item_metadata["state"]["params"])
+    return set(stored_params(path))
 
 
 def restore_state(path: str, abstract_state: Any) -> Any:

@@ -264,12 +264,12 @@ def append_metrics(path: str, record: Mapping[str, Any]) -> None:
     storage.append_text(path, json.dumps(dict(record), default=str) + "\n")
 
 
-@gin.configurable("eval")
+@gin.configurable("eval", denylist=["meter"])
 def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
              task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=None, split: str = "validation",
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
-             vocabulary_path: str | None = None, fewshot=None, objective=None) -> dict[str, float]:
+             vocabulary_path: str | None = None, fewshot=None, objective=None, meter=None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
     (a tagger also `predictions.conll`, word / gold / predicted tag per line) and appends a line to
     `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
@@ -279,7 +279,10 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     evaluated in context, with demonstrations. `objective` is the run's training objective
     (`t5lite.train.objective.Objective`; `t5lite eval` takes the config's `train.objective`): it
     builds the module trained and the evaluators training used, so a classification or span
-    head is scored as during training (accuracy, F1, SQuAD EM/F1). None: text-to-text."""
+    head is scored as during training (accuracy, F1, SQuAD EM/F1). None: text-to-text.
+
+    `meter` (a `t5lite.train.cost.CostMeter` started before the work, as `t5lite eval` does) adds
+    this call's cost to each metrics line (`cost_*`) and writes it to `<output_dir>/cost.json`."""
     limit = {"eval.max_examples": max_examples} if max_examples is not None else {}
     require_positive({"eval.batch_size": batch_size, **limit,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
@@ -299,11 +302,17 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
                            if objective is None else objective.evaluators)
         results = evaluate_all(make_evaluators(task, split, task_feature_lengths, batch_size=batch_size,
                                                data_dir=data_dir, max_examples=max_examples), module, params)
+    totals = meter.totals() if meter is not None else {}
+    cost_fields = {f"cost_{k}": v for k, v in totals.items()}
     for name, result in results.items():
         folder = os.path.join(output_dir, f"{name}.{split}")
         write_result(folder, result)
         append_metrics(os.path.join(folder, "metrics.jsonl"), {"step": step, "checkpoint": step_dir,
-                                                               "examples": len(result.predictions), **result.metrics})
+                                                               "examples": len(result.predictions), **result.metrics,
+                                                               **cost_fields})
         log.info("%s/%s at step %s: %s (written to %s)", name, split, step,
                  " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items()), folder)
+    if meter is not None:
+        epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
+        meter.write(totals=totals, folder=output_dir)
     return flat_metrics(results)  # with the GLUE / SuperGLUE averages for those mixtures

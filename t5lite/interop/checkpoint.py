@@ -12,6 +12,7 @@ import shutil
 import flax.linen as nn
 import jax
 from etils import epath
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
@@ -19,6 +20,7 @@ from t5lite.models import quantization
 from t5lite.models.config import ModelConfig, get_config, load_config, save_config
 
 CONFIG_FILE = "model_config.json"
+HEAD_RUN_PARAMS = ("backbone", "head")   # the params of a task-head model (t5lite.models.with_head)
 
 
 def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
@@ -71,10 +73,11 @@ def prefix_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConf
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return module.config
 def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str | None = None) -> ModelConfig:
-    """Writes a weight-only quantised run (`scheme` 'int8'; t5lite.models.quantization) of a
+    """Writes a weight-only quantised run (`scheme` 'int8' or 'int4'; t5lite.models.quantization) of a
     Hugging Face folder or a t5lite run: int8 kernels and embedding tables with their scales on
     disk, and a `model_config.json` with `weight_quantization`, so every command builds the
-    quantised model; the source's tokenizer and vocabulary record come along."""
+    quantised model; the source's tokenizer and vocabulary record come along. A run fine-tuned
+    with a task head keeps its head float32 (t5lite.models.heads: task heads are not quantised)."""
     from t5lite import models
     from t5lite.infer import predict
     if hf_dir is not None:
@@ -90,7 +93,12 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
                                   "float source instead")
         params, note = _restore_params(step_dir, config, CONFIG_FILE), {"quantized_from": step_dir}
     qconfig = config.replace(weight_quantization=scheme, scan_layers=False)
-    qparams = quantization.quantize_params(params, predict.abstract_params(qconfig))
+    abstract = predict.abstract_params(qconfig.replace(weight_quantization="int8"))   # which weights, which scales
+    if set(params) == set(HEAD_RUN_PARAMS):   # a task-head run: its backbone quantised, the head kept float
+        qparams = {"backbone": quantization.quantize_params(params["backbone"], abstract, scheme),
+                   "head": params["head"]}
+    else:
+        qparams = quantization.quantize_params(params, abstract, scheme)
     _write_run(models.build(qconfig), {"params": qparams}, out_dir, note)
     if hf_dir is not None:
         vocab_lib.record_tokenizer(out_dir, hf_dir)
@@ -182,20 +190,34 @@ def _restore_params(step_dir: str, config: ModelConfig, source: str):
     """The run's params in the looped layout; of an ELECTRA run, the discriminator's. A checkpoint
     that does not fit `config` is a CheckpointError that says where the config came from."""
     from t5lite import models
-    from t5lite.infer.checkpoint_reader import restore_params, stored_param_names
+    from t5lite.infer.checkpoint_reader import restore_params, stored_param_names, stored_params
     from t5lite.train import electra
 
     module = models.build(config.replace(scan_layers=False))
     abstract = jax.eval_shape(lambda: nn.unbox(module.init(jax.random.key(0), **_dummy_features(config))))["params"]
     abstract = _maybe_scanned(abstract, config)
+    names = stored_param_names(step_dir)
+    if names == set(HEAD_RUN_PARAMS):
+        abstract = _head_run_abstract(stored_params(step_dir), abstract)
     try:
-        if "discriminator" in stored_param_names(step_dir) and config.encoder_head == "discriminator":
+        if "discriminator" in names and config.encoder_head == "discriminator":
             params = electra.discriminator_params(restore_params(step_dir, {"discriminator": abstract}))
         else:
             params = restore_params(step_dir, abstract)
     except ValueError as e:
         raise CheckpointError(f"{str(e).strip().splitlines()[0]} (the model is {source})") from None
     return models.unscan_params(params) if config.scan_layers else params
+
+
+def _head_run_abstract(stored, backbone_abstract) -> dict:
+    """A task-head run's params to restore: the backbone as `backbone_abstract` lays it out (less
+    the pre-training heads fine-tuning dropped), the head as stored (its shape is the task's)."""
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    kept = flatten_dict(stored["backbone"])
+    backbone = {p: a for p, a in flatten_dict(backbone_abstract).items() if p in kept}
+    head = {p: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=device)
+            for p, m in flatten_dict(stored["head"]).items()}
+    return {"backbone": unflatten_dict(backbone), "head": unflatten_dict(head)}
 
 
 def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:

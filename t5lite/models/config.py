@@ -97,12 +97,13 @@ class ModelConfig(Replaceable):
     remat_policy: str = "none"
     # "int8": dense kernels and embedding tables are int8 with per-output-channel scales
     # (t5lite.models.quantization), an inference model `t5lite convert --quantize int8` writes.
+    # "int4": a storage format (`--quantize int4`): packed int4 kernels on disk, computed in float32.
     weight_quantization: str = "none"
 
     def __post_init__(self):
         choices = dict(arch=ARCHITECTURES, position_encoding=POSITION_ENCODINGS, encoder_head=ENCODER_HEADS,
                        norm=("rms", "layer"), norm_position=("pre", "post"), attention_impl=("einsum", "jax"),
-                       remat_policy=("none", "full", "minimal"), weight_quantization=("none", "int8"))
+                       remat_policy=("none", "full", "minimal"), weight_quantization=("none", "int8", "int4"))
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ConfigError(f"model config {field}={getattr(self, field)!r}: expected one of {allowed}")

@@ -15,10 +15,14 @@ from t5lite.models import layers as L
 from t5lite.models.config import ModelConfig
 
 
-def _dense(config: ModelConfig, features: int, axes, name: str, fan_in_std: float | None = None):
+def _dense(config: ModelConfig, features: int, axes, name: str, fan_in_std: float | None = None,
+           task_head: bool = False):
+    """A head's dense layer; int8 in a quantised model except in a task head (`task_head`), whose
+    classifier stays float32, as torchao and Qwix users keep the last layer: it is a tiny share of
+    the weights, and its rounding error lands on the logits undamped."""
     fan_in_std = config.d_model ** -0.5 if fan_in_std is None else fan_in_std
     return L.Dense((features,), axes, 1, config.use_bias, L.init_std(config, fan_in_std), L.dtype_of(config),
-                   L.quantized(config), name=name)
+                   L.quantized(config) and not task_head, name=name)
 
 
 class LmHead(nn.Module):
@@ -127,7 +131,7 @@ def segment_logits(logits, segment_ids, num_segments: int):
 def _dropout_classifier(head: nn.Module, x, num_classes: int, deterministic: bool):
     """Dropout then a dense `classifier` over the last axis, float32 logits (inside a compact head)."""
     x = nn.Dropout(head.config.dropout_rate)(x, deterministic=deterministic)
-    return _dense(head.config, num_classes, ("embed", "classes"), "classifier")(x).astype(jnp.float32)
+    return _dense(head.config, num_classes, ("embed", "classes"), "classifier", task_head=True)(x).astype(jnp.float32)
 
 
 class SequenceClassificationHead(nn.Module):
@@ -157,7 +161,7 @@ class SpanExtractionHead(nn.Module):
 
     @nn.compact
     def __call__(self, hidden, mask):
-        logits = _dense(self.config, 2, ("embed", "classes"), "span")(hidden).astype(jnp.float32)
+        logits = _dense(self.config, 2, ("embed", "classes"), "span", task_head=True)(hidden).astype(jnp.float32)
         logits = jnp.where(mask[..., None].astype(bool), logits, L.NEG_INF)
         return logits[..., 0], logits[..., 1]
 

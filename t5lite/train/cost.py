@@ -161,12 +161,14 @@ class CostMeter:
         """The cumulative totals as `metrics.jsonl` fields (`cost_*`)."""
         return {f"cost_{k}": v for k, v in self.totals().items()}
 
-    def write(self, step: int | None = None, totals: dict[str, float] | None = None) -> dict:
-        """Writes `cost.json` (first host only) and returns its record."""
+    def write(self, step: int | None = None, totals: dict[str, float] | None = None, folder: str | None = None) -> dict:
+        """Writes `cost.json` (first host only; in `folder` when given, else the run directory's)
+        and returns its record."""
         record = {**(totals or self.totals()), **({"step": step} if step is not None else {}),
                   **{k: v for k, v in dataclasses.asdict(self.model).items()}, "formula": FORMULA}
-        if self.path and jax.process_index() == 0:
-            epath.Path(self.path).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        path = os.path.join(folder, COST_FILE) if folder else self.path
+        if path and jax.process_index() == 0:
+            epath.Path(path).write_text(json.dumps(record, indent=1), encoding="utf-8")
         return record
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import gin
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -69,8 +70,16 @@ class HeadObjective(Objective):
         return module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng})
 
     def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
-        """The checkpoint's (backbone) params as `params["backbone"]`; None: the head is new."""
-        return {"backbone": checkpoint_reader.restore_params(path, abstract_params["backbone"]), "head": None}
+        """The checkpoint's (backbone) params as `params["backbone"]`; None: the head is new. A
+        task-head run (a fine-tuned, pruned or quantised one) as checkpoint gives its backbone, and
+        its head too where the head's shapes are this task's (training on, e.g. pruning rounds)."""
+        if checkpoint_reader.stored_param_names(path) != {"backbone", "head"}:
+            return {"backbone": checkpoint_reader.restore_params(path, abstract_params["backbone"]), "head": None}
+        stored_head = checkpoint_reader.stored_params(path)["head"]
+        if jax.tree.map(lambda m: tuple(m.shape), stored_head) == jax.tree.map(lambda a: a.shape,
+                                                                               abstract_params["head"]):
+            return checkpoint_reader.restore_params(path, abstract_params)
+        return {**checkpoint_reader.restore_params(path, {"backbone": abstract_params["backbone"]}), "head": None}
 
 
 @gin.configurable

@@ -9,7 +9,11 @@ norms or embeddings). A pruned weight is an exact zero in the checkpoint, so a p
 plain run every command loads, and its mask is its non-zero pattern: iterative pruning is one
 `t5lite train` per round, each from the last (`train.initial_checkpoint_path`), with
 `train.pruning = @MagnitudePruning()`; `rewind_checkpoint` (an early step of the dense run)
-gives the kept weights their values of that step (Frankle et al.'s rewinding).
+gives the kept weights their values of that step (Frankle et al.'s rewinding). A task head
+(`WithHead`'s "head") is never pruned.
+
+`train.pruning = @HeadPruning()` removes whole attention heads instead, the least important by
+Michel et al.'s score over all layers, with the same masks kept through training.
 """
 from __future__ import annotations
 
@@ -29,11 +33,14 @@ from t5lite.models.layers import HEAD_GATES
 
 SCOPES = ("global", "layer")
 SPARSITY_FILE = "sparsity.json"
+HEAD_PRUNING_FILE = "head_pruning.json"
 
 
 def prunable(path: tuple[str, ...]) -> bool:
-    """Dense kernels are pruned; embeddings, biases, norms and position tables are not."""
-    return path[-1] == "kernel"
+    """Dense kernels are pruned; embeddings, biases, norms and position tables are not, nor a
+    task head (`WithHead`'s "head": a few weights per label, as pruned BERTs keep their
+    classifier dense, and as quantisation keeps it float)."""
+    return path[-1] == "kernel" and path[0] != "head"
 
 
 def nonzero_masks(params) -> dict:
@@ -95,6 +102,12 @@ def write_sparsity(model_dir: str, report: dict) -> None:
         json.dump(report, f, indent=1)
 
 
+def write_head_pruning(model_dir: str, record: list[dict]) -> None:
+    """`HeadPruning`'s rounds: each one's head importance and the heads pruned after it."""
+    with open(os.path.join(model_dir, HEAD_PRUNING_FILE), "w", encoding="utf-8") as f:
+        json.dump({"rounds": record}, f, indent=1)
+
+
 @gin.configurable
 class MagnitudePruning:
     """`train.pruning = @MagnitudePruning()`: at the start of a run, prune `rounds` rounds of
@@ -110,7 +123,8 @@ class MagnitudePruning:
         return (f"MagnitudePruning(fraction={self.fraction}, rounds={self.rounds}, scope={self.scope!r}, "
                 f"rewind_checkpoint={self.rewind_checkpoint!r})")
 
-    def masks(self, params) -> dict:
+    def masks(self, params, gradients=None) -> dict:
+        """The masks of `params` (`gradients`, which head pruning scores heads with, is unused)."""
         return magnitude_masks(params, self.fraction, self.rounds, self.scope)
 
 
@@ -142,13 +156,118 @@ def head_importance(loss_fn: Callable[[dict, Any], jax.Array], params, batches: 
     return {p[:-1]: np.asarray(v) for p, v in flatten_dict(total).items()}
 
 
-def least_important_heads(importance: dict, count: int) -> dict:
-    """The `count` heads of lowest importance over all layers: {attention path: [head indices]}."""
-    ranked = sorted((float(v), p, h) for p, values in importance.items() for h, v in enumerate(values))
+def importance_from_gradients(params, gradients: Iterable) -> dict:
+    """Michel et al.'s importance from the loss's parameter gradients, one tree per batch: a
+    head's gate scales its rows of the output kernel ([heads, kv, embed]), so d loss / d gate_h =
+    sum(W_out[h] * d loss / d W_out[h]) at gates 1, exactly. Returns {attention path: [heads]}."""
+    paths = attention_paths(params)
+    kernels = {p: jnp.asarray(_at(params, p + ("out", "kernel"))) for p in paths}
+    if any(k.ndim != 3 for k in kernels.values()):
+        raise ConfigError("head pruning needs the layers unstacked: set model_config.scan_layers = False")
+    total = {p: np.zeros(k.shape[0]) for p, k in kernels.items()}
+    for grads in gradients:
+        for p, w in kernels.items():
+            total[p] += np.abs(np.asarray(jnp.sum(w * _at(grads, p + ("out", "kernel")), axis=(1, 2))))
+    return total
+
+
+def _at(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def normalized_by_layer(importance: dict) -> dict:
+    """Each attention module's scores divided by their l2 norm (Michel et al.'s code and
+    Hugging Face's run_bertology.py do this before ranking heads across layers)."""
+    return {p: v / (np.linalg.norm(v) + 1e-20) for p, v in importance.items()}
+
+
+def pruned_heads(params) -> dict:
+    """Heads already pruned (all their output weights zero): {attention path: [head indices]}."""
+    heads = {}
+    for p in attention_paths(params):
+        out = np.asarray(_at(params, p + ("out", "kernel")))
+        zero = ~out.reshape(out.shape[0], -1).any(axis=1)
+        if zero.any():
+            heads[p] = np.flatnonzero(zero).tolist()
+    return heads
+
+
+def least_important_heads(importance: dict, count: int, skip: dict | None = None) -> dict:
+    """The `count` heads of lowest importance over all layers, `skip` ({path: [heads]}, pruned
+    already) left out: {attention path: [head indices]}."""
+    skip = skip or {}
+    ranked = sorted((float(v), p, h) for p, values in importance.items() for h, v in enumerate(values)
+                    if h not in skip.get(p, ()))
     chosen: dict = {}
     for _, path, head in ranked[:count]:
         chosen.setdefault(path, []).append(head)
     return chosen
+
+
+def head_masks(params, heads: dict) -> dict:
+    """`nonzero_masks(params)` with the query, key, value (kernels and biases) and output weights
+    of `heads` ({attention path: [indices]}) masked: `prune_heads`' zeros, kept through training."""
+    flat = flatten_dict(nonzero_masks(params))
+    shapes = {p: np.shape(w) for p, w in flatten_dict(params).items()}
+    for path, indices in heads.items():
+        idx = np.asarray(indices)
+        for name in ("query", "key", "value", "out"):
+            for leaf in ("kernel", "bias"):
+                key = path + (name, leaf)
+                if key not in flat or (name == "out" and leaf == "bias"):
+                    continue
+                mask = np.broadcast_to(flat[key], shapes[key]).copy()
+                if name == "out":
+                    mask[idx] = False
+                else:
+                    mask[..., idx, :] = False
+                flat[key] = mask
+    return unflatten_dict(flat)
+
+
+@gin.configurable
+class HeadPruning:
+    """`train.pruning = @HeadPruning()`: Michel et al.'s structured pruning at the start of a run.
+    Each of `rounds` rounds scores every attention head on `batches` batches of the run's training
+    data (`importance_from_gradients`, scores normalised per layer unless `normalize_by_layer` is
+    False), removes the int(`fraction` x remaining) least important heads over all layers (at
+    least one), and the next round scores the pruned model. Pruned heads' query, key, value and
+    output weights are zeros, masked after every update, so their outputs stay zero; a resumed
+    run keeps its own pattern. `MODEL_DIR/head_pruning.json` records each round's scores and heads."""
+
+    rewind_checkpoint = None
+
+    def __init__(self, fraction: float = 0.1, rounds: int = 1, batches: int = 8, normalize_by_layer: bool = True):
+        if not 0 < fraction < 1 or rounds < 1 or batches < 1:
+            raise ConfigError(f"HeadPruning(fraction={fraction}, rounds={rounds}, batches={batches}): expected "
+                              "0 < fraction < 1, rounds >= 1 and batches >= 1")
+        self.fraction, self.rounds, self.batches, self.normalize_by_layer = fraction, rounds, batches, normalize_by_layer
+        self.record: list[dict] = []
+
+    def __repr__(self):
+        return (f"HeadPruning(fraction={self.fraction}, rounds={self.rounds}, batches={self.batches}, "
+                f"normalize_by_layer={self.normalize_by_layer})")
+
+    def masks(self, params, gradients: Callable[[Any], Iterable] | None = None) -> dict:
+        """Masks after the rounds; `gradients(params)` gives the loss's gradients on the batches."""
+        if gradients is None:
+            raise ConfigError("HeadPruning scores heads on the training data: use it as train.pruning")
+        masks, self.record = nonzero_masks(params), []
+        for _ in range(self.rounds):
+            current = apply_masks(params, masks)
+            importance = importance_from_gradients(current, gradients(current))
+            ranked = normalized_by_layer(importance) if self.normalize_by_layer else importance
+            done = pruned_heads(current)
+            remaining = sum(len(v) for v in importance.values()) - sum(len(v) for v in done.values())
+            heads = least_important_heads(ranked, max(1, int(self.fraction * remaining)), skip=done)
+            for path, indices in done.items():
+                heads.setdefault(path, []).extend(indices)
+            masks = head_masks(params, heads)
+            self.record.append({"importance": {"/".join(p): v.tolist() for p, v in importance.items()},
+                                "pruned": {"/".join(p): sorted(v) for p, v in heads.items()}})
+        return masks
 
 
 def prune_heads(params, heads: dict) -> dict:

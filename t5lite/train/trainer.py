@@ -9,6 +9,7 @@ so a diverging run never saves a non-finite state (nor rotates out its last fini
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import os
@@ -283,7 +284,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
           data_block_size: int = 128, data_workers: int = 0, peft: peft_lib.Method | None = None,
-          pruning: pruning_lib.MagnitudePruning | None = None, quantization: str | None = None,
+          pruning: pruning_lib.MagnitudePruning | pruning_lib.HeadPruning | None = None, quantization: str | None = None,
           progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
@@ -326,8 +327,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path`: only the method's parameters (and a task head) train, get optimizer
     state and are checkpointed; `MODEL_DIR/peft.json` names the base (t5lite.infer.peft_checkpoint).
 
-    `pruning` (`@MagnitudePruning()`, t5lite.train.pruning) prunes the starting params (those of
-    `initial_checkpoint_path`), optionally rewinds the kept weights to an early checkpoint, and
+    `pruning` (`@MagnitudePruning()` or `@HeadPruning()`, t5lite.train.pruning) prunes the starting
+    params (those of `initial_checkpoint_path`; head pruning scores heads on the run's training
+    batches), optionally rewinds the kept weights to an early checkpoint, and
     keeps pruned weights at zero after every update; `MODEL_DIR/sparsity.json` has the sparsity
     of every kernel, metrics.jsonl the total `sparsity` on every line and each kernel's
     (`sparsity/<path>`) on the run's first.
@@ -398,9 +400,10 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             vocab_lib.record_tokenizer(model_dir, os.path.join(source, vocab_lib.TOKENIZER_DIR))
         optimizer, schedule = optimizer
         shard_index, shard_count = partitioner.data_shard()  # hosts of one data-parallel replica read the same data
-        loader = Loader(task, train_split, task_feature_lengths, batch_size, feature_converter, pack=pack, seed=seed,
-                        data_dir=data_dir, shard_index=shard_index, shard_count=shard_count,
-                        block_size=data_block_size, worker_count=data_workers)
+        make_loader = functools.partial(Loader, task, train_split, task_feature_lengths, batch_size, feature_converter,
+                                        pack=pack, seed=seed, data_dir=data_dir, shard_index=shard_index,
+                                        shard_count=shard_count, block_size=data_block_size, worker_count=data_workers)
+        loader = make_loader()
         feature_lengths = loader.converter.model_feature_lengths(task_feature_lengths, pack=pack)
         trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths,
                             LossConfig(z_loss, label_smoothing, loss_normalizing_factor, loss_normalizing_scope),
@@ -428,9 +431,13 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             state, start = trainer.init_state(seed, init_params), 0
         masks = None
         if pruning is not None:
-            state, masks = _pruned(trainer, pruning, state, seed, fresh=ckpt.latest_step() is None)
+            gradients = _loss_gradients(trainer, teacher, state.rng, make_loader, getattr(pruning, "batches", 0))
+            state, masks = _pruned(trainer, pruning, state, seed, fresh=ckpt.latest_step() is None,
+                                   gradients=gradients)
             sparsity = pruning_lib.sparsity(state.params)   # fixed: pruned weights stay zero
             pruning_lib.write_sparsity(model_dir, sparsity)
+            if getattr(pruning, "record", None):
+                pruning_lib.write_head_pruning(model_dir, pruning.record)
         run_dir.record_config(model_dir, model, gin.config_str(), start, vocabulary)
         peak, peak_source = mfu.peak_flops_per_device(peak_flops_per_device)
         flops_per_step = trainer.flops_per_step(batch_size)
@@ -530,12 +537,29 @@ def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> Non
                               "the data")
 
 
-def _pruned(trainer: TrainTask, pruning, state: TrainState, seed: int, fresh: bool):
-    """(state, masks): a fresh run's params pruned (and rewound), or a resumed run's own pattern."""
+def _loss_gradients(trainer: TrainTask, teacher, rng, make_loader, count: int):
+    """`gradients(params)`: the training loss's gradients on the first `count` batches of a fresh
+    `make_loader()` (the same batches at every call), with the run's dropout."""
+    def loss(params, batch, key):
+        normalizers = trainer.objective.normalizers(batch, trainer.loss)
+        return trainer._loss(params, None, batch, key, normalizers, trainer.loss, teacher=teacher)[0]
+    grad = jax.jit(jax.grad(loss))
+
+    def gradients(params):
+        with trainer.mesh_context():
+            for i, batch in enumerate(itertools.islice(make_loader(), count)):
+                key = jax.random.fold_in(jax.random.wrap_key_data(rng), i)
+                yield jax.device_get(grad(params, trainer.partitioner.shard_batch(batch), key))
+    return gradients
+
+
+def _pruned(trainer: TrainTask, pruning, state: TrainState, seed: int, fresh: bool, gradients=None):
+    """(state, masks): a fresh run's params pruned (and rewound), or a resumed run's own pattern;
+    `gradients` (`_loss_gradients`) scores heads for head pruning."""
     if not fresh:
         masks = pruning_lib.nonzero_masks(state.params)
         return state, jax.device_put(masks, trainer.mask_shardings(masks))
-    masks = pruning.masks(state.params)
+    masks = pruning.masks(state.params, gradients)
     params = state.params
     if pruning.rewind_checkpoint:
         rewound = trainer.objective.initial_params(pruning.rewind_checkpoint, trainer.abstract_state.params)
