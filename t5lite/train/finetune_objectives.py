@@ -72,8 +72,14 @@ class HeadObjective(Objective):
     def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
         """The checkpoint's (backbone) params as `params["backbone"]`; None: the head is new. A
         task-head run (a fine-tuned, pruned or quantised one) as checkpoint gives its backbone, and
-        its head too where the head's shapes are this task's (training on, e.g. pruning rounds)."""
-        if checkpoint_reader.stored_param_names(path) != {"backbone", "head"}:
+        its head too where the head's shapes are this task's (training on, e.g. pruning rounds). An
+        ELECTRA run gives its discriminator, the encoder ELECTRA fine-tunes (its shared embeddings
+        included), and leaves the generator behind."""
+        stored = checkpoint_reader.stored_param_names(path)
+        if "discriminator" in stored:
+            backbone = checkpoint_reader.restore_params(path, {"discriminator": abstract_params["backbone"]})
+            return {"backbone": backbone["discriminator"], "head": None}
+        if stored != {"backbone", "head"}:
             return {"backbone": checkpoint_reader.restore_params(path, abstract_params["backbone"]), "head": None}
         stored_head = checkpoint_reader.stored_params(path)["head"]
         if jax.tree.map(lambda m: tuple(m.shape), stored_head) == jax.tree.map(lambda a: a.shape,
