@@ -6,6 +6,7 @@ gradients reach the encoder; the config trains bert_tiny through `t5lite train`,
 import json
 import os
 
+import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
@@ -80,6 +81,58 @@ def test_loss_equals_a_numpy_rederivation_of_the_papers_objective(paragraphs):
     assert_close(float(metrics["loss"][0] / metrics["loss"][1]), expected, rtol=1e-5)
     # an untrained decoder: about log(vocabulary) per token
     assert float(loss) == pytest.approx(np.log(300), rel=0.1)
+
+
+def _hf_state(decoder):
+    """Hugging Face BertModel names of a `SentenceDecoder`'s params (post-norm BERT layers)."""
+    t = lambda x: np.asarray(x, np.float32)
+    stack = decoder["decoder"]
+    state = {"embeddings.word_embeddings.weight": t(decoder["token_embedder"]["embedding"]),
+             "embeddings.position_embeddings.weight": t(stack["position_embedder"]["table"]["embedding"]),
+             "embeddings.token_type_embeddings.weight": t(stack["token_type_embedder"]["embedding"]),
+             "embeddings.LayerNorm.weight": t(stack["embedding_norm"]["scale"]),
+             "embeddings.LayerNorm.bias": t(stack["embedding_norm"]["bias"])}
+    for i in range(2):
+        layer, prefix = stack[f"layers_{i}"], f"encoder.layer.{i}"
+        for ours, theirs in (("self_attention", "attention"), ("cross_attention", "crossattention")):
+            for name in ("query", "key", "value"):
+                kernel = t(layer[ours][name]["kernel"])
+                state[f"{prefix}.{theirs}.self.{name}.weight"] = kernel.reshape(kernel.shape[0], -1).T
+                state[f"{prefix}.{theirs}.self.{name}.bias"] = t(layer[ours][name]["bias"]).reshape(-1)
+            out = t(layer[ours]["out"]["kernel"])
+            state[f"{prefix}.{theirs}.output.dense.weight"] = out.reshape(-1, out.shape[-1]).T
+            state[f"{prefix}.{theirs}.output.dense.bias"] = t(layer[ours]["out"]["bias"])
+            state[f"{prefix}.{theirs}.output.LayerNorm.weight"] = t(layer[f"{ours}_norm"]["scale"])
+            state[f"{prefix}.{theirs}.output.LayerNorm.bias"] = t(layer[f"{ours}_norm"]["bias"])
+        for ours, theirs in (("wi", "intermediate.dense"), ("wo", "output.dense")):
+            state[f"{prefix}.{theirs}.weight"] = t(layer["mlp"][ours]["kernel"]).T
+            state[f"{prefix}.{theirs}.bias"] = t(layer["mlp"][ours]["bias"])
+        state[f"{prefix}.output.LayerNorm.weight"] = t(layer["mlp_norm"]["scale"])
+        state[f"{prefix}.output.LayerNorm.bias"] = t(layer["mlp_norm"]["bias"])
+    return state
+
+
+@pytest.mark.parametrize("side", ["previous", "next"])
+def test_a_decoder_equals_hugging_face_berts_causal_decoder_cross_attending_to_the_vector(side):
+    torch = pytest.importorskip("torch", reason="the reference decoder is Hugging Face's torch BertModel")
+    transformers = pytest.importorskip("transformers", reason="the reference decoder is Hugging Face's BertModel")
+    _, module, params = _model()
+    params = nn.meta.unbox(params)
+    config = transformers.BertConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64, hidden_act="gelu",
+                                     layer_norm_eps=1e-12, is_decoder=True, add_cross_attention=True)
+    hf = transformers.BertModel(config, add_pooling_layer=False).eval()
+    state = _hf_state(params[f"{side}_decoder"])
+    hf.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()}, strict=True)
+    rng = np.random.RandomState(3)
+    vectors = rng.normal(size=(3, 64)).astype(np.float32)
+    tokens = rng.randint(1, 300, size=(3, 9)).astype(np.int32)
+    ours = module.apply({"params": params}, jnp.asarray(vectors), jnp.asarray(tokens), side, method="decode")
+    with torch.no_grad():
+        hidden = hf(input_ids=torch.from_numpy(tokens).long(), encoder_hidden_states=torch.from_numpy(vectors)[:, None],
+                    encoder_attention_mask=torch.ones(3, 1)).last_hidden_state.numpy()
+    # t5lite's BERT LM head: the tied token embedding, no transform or bias
+    assert_close(np.asarray(ours), hidden @ state["embeddings.word_embeddings.weight"].T, rtol=1e-4)
 
 
 def test_neighbour_targets_mask_batch_and_paragraph_edges():
