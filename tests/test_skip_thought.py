@@ -204,3 +204,27 @@ def test_config_trains_bert_tiny_resumes_and_t5lite_embed_reads_its_encoder(tmp_
     assert with_config.shape == (2, 64) and np.isfinite(with_config).all()
     np.testing.assert_array_equal(with_config, run_alone)
     assert not np.allclose(with_config[0], with_config[1])
+
+
+def test_train_flops_match_the_parameter_shapes():
+    """6 x (each matmul kernel's size x the tokens it is applied to) + 12 x q_len x kv_len x width per
+    attention (halved if causal): the encoder reads L tokens, each decoder L - 1 and a memory of one."""
+    objective, module, _ = _model()
+    length = 24
+    params = nn.meta.unbox(jax.eval_shape(lambda: module.init(
+        jax.random.key(0), **objective.init_features({"text0_input_tokens": length}))))["params"]
+    config = module.config
+    macs = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = jax.tree_util.keystr(path)
+        decoder = "_decoder']" in name
+        if decoder and "token_embedder" in name:   # the tied output layer
+            macs += leaf.size * (length - 1)
+        elif name.endswith("['kernel']"):
+            reads_memory = "cross_attention']['key" in name or "cross_attention']['value" in name
+            macs += leaf.size * (1 if reads_memory else length - 1 if decoder else length)
+    width = config.num_heads * config.head_dim
+    attention = config.num_encoder_layers * (length * length + 2 * ((length - 1) ** 2 / 2 + (length - 1)))
+    expected = 6 * macs + 12 * attention * width
+    assert objective.train_flops_per_example(config, {"text0_input_tokens": length, "label": 1, "paragraph": 1}) \
+        == pytest.approx(expected, rel=1e-9)
