@@ -14,11 +14,13 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
-from conftest import REPO, assert_close
+from conftest import REPO, assert_close, shared_data_dir
 
 from t5lite import cli
+from t5lite.data import catalog
 from t5lite.models.config import PRESETS
 from t5lite.train.objective import LossConfig
+from t5lite.train.quick_thought import QuickThoughtObjective
 from t5lite.train.skip_thought import SkipThoughtObjective, neighbour_targets
 
 CONFIG = str(REPO / "configs/local/bert_tiny_skip_thought.gin")
@@ -228,3 +230,12 @@ def test_train_flops_match_the_parameter_shapes():
     expected = 6 * macs + 12 * attention * width
     assert objective.train_flops_per_example(config, {"text0_input_tokens": length, "label": 1, "paragraph": 1}) \
         == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("objective", [SkipThoughtObjective(), QuickThoughtObjective()], ids=repr)
+def test_t5lite_eval_scores_a_sentence_pair_task_and_the_training_corpus_has_nothing_to_score(objective):
+    glue = str(shared_data_dir() / "glue")
+    stsb = catalog.get_task_or_mixture("sentence_stsb")
+    evaluators = objective.evaluators(stsb, "validation", {"text0": 32, "text1": 32}, data_dir=glue, max_examples=8)
+    assert [type(e).__name__ for e in evaluators.values()] == ["SentenceEvaluator"]
+    assert objective.evaluators(catalog.get_task_or_mixture("wikitext2"), "validation", {"text0": 32}) == {}
