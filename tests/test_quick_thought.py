@@ -79,6 +79,25 @@ def test_consecutive_wikitext2_sentences_arrive_in_order_in_a_batch():
         assert not row[len(ids):].any()
 
 
+def test_a_resumed_loader_starts_again_at_the_paragraph_it_stopped_in():
+    def loader():
+        return Loader(catalog.get_task_or_mixture("wikitext2"), "validation", {"text0": 48}, 8,
+                      "consecutive_sentences", pack=False, shuffle=False, repeat=False, data_dir=str(shared_data_dir()))
+    straight = loader()
+    batches = iter(straight)
+    first = next(batches)
+    state = straight.state()
+    rest = [next(batches) for _ in range(2)]
+    rows = np.concatenate([b["text0_input_tokens"] for b in [first, *rest]])
+    paragraphs = np.concatenate([b["paragraph"][:, 0] for b in [first, *rest]])
+    assert paragraphs[7] == paragraphs[8]   # the first batch ends inside a paragraph
+    start = int(np.argmax(paragraphs == paragraphs[7]))
+    assert start < 7 and len(set(paragraphs[:start])) == 1
+    resumed = loader()
+    resumed.restore(state)
+    np.testing.assert_array_equal(next(iter(resumed))["text0_input_tokens"], rows[start:start + 8])
+
+
 def test_config_trains_bert_tiny_and_t5lite_embed_reads_its_encoder(tmp_path):
     run = str(tmp_path / "qt")
     cli.main(["train", f"--gin_file={CONFIG}", f"--gin.MODEL_DIR='{run}'", "--gin.DATA_DIR=None",

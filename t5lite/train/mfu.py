@@ -104,6 +104,13 @@ def bi_encoder_train_flops_per_example(cfg: ModelConfig, text_lengths) -> float:
     return 3 * 2 * sum(_stack_macs(cfg, cfg.num_encoder_layers, n, False) for n in text_lengths)
 
 
+def conditioned_decoder_train_flops_per_example(cfg: ModelConfig, num_layers: int, length: int,
+                                                memory_length: int = 1) -> float:
+    """Forward + backward FLOPs of a causal stack of `num_layers` over `length` tokens that
+    cross-attends to `memory_length` vectors, with its LM head (Skip-Thought's decoders)."""
+    return 3 * 2 * (_stack_macs(cfg, num_layers, length, True, memory_length) + cfg.d_model * cfg.vocab_size * length)
+
+
 def real_counts(batch) -> tuple[int, int]:
     """(non-pad tokens, examples) of a host batch of model features.
 

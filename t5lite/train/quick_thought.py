@@ -69,4 +69,8 @@ class QuickThoughtObjective(SentenceObjective):
         return {**f, "context": jax.tree.map(jnp.copy, f)}
 
     def evaluators(self, task, split, task_feature_lengths, **kwargs):
-        return {}
+        """A `sentence_*` pair task (given a `text1` length, as `t5lite eval` on `sentence_stsb`) is
+        scored as a bi-encoder's; the training corpus, one sentence per row, has nothing to score."""
+        if "text1" not in task_feature_lengths:
+            return {}
+        return super().evaluators(task, split, task_feature_lengths, **kwargs)

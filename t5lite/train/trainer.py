@@ -37,7 +37,7 @@ from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import (distillation, electra, encoder_objectives, finetune_objectives,  # noqa: F401
-                          quick_thought, recurrent_objectives, sentence_objectives, word2vec)
+                          quick_thought, recurrent_objectives, sentence_objectives, skip_thought, word2vec)
 from t5lite.train.objective import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
