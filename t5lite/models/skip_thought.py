@@ -21,7 +21,7 @@ from t5lite.models import heads as H
 from t5lite.models import layers as L
 from t5lite.models.config import ModelConfig
 from t5lite.models.sentence import BiEncoder
-from t5lite.models.transformer import Stack, _token_embedder
+from t5lite.models.transformer import Stack, make_token_embedder
 
 
 class SentenceDecoder(nn.Module):
@@ -30,7 +30,7 @@ class SentenceDecoder(nn.Module):
     num_layers: int
 
     def setup(self):
-        self.token_embedder = _token_embedder(self.config)
+        self.token_embedder = make_token_embedder(self.config)
         self.decoder = Stack(self.config, self.token_embedder, self.num_layers, causal=True, cross=True)
         self.lm_head = H.LmHead(self.config, self.token_embedder)
 

@@ -247,7 +247,7 @@ def without_prompt(x, tokens):
     return x[:, x.shape[1] - tokens.shape[1]:]
 
 
-def _token_embedder(cfg: ModelConfig) -> L.Embed:
+def make_token_embedder(cfg: ModelConfig) -> L.Embed:
     return L.Embed(cfg.vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0), quantized=L.quantized(cfg),
                    name="token_embedder")
 
@@ -258,7 +258,7 @@ class Encoder(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.token_embedder = _token_embedder(cfg)
+        self.token_embedder = make_token_embedder(cfg)
         self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
         if cfg.pooler:
             self.pooler = H.Pooler(cfg)
@@ -330,7 +330,7 @@ class Decoder(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.token_embedder = _token_embedder(cfg)
+        self.token_embedder = make_token_embedder(cfg)
         self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True)
         self.lm_head = H.LmHead(cfg, self.token_embedder)
 
@@ -357,7 +357,7 @@ class EncoderDecoder(nn.Module):
 
     def setup(self):
         cfg = self.config
-        self.token_embedder = _token_embedder(cfg)
+        self.token_embedder = make_token_embedder(cfg)
         self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
         self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True, cross=True)
         self.lm_head = H.LmHead(cfg, self.token_embedder)
