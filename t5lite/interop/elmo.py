@@ -135,8 +135,9 @@ def to_run(options_json: str, weights_hdf5: str, out_dir: str, vocab_size: int =
     return config
 
 
-def from_run(run_dir: str, options_json: str, weights_hdf5: str) -> BiLMConfig:
-    """Writes the biLM of a t5lite ELMo run (its latest checkpoint, or the given step) as the bilm files."""
+def load_run(run_dir: str) -> tuple[BiLM, dict]:
+    """(module, variables) of the biLM of a t5lite ELMo run (its latest checkpoint, or the given
+    step): one trained with BiLMObjective or imported with `to_run`."""
     step_dir = checkpoint_reader.step_directory(run_dir)
     config = read_model_config(predict.run_dir(step_dir))
     if not isinstance(config, BiLMConfig):
@@ -145,5 +146,11 @@ def from_run(run_dir: str, options_json: str, weights_hdf5: str) -> BiLMConfig:
     abstract = jax.eval_shape(lambda: BiLM(config).init(jax.random.key(0), jnp.ones((1, 3, 50), jnp.int32),
                                                         jnp.ones((1,), jnp.int32)))
     params = checkpoint_reader.restore_params(step_dir, {"bilm": nn.unbox(abstract)["params"]})
-    save(BiLM(config), {"params": params["bilm"]}, options_json, weights_hdf5)
-    return config
+    return BiLM(config), {"params": params["bilm"]}
+
+
+def from_run(run_dir: str, options_json: str, weights_hdf5: str) -> BiLMConfig:
+    """Writes the biLM of a t5lite ELMo run (its latest checkpoint, or the given step) as the bilm files."""
+    module, variables = load_run(run_dir)
+    save(module, variables, options_json, weights_hdf5)
+    return module.config
