@@ -33,10 +33,8 @@ TINY_AWD = AWDLSTMConfig(vocab_size=0, emb_dim=32, hidden_dim=64, n_layers=2, em
 @pytest.fixture(autouse=True)
 def clean_gin():
     gin.clear_config()
-    recurrent_objectives.static_table.cache_clear()
     yield
     gin.clear_config()
-    recurrent_objectives.static_table.cache_clear()
 
 
 @pytest.fixture
@@ -136,8 +134,12 @@ def test_elmo_evaluator_buckets_keep_every_words_characters(sst2):
 def test_static_table_rows_are_the_files_vectors(sst2, tmp_path):
     data_dir, vocab = sst2
     vectors = _vectors_file(vocab, tmp_path / "vectors.txt", dim=8)
-    table = recurrent_objectives.static_table(str(tmp_path / "vectors.txt"), True)
-    assert table.shape == (vocab.vocab_size, 8)
+    words = tuple(vocab.words) + ("Cased",)          # a word the file has only lowercased
+    save_word2vec(WordVectors(tuple(vectors) + ("cased",), np.stack([*vectors.values(), np.ones(8)])),
+                  tmp_path / "vectors.txt")
+    table = recurrent_objectives.static_table(str(tmp_path / "vectors.txt"), words)
+    assert table.shape == (vocab.vocab_size + 1, 8)
     np.testing.assert_array_equal(table[:4], 0.0)       # padding, </S>, <S>, <UNK>
     for word in list(vectors)[:20]:
         np.testing.assert_allclose(table[vocab.encode_tokens([word])[0]], vectors[word], rtol=1e-6)
+    np.testing.assert_allclose(table[-1], 1.0)

@@ -241,19 +241,21 @@ class WordClassificationEvaluator(classify.ClassificationEvaluator):
 BACKBONES = ("awd_lstm", "elmo", "static")
 
 
-@functools.cache
-def static_table(path: str, lowercase: bool) -> np.ndarray:
-    """[word vocabulary size, dim] float32: row i is the vectors file's vector of word id i (tried as
-    written, then lowercased); padding, the specials and words it lacks get zeros."""
-    vectors = load_word_vectors(path)
-    vocab = word_vocabulary()
-    table = np.zeros((vocab.vocab_size, vectors.vectors.shape[1]), np.float32)
-    for i, word in enumerate(vocab.words, start=1):
-        for form in (word, word.lower()) if lowercase else (word,):
-            if form in vectors:
-                table[i] = vectors[form]
-                break
+def static_table(path: str, words: tuple[str, ...]) -> np.ndarray:
+    """[len(words) + 1, dim] float32: row i is the vectors file's vector of word id i (`words[i - 1]`,
+    tried as written, then lowercased: GloVe's are); padding and words it lacks get zeros."""
+    vectors = _word_vectors(path)
+    table = np.zeros((len(words) + 1, vectors.vectors.shape[1]), np.float32)
+    for i, word in enumerate(words, start=1):
+        form = word if word in vectors else word.lower()
+        if form in vectors:
+            table[i] = vectors[form]
     return table
+
+
+@functools.lru_cache(maxsize=2)
+def _word_vectors(path: str):
+    return load_word_vectors(path)
 
 
 @gin.configurable
@@ -288,7 +290,7 @@ class RecurrentClassificationObjective(_WordObjective):
             return FrozenELMoClassifier(config, self.num_labels, self.task_model, self.hidden)
         _check_config(config, AWDLSTMConfig, f"RecurrentClassificationObjective(backbone={self.backbone!r})")
         if self.backbone == "static":
-            table = static_table(self.word_vectors, word_vocabulary().lowercase)
+            table = static_table(self.word_vectors, tuple(word_vocabulary().words))
             return FrozenStaticClassifier(config.vocab_size, table.shape[1], functools.partial(_padded_table, table),
                                           self.num_labels, self.task_model, self.hidden)
         return AWDLSTMClassifier(config, self.num_labels, self.hidden)
