@@ -266,3 +266,20 @@ def test_user_errors_name_the_input():
         BiLMConfig.from_options({"char_cnn": {"max_characters_per_token": 40}, "lstm": {}})
     with pytest.raises(ConfigError, match="num_layers"):
         ScalarMix(2).init(jax.random.PRNGKey(0), np.zeros((3, 1, 2, 4), np.float32))
+
+
+def test_bilm_initialisers_are_bilm_tfs():
+    """bilm-tf's training.py: characters U(-1, 1), relu convolutions U(-0.05, 0.05), highway and
+    projection kernels N(0, 1 / fan in), LSTM kernels Glorot uniform (limit sqrt(6 / (fan in + fan out)))."""
+    cfg = BiLMConfig(filters=((1, 64), (2, 64)), char_embed_dim=16, n_highway=1, lstm_dim=128, projection_dim=64)
+    params = nn.unbox(BiLM(cfg).init(jax.random.key(0), np.ones((1, 3, 50), np.int32), np.array([3])))["params"]
+    cnn = params["char_cnn"]
+    char_embed = np.asarray(cnn["char_embed"])
+    assert np.abs(char_embed).max() <= 1.0 and np.std(char_embed) == pytest.approx(1 / np.sqrt(3), rel=0.1)
+    assert np.abs(np.asarray(cnn["conv_1_kernel"])).max() <= 0.05
+    assert np.std(np.asarray(cnn["conv_1_kernel"])) == pytest.approx(0.05 / np.sqrt(3), rel=0.1)
+    for name, fan_in in (("highway_0_carry_kernel", 128), ("highway_0_transform_kernel", 128), ("proj_kernel", 128)):
+        assert np.std(np.asarray(cnn[name])) == pytest.approx(1 / np.sqrt(fan_in), rel=0.1), name
+    kernel = np.asarray(params["forward_0"]["kernel"])
+    limit = np.sqrt(6 / (kernel.shape[0] + kernel.shape[1]))
+    assert np.abs(kernel).max() <= limit and np.std(kernel) == pytest.approx(limit / np.sqrt(3), rel=0.1)

@@ -12,6 +12,7 @@ import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from t5lite.errors import ConfigError
 from t5lite.models.awd_lstm import AWDLSTM, AWDLSTMClassifier, AWDLSTMLanguageModel, concat_pool
 from t5lite.models.recurrent_config import AWDLSTMConfig
 from t5lite.train import optimizers
@@ -210,6 +211,33 @@ def test_gradual_unfreezing_trains_one_more_group_every_n_steps_with_adam():
         lowest = n - 1 - step // every    # the lowest trained group at this step
         for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups)):
             assert bool(np.any(np.asarray(u) != 0)) == (g >= lowest), (step, g)
+
+
+@pytest.mark.parametrize("epochs, steps_per_epoch", [(1.0, 3), (0.5, 3)])
+def test_gradual_unfreezing_by_epoch_follows_its_formula(epochs, steps_per_epoch):
+    """ULMFiT unfreezes one more group per epoch: group g trains from step ceil((top - g) * E * S)
+    (E epochs of S steps), here also at a fractional 1.5 steps per unfreezing."""
+    make = optimizers.layerwise(schedule=optax.constant_schedule(0.01), optimizer=lambda schedule: optax.adam(schedule),
+                                decay=1.0, unfreeze_every_epochs=epochs, steps_per_epoch=steps_per_epoch)
+    tx = make(_specs())
+    params = _params()
+    grads = jax.tree.map(jnp.ones_like, params)
+    groups, n = optimizers.layer_groups(_specs())
+    state = tx.init(params)
+    for step in range(12):
+        updates, state = tx.update(grads, state, params)
+        for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups)):
+            first = math.ceil((n - 1 - g) * epochs * steps_per_epoch)
+            assert bool(np.any(np.asarray(u) != 0)) == (step >= first), (step, g)
+
+
+def test_gradual_unfreezing_by_epoch_needs_the_epoch_length():
+    with pytest.raises(ConfigError, match="steps_per_epoch"):
+        optimizers.layerwise(schedule=optax.constant_schedule(0.01), optimizer=lambda schedule: optax.adam(schedule),
+                             unfreeze_every_epochs=1.0)
+    with pytest.raises(ConfigError, match="not both"):
+        optimizers.layerwise(schedule=optax.constant_schedule(0.01), optimizer=lambda schedule: optax.adam(schedule),
+                             unfreeze_every=5, unfreeze_every_epochs=1.0, steps_per_epoch=10)
 
 
 def test_layer_groups_of_a_bert_classifier():

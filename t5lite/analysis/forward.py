@@ -49,9 +49,9 @@ def _run(module, variables, tokens, attention: bool):
 
 
 def fitting(subject: Subject, sentences: Sequence[words.Sentence]) -> list[words.Sentence]:
-    """The sentences whose subwords fit the model's learned positions."""
+    """The sentences whose subwords fit the model's learned positions (ELMo has none: all)."""
     config = subject.module.config
-    limit = config.max_position_embeddings if config.position_encoding == "learned" else None
+    limit = config.max_position_embeddings if getattr(config, "position_encoding", None) == "learned" else None
     return [s for s in sentences if limit is None
             or len(words.encode(subject.vocabulary, s.words, config.arch).tokens) <= limit]
 

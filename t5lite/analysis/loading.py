@@ -42,9 +42,10 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
     """A Hugging Face model folder (config.json + weights, its tokenizer beside them) or a t5lite
     run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one); of a
     fine-tuned run, the backbone without its task head; of an ELECTRA run (t5lite.train.electra),
-    the discriminator.
+    the discriminator; of an ELMo run (pre-trained or converted with `t5lite convert --from_elmo`),
+    the biLM.
     `name` labels the results (default: the folder's name)."""
-    from t5lite.infer import checkpoint_reader, predict
+    from t5lite.infer import checkpoint_reader, elmo_layers, predict
     from t5lite.interop import hf
     if not os.path.exists(path):
         raise DataNotFoundError(f"--model {path!r} does not exist; give a Hugging Face model folder or a t5lite run")
@@ -57,6 +58,9 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
     config = predict.model_config_of(path, None)
     step_dir = checkpoint_reader.step_directory(path)
     run = predict.run_dir(step_dir)
+    if config.arch == "bilm":     # ELMo reads characters: no vocabulary
+        module, variables = elmo_layers.load_run(path)
+        return Subject(module, variables, None, name or os.path.basename(os.path.normpath(run)))
     vocab = _vocabulary(vocabulary, os.path.join(run, vocab_lib.TOKENIZER_DIR)) or vocab_lib.DEFAULT_VOCABULARY
     # Fine-tuned: the backbone, not the head. ELECTRA: the discriminator (the run's model), not the generator.
     part = next((p for p in ("backbone", "discriminator") if p in checkpoint_reader.stored_param_names(step_dir)), None)

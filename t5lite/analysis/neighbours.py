@@ -1,5 +1,5 @@
 """Contextual neighbours: every occurrence of a word in a corpus embedded by one layer (its first
-subword), and each occurrence's nearest neighbours by cosine, among the other occurrences of the
+subword; of ELMo, the word's own vector), and each occurrence's nearest neighbours by cosine, among the other occurrences of the
 word ("same": do the senses of "play" separate?) or among every word of the corpus ("all").
 """
 from __future__ import annotations
@@ -12,12 +12,25 @@ import numpy as np
 
 from t5lite.analysis import forward, loading, words
 from t5lite.errors import ConfigError, DataError
+from t5lite.interop import elmo
 
 POOLS = ("same", "all")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _layer_states(subject: loading.Subject, sentences: Sequence[words.Sentence]):
+    """(per sentence [layers, positions, dim], per sentence each word's position). ELMo: layer 0 the
+    char-CNN token vector, then each biLSTM layer (t5lite.interop.elmo.embed, every sentence from
+    zero states); Transformers: the embeddings, then each layer, at each word's first subword."""
+    if subject.module.config.arch == "bilm":
+        states = elmo.embed(subject.module, subject.variables, [s.words for s in sentences])
+        return states, [range(len(s.words)) for s in sentences]
+    encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
+    states, _ = forward.run(subject, encoded)
+    return states, [e.starts for e in encoded]
 
 
 def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], word: str, layer: int = -1,
@@ -32,15 +45,13 @@ def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], wo
     chosen = [s for s in sentences if target in (w.lower() for w in s.words)] if pool == "same" else list(sentences)
     if not any(target in (w.lower() for w in s.words) for s in chosen):
         raise DataError(f"--neighbours {word!r} does not occur in the corpus; pick a word it has")
-    arch = subject.module.config.arch
-    encoded = [words.encode(subject.vocabulary, s.words, arch) for s in chosen]
-    states, _ = forward.run(subject, encoded)
+    states, starts = _layer_states(subject, chosen)
     layers = states[0].shape[0]
     if not -layers <= layer < layers:
         raise ConfigError(f"--layer {layer}: this model has layers 0 (embeddings) to {layers - 1}")
     places = [(i, j) for i, s in enumerate(chosen) for j, w in enumerate(s.words)
               if pool == "all" or w.lower() == target]
-    vectors = _unit(np.stack([states[i][layer, encoded[i].starts[j]] for i, j in places]))
+    vectors = _unit(np.stack([states[i][layer, starts[i][j]] for i, j in places]))
     queries = [n for n, (i, j) in enumerate(places) if chosen[i].words[j].lower() == target]
     cosine = vectors[queries] @ vectors.T
     occurrences = []

@@ -57,9 +57,11 @@ class _HeadEvaluator:
         rows = list(converter_registry.get_feature_converter(self.converter).convert(self.examples, task_feature_lengths))
         keys = [k for k in self.model_inputs if k in rows[0]]
         self.length = len(rows[0][keys[0]])
-        buckets = converters.length_buckets([_used_length(row, keys) for row in rows], batch_size, self.length,
-                                            length_buckets)
-        self.batches = [_fill({k: np.stack([rows[i][k][:width] for i in indices]) for k in keys}, batch_size)
+        per_position = {k: len(rows[0][k]) // self.length for k in keys}   # ELMo's chars: 50 ids a position
+        buckets = converters.length_buckets([_used_length(row, keys, self.length) for row in rows], batch_size,
+                                            self.length, length_buckets)
+        self.batches = [_fill({k: np.stack([rows[i][k][:width * per_position[k]] for i in indices]) for k in keys},
+                              batch_size)
                         for indices, width in buckets]
         self.order = np.concatenate([indices for indices, _ in buckets])
 
@@ -79,9 +81,10 @@ class _HeadEvaluator:
         return restored
 
 
-def _used_length(row: Mapping[str, np.ndarray], keys) -> int:
-    """A row's length up to its last non-zero input position (padding is zeros at the end)."""
-    return max(int(np.flatnonzero(np.asarray(row[k]).reshape(len(row[k]), -1).any(-1)).max(initial=-1)) + 1
+def _used_length(row: Mapping[str, np.ndarray], keys, length: int) -> int:
+    """A row's length up to its last non-zero input position (padding is zeros at the end); a
+    feature holds `length` positions, flattened or not."""
+    return max(int(np.flatnonzero(np.asarray(row[k]).reshape(length, -1).any(-1)).max(initial=-1)) + 1
                for k in keys)
 
 

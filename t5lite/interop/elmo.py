@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5lite.errors import CheckpointError, CheckpointNotFoundError
-from t5lite.infer.elmo_layers import embed, load_run  # noqa: F401  (the public `elmo.embed`)
+from t5lite.infer.elmo_layers import embed, load_run  # noqa: F401  (public here too)
 from t5lite.interop.checkpoint import _write_run
 from t5lite.models.recurrent import BiLM, BiLMConfig, BiLMLanguageModel
 

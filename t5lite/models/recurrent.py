@@ -22,7 +22,18 @@ from t5lite.models.layers import ACTIVATIONS, param_with_axes
 from t5lite.models.recurrent_config import BiLMConfig
 
 
-_init = nn.initializers.normal(0.02)
+# bilm-tf's initialisers (bilm/training.py): characters U(-1, 1); relu convolutions U(-0.05, 0.05)
+# (Kim et al.), tanh ones N(0, 1 / (width * char dim)); highway and projection N(0, 1 / fan in);
+# LSTM kernels Glorot uniform (TensorFlow's default); the softmax N(0, 1 / projection dim).
+def _uniform(scale: float):
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -scale, scale)
+
+
+def _fan_in_normal(fan_in: int):
+    return nn.initializers.normal(fan_in ** -0.5)
+
+
+_lstm_init = nn.initializers.glorot_uniform()
 
 
 class CharCNN(nn.Module):
@@ -32,13 +43,14 @@ class CharCNN(nn.Module):
     @nn.compact
     def __call__(self, char_ids):
         cfg = self.config
-        table = param_with_axes(self, "char_embed", _init, (cfg.n_characters, cfg.char_embed_dim),
+        table = param_with_axes(self, "char_embed", _uniform(1.0), (cfg.n_characters, cfg.char_embed_dim),
                                 ("char_vocab", "embed"))
         # Id 0 is padding and embeds to zeros.
         x = jnp.where((char_ids > 0)[..., None], table[char_ids], 0.0)
         pooled = []
         for k, (width, n) in enumerate(cfg.filters):
-            w = param_with_axes(self, f"conv_{k}_kernel", _init, (width, cfg.char_embed_dim, n),
+            init = _uniform(0.05) if cfg.activation == "relu" else _fan_in_normal(width * cfg.char_embed_dim)
+            w = param_with_axes(self, f"conv_{k}_kernel", init, (width, cfg.char_embed_dim, n),
                                 ("conv_width", "embed", "mlp"))
             b = param_with_axes(self, f"conv_{k}_bias", nn.initializers.zeros, (n,), ("mlp",))
             windows = x.shape[-2] - width + 1
@@ -49,12 +61,12 @@ class CharCNN(nn.Module):
         for k in range(cfg.n_highway):
             def p(name, init, shape, axes, k=k):
                 return param_with_axes(self, f"highway_{k}_{name}", init, shape, axes)
-            carry = nn.sigmoid(h @ p("carry_kernel", _init, (dim, dim), ("highway", "mlp"))
+            carry = nn.sigmoid(h @ p("carry_kernel", _fan_in_normal(dim), (dim, dim), ("highway", "mlp"))
                                + p("carry_bias", nn.initializers.constant(-1.0), (dim,), ("mlp",)))
-            transform = nn.relu(h @ p("transform_kernel", _init, (dim, dim), ("highway", "mlp"))
+            transform = nn.relu(h @ p("transform_kernel", _fan_in_normal(dim), (dim, dim), ("highway", "mlp"))
                                 + p("transform_bias", nn.initializers.zeros, (dim,), ("mlp",)))
             h = carry * transform + (1.0 - carry) * h
-        w = param_with_axes(self, "proj_kernel", _init, (dim, cfg.projection_dim), ("mlp", "embed"))
+        w = param_with_axes(self, "proj_kernel", _fan_in_normal(dim), (dim, cfg.projection_dim), ("mlp", "embed"))
         b = param_with_axes(self, "proj_bias", nn.initializers.zeros, (cfg.projection_dim,), ("embed",))
         return h @ w + b
 
@@ -90,12 +102,12 @@ class LSTMLayer(nn.Module):
     def __call__(self, x, lengths, initial):
         cfg = self.config
         params = {
-            "kernel": param_with_axes(self, "kernel", _init,
+            "kernel": param_with_axes(self, "kernel", _lstm_init,
                                       (self.input_dim + cfg.projection_dim, 4 * cfg.lstm_dim),
                                       ("lstm_in", "lstm_gates")),
             "bias": param_with_axes(self, "bias", nn.initializers.zeros, (4 * cfg.lstm_dim,),
                                     ("lstm_gates",)),
-            "proj": param_with_axes(self, "proj", _init, (cfg.lstm_dim, cfg.projection_dim),
+            "proj": param_with_axes(self, "proj", _lstm_init, (cfg.lstm_dim, cfg.projection_dim),
                                     ("lstm_hidden", "embed")),
         }
 
@@ -176,7 +188,7 @@ class BiLMLanguageModel(nn.Module):
         layers, _ = BiLM(cfg, name="bilm")(*bilm_inputs(encoder_input_tokens, encoder_input_chars),
                                            enable_dropout=enable_dropout)
         top = nn.Dropout(cfg.dropout_rate, deterministic=not enable_dropout)(layers[-1])
-        kernel = param_with_axes(self, "softmax_kernel", _init, (cfg.projection_dim, cfg.vocab_size),
+        kernel = param_with_axes(self, "softmax_kernel", _fan_in_normal(cfg.projection_dim), (cfg.projection_dim, cfg.vocab_size),
                                  ("embed", "vocab"))
         bias = param_with_axes(self, "softmax_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))
         forward, backward = jnp.split(top, 2, axis=-1)

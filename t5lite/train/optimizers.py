@@ -95,35 +95,55 @@ def scale_by_group(groups: Any, factors: Any) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def freeze_below(groups: Any, num_groups: int, every: int) -> optax.GradientTransformation:
+def freeze_below(groups: Any, num_groups: int, every: float) -> optax.GradientTransformation:
     """Gradual unfreezing: zeroes the updates of every group but the top one for the first `every`
-    steps, then lets one more group (top down) train every `every` steps."""
+    steps, then lets one more group (top down) train every `every` steps (group g from step
+    ceil((top - g) * every); `every` may be fractional, e.g. an epoch's steps)."""
     def init(params):
         return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
 
     def update(updates, state, params=None):
-        lowest = num_groups - 1 - state.count // every
+        lowest = num_groups - 1 - jnp.floor(state.count / every).astype(jnp.int32)
         updates = jax.tree.map(lambda u, g: jnp.where(g >= lowest, u, jnp.zeros_like(u)), updates, groups)
         return updates, optax.ScaleByScheduleState(count=optax.safe_int32_increment(state.count))
     return optax.GradientTransformation(init, update)
 
 
+def unfreeze_steps(unfreeze_every: int = 0, unfreeze_every_epochs: float = 0.0,
+                   steps_per_epoch: int | None = None) -> float:
+    """The steps between two unfreezings: `unfreeze_every` steps, or `unfreeze_every_epochs` epochs
+    of `steps_per_epoch` steps (the optimizer never sees the data, so the run gives it:
+    ceil(training examples / batch size)); 0 is no gradual unfreezing."""
+    if unfreeze_every and unfreeze_every_epochs:
+        raise ConfigError("set layerwise.unfreeze_every (steps) or layerwise.unfreeze_every_epochs, not both")
+    if not unfreeze_every_epochs:
+        return float(unfreeze_every)
+    if not steps_per_epoch or steps_per_epoch < 1:
+        raise ConfigError(f"layerwise.unfreeze_every_epochs={unfreeze_every_epochs} needs "
+                          f"layerwise.steps_per_epoch (got {steps_per_epoch}): set it to ceil(training examples / "
+                          "BATCH_SIZE), e.g. 2105 for SST-2's 67,349 sentences at 32")
+    return unfreeze_every_epochs * steps_per_epoch
+
+
 @gin.configurable
 def layerwise(schedule: optax.Schedule = gin.REQUIRED, optimizer=gin.REQUIRED, decay: float = 2.6,
-              unfreeze_every: int = 0) -> OptimizerFactory:
+              unfreeze_every: int = 0, unfreeze_every_epochs: float = 0.0,
+              steps_per_epoch: int | None = None) -> OptimizerFactory:
     """ULMFiT's discriminative fine-tuning around `optimizer` (`@adamw`, `@adafactor`): the top group's
     rate is the schedule's, each lower one's is divided by `decay` (2.6; layer-wise lr decay of
     Transformers is the same with decay 1 / 0.95 or so). With `unfreeze_every` > 0, gradual
-    unfreezing: only the top group trains at first, one more every `unfreeze_every` steps (ULMFiT:
-    one epoch). Frozen groups get zero gradients and updates. Groups: `layer_groups`."""
+    unfreezing: only the top group trains at first, one more every `unfreeze_every` steps; or, as
+    ULMFiT, every `unfreeze_every_epochs` (1) epochs of `steps_per_epoch` steps. Frozen groups get
+    zero gradients and updates. Groups: `layer_groups`."""
     inner = optimizer(schedule=schedule)
+    every = unfreeze_steps(unfreeze_every, unfreeze_every_epochs, steps_per_epoch)
 
     def make(param_specs):
         groups, n = layer_groups(param_specs)
         tx = inner if isinstance(inner, optax.GradientTransformation) else inner(param_specs)
         chain = [tx, scale_by_group(groups, tuple(decay ** -(n - 1 - g) for g in range(n)))]
-        if unfreeze_every:
-            chain = [freeze_below(groups, n, unfreeze_every), *chain, freeze_below(groups, n, unfreeze_every)]
+        if every:
+            chain = [freeze_below(groups, n, every), *chain, freeze_below(groups, n, every)]
         return optax.chain(*chain)
     return make
 

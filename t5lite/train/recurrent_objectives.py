@@ -6,8 +6,9 @@
 - `AWDLSTMLMObjective`: ULMFiT's LM pre-training and target-domain fine-tuning (the same objective
   on the task's text, `train.initial_checkpoint_path` = the pre-trained run); `word_lm`.
 - `RecurrentClassificationObjective`: ULMFiT's classifier (`backbone="awd_lstm"`, the encoder grafted
-  from an LM run) or a frozen ELMo + scalar mix + small task model (`backbone="elmo"`, the biLM
-  grafted from a `BiLMObjective` run); `word_classification(_chars)`.
+  from an LM run), a frozen ELMo + scalar mix + small task model (`backbone="elmo"`, the biLM
+  grafted from a `BiLMObjective` run) or frozen static vectors + the same task model
+  (`backbone="static"`, GloVe / word2vec from `word_vectors`); `word_classification(_chars)`.
 
 LM runs log `perplexity` (exp of the mean token loss) and evaluate validation perplexity.
 """
@@ -21,15 +22,17 @@ from typing import Any, Mapping
 import gin
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from t5lite.data import converter_registry, converters
+from t5lite.data.word_vectors import load_word_vectors
 from t5lite.data.word_vocab import word_vocabulary
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer import checkpoint_reader, classify
 from t5lite.infer.evaluation import EvalResult
 from t5lite.models.awd_lstm import AWDLSTMClassifier, AWDLSTMLanguageModel
-from t5lite.models.feature_classifier import FrozenELMoClassifier
+from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticClassifier
 from t5lite.models.recurrent import BiLMLanguageModel
 from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
 from t5lite.train.objective import LossConfig, Objective
@@ -221,6 +224,11 @@ class AWDLSTMLMObjective(_WordLMObjective):
         return AWDLSTMLanguageModel(config)
 
 
+def _padded_table(table: np.ndarray, key, shape, dtype=jnp.float32):
+    """The static table as a parameter init, zero rows up to the model's vocabulary size."""
+    return jnp.zeros(shape, dtype).at[:table.shape[0]].set(table)
+
+
 class WordClassificationEvaluator(classify.ClassificationEvaluator):
     """Accuracy (the task's metrics) of a word-level classifier."""
 
@@ -230,19 +238,47 @@ class WordClassificationEvaluator(classify.ClassificationEvaluator):
         super().__init__(*args, **kwargs)
 
 
+BACKBONES = ("awd_lstm", "elmo", "static")
+
+
+def static_table(path: str, words: tuple[str, ...]) -> np.ndarray:
+    """[len(words) + 1, dim] float32: row i is the vectors file's vector of word id i (`words[i - 1]`,
+    tried as written, then lowercased: GloVe's are); padding and words it lacks get zeros."""
+    vectors = _word_vectors(path)
+    table = np.zeros((len(words) + 1, vectors.vectors.shape[1]), np.float32)
+    for i, word in enumerate(words, start=1):
+        form = word if word in vectors else word.lower()
+        if form in vectors:
+            table[i] = vectors[form]
+    return table
+
+
+@functools.lru_cache(maxsize=2)
+def _word_vectors(path: str):
+    return load_word_vectors(path)
+
+
 @gin.configurable
 class RecurrentClassificationObjective(_WordObjective):
-    """Cross entropy on `label` of ULMFiT's classifier (`backbone="awd_lstm"`) or of a frozen ELMo's
-    scalar mix + `task_model` ("bilstm" or "linear"; `backbone="elmo"`)."""
+    """Cross entropy on `label` of ULMFiT's classifier (`backbone="awd_lstm"`), of a frozen ELMo's
+    scalar mix + `task_model` ("bilstm" or "linear"; `backbone="elmo"`), or of frozen static word
+    vectors + `task_model` (`backbone="static"`: `word_vectors` is a word2vec or GloVe file, its
+    rows looked up for the word vocabulary; the model config only gives the vocabulary size)."""
 
-    def __init__(self, num_labels: int = 2, backbone: str = "awd_lstm", task_model: str = "bilstm", hidden: int = 50):
-        if backbone not in ("awd_lstm", "elmo"):
-            raise ConfigError(f"RecurrentClassificationObjective.backbone={backbone!r}: expected 'awd_lstm' or 'elmo'")
+    def __init__(self, num_labels: int = 2, backbone: str = "awd_lstm", task_model: str = "bilstm", hidden: int = 50,
+                 word_vectors: str | None = None):
+        if backbone not in BACKBONES:
+            raise ConfigError(f"RecurrentClassificationObjective.backbone={backbone!r}: expected one of {BACKBONES}")
+        if (backbone == "static") != (word_vectors is not None):
+            raise ConfigError("RecurrentClassificationObjective.word_vectors (a word2vec or GloVe file) goes with "
+                              f"backbone='static' and only with it; got backbone={backbone!r}, "
+                              f"word_vectors={word_vectors!r}")
         self.num_labels, self.backbone, self.task_model, self.hidden = num_labels, backbone, task_model, hidden
+        self.word_vectors = word_vectors
 
     def __repr__(self):
         return (f"RecurrentClassificationObjective(num_labels={self.num_labels}, backbone={self.backbone!r}, "
-                f"task_model={self.task_model!r}, hidden={self.hidden})")
+                f"task_model={self.task_model!r}, hidden={self.hidden}, word_vectors={self.word_vectors!r})")
 
     @property
     def chars(self) -> bool:
@@ -252,7 +288,11 @@ class RecurrentClassificationObjective(_WordObjective):
         if self.backbone == "elmo":
             _check_config(config, BiLMConfig, "RecurrentClassificationObjective(backbone='elmo')")
             return FrozenELMoClassifier(config, self.num_labels, self.task_model, self.hidden)
-        _check_config(config, AWDLSTMConfig, "RecurrentClassificationObjective(backbone='awd_lstm')")
+        _check_config(config, AWDLSTMConfig, f"RecurrentClassificationObjective(backbone={self.backbone!r})")
+        if self.backbone == "static":
+            table = static_table(self.word_vectors, tuple(word_vocabulary().words))
+            return FrozenStaticClassifier(config.vocab_size, table.shape[1], functools.partial(_padded_table, table),
+                                          self.num_labels, self.task_model, self.hidden)
         return AWDLSTMClassifier(config, self.num_labels, self.hidden)
 
     def init_features(self, feature_lengths):
@@ -273,6 +313,9 @@ class RecurrentClassificationObjective(_WordObjective):
                                                                  "accuracy": (correct, n), "examples": n}
 
     def initial_params(self, path, abstract_params):
+        if self.backbone == "static":
+            raise ConfigError("RecurrentClassificationObjective(backbone='static') reads its table from "
+                              "word_vectors; set train.initial_checkpoint_path = None")
         """The LM run's encoder (AWD-LSTM) or biLM (ELMo); the rest keeps its fresh init."""
         part = "bilm" if self.chars else "encoder"
         grafted = checkpoint_reader.restore_params(path, {part: abstract_params[part]})
