@@ -2,7 +2,8 @@
 pairs; the objective (classifier on the last real token + lm_weight x LM loss) equals Hugging
 Face's GPT2ForSequenceClassification loss plus lm_weight x GPT2LMHeadModel's on the same weights,
 right-padded rows of different lengths, one order or both orders of a similarity pair (their
-last-token states summed); gpt2_tiny trains and evaluates on SST-2 and MRPC."""
+last-token states summed); packed rows of several examples give each example the same logits,
+losses and predictions; gpt2_tiny trains (packed and not) and evaluates on SST-2 and MRPC."""
 import json
 import os
 
@@ -37,12 +38,12 @@ def glue_pairs(name, n):
     return [ex for _, ex in zip(range(n), examples)]
 
 
-def features(examples, text_keys, both_orders, length=LENGTH):
+def features(examples, text_keys, both_orders, length=LENGTH, pack=False):
     """GPT-1's inputs over the byte vocabulary, through the task's converter: one batch."""
     out = list(gpt_inputs(examples, {"inputs": length}, {"inputs": Feature(VOCAB)}, text_keys=text_keys,
                           both_orders=both_orders))
     name = "decoder_classification_both_orders" if both_orders else "decoder_classification"
-    rows = list(get_feature_converter(name).convert(out, {"inputs": length}))
+    rows = list(get_feature_converter(name).convert(out, {"inputs": length}, pack=pack))
     return out, {k: np.stack([r[k] for r in rows]) for k in rows[0] if not k.startswith("_")}
 
 
@@ -125,6 +126,22 @@ def test_loss_equals_gpt2_for_sequence_classification_plus_half_the_lm_loss(num_
         _lm_loss(lm, batch["decoder_input_tokens"]), rel=1e-5)
 
 
+def _hf_both_orders(classifier, lm, batch):
+    """Hugging Face's logits and loss (+ 0.5 x LM loss) for an unpacked both-orders batch:
+    GPT2ForSequenceClassification's score on the sum of the orders' last-token states."""
+    states = []
+    for prefix in ("", "swapped_"):
+        ids = torch.tensor(batch[prefix + "decoder_input_tokens"], dtype=torch.long)
+        hidden = classifier.transformer(input_ids=ids, attention_mask=ids != 0).last_hidden_state
+        last = torch.tensor(batch[prefix + "decoder_segment_ids"].sum(1) - 1)
+        states.append(hidden[torch.arange(len(last)), last])
+    logits = classifier.score(states[0] + states[1])
+    labels = torch.tensor(batch["label"][:, 0], dtype=torch.long)
+    loss = torch.nn.functional.cross_entropy(logits, labels).item() + 0.5 * _lm_loss(
+        lm, np.concatenate([batch["decoder_input_tokens"], batch["swapped_decoder_input_tokens"]]))
+    return logits.detach().numpy(), loss
+
+
 def test_both_orders_sum_the_last_token_states(tmp_path):
     """Similarity (MRPC): classifier(h(A, B) + h(B, A)) at each order's last real token, and the LM
     loss over the tokens of both orders."""
@@ -134,20 +151,97 @@ def test_both_orders_sum_the_last_token_states(tmp_path):
         ex["sentence1"], ex["sentence2"] = ex["sentence1"][:short], ex["sentence2"][:short // 2]
     _, batch = features(examples, ["sentence1", "sentence2"], both_orders=True)
     assert not (batch["decoder_input_tokens"] == batch["swapped_decoder_input_tokens"]).all()
-    states = []
-    for prefix in ("", "swapped_"):
-        ids = torch.tensor(batch[prefix + "decoder_input_tokens"], dtype=torch.long)
-        hidden = classifier.transformer(input_ids=ids, attention_mask=ids != 0).last_hidden_state
-        last = torch.tensor(batch[prefix + "decoder_segment_ids"].sum(1) - 1)
-        states.append(hidden[torch.arange(len(last)), last])
-    logits = classifier.score(states[0] + states[1])
-    labels = torch.tensor(batch["label"][:, 0], dtype=torch.long)
-    expected = torch.nn.functional.cross_entropy(logits, labels).item() + 0.5 * _lm_loss(
-        lm, np.concatenate([batch["decoder_input_tokens"], batch["swapped_decoder_input_tokens"]]))
+    logits, expected = _hf_both_orders(classifier, lm, batch)
     loss, _ = _loss(objective, module, params, batch)
     assert loss == pytest.approx(expected, rel=1e-5)
     ours = module.apply({"params": params}, **{k: v for k, v in batch.items() if "segment" in k or "input" in k})
-    np.testing.assert_allclose(np.asarray(ours), logits.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ours), logits, rtol=1e-4, atol=1e-5)
+
+
+def _short_pairs(name, n, seed=0):
+    """n GLUE pairs cut to a few bytes each (different lengths), so several share a packed row."""
+    rng = np.random.default_rng(seed)
+    examples = glue_pairs(name, n)
+    for ex in examples:
+        ex["sentence1"], ex["sentence2"] = (ex[k][:int(rng.integers(1, 8))] for k in ("sentence1", "sentence2"))
+    return examples
+
+
+def test_packed_rows_keep_each_example_to_itself():
+    """Several examples per row; positions restart at each start token; no LM target crosses a
+    segment boundary (each extract token predicts nothing); labels fill their slots in order."""
+    examples = _short_pairs("mrpc", 10)
+    out, packed = features(examples, ["sentence1", "sentence2"], both_orders=True, pack=True)
+    _, unpacked = features(examples, ["sentence1", "sentence2"], both_orders=True)
+    rows = len(packed["label"])
+    assert rows <= len(examples) / 2 and packed["label"].shape[1] == LENGTH // 2
+    assert packed["label_weights"].sum() == len(examples)
+    np.testing.assert_array_equal(packed["label"][packed["label_weights"] > 0], unpacked["label"][:, 0])
+    for prefix in ("", "swapped_"):
+        seg = packed[prefix + "decoder_segment_ids"]
+        tokens = packed[prefix + "decoder_input_tokens"]
+        np.testing.assert_array_equal(seg, packed["decoder_segment_ids"])   # both orders pack alike
+        starts = (seg > 0) & (packed[prefix + "decoder_positions"] == 0)
+        assert (tokens[starts] == START).all() and starts.sum() == len(examples)
+        ends = (seg > 0) & (np.roll(seg, -1, axis=1) != seg)
+        assert (tokens[ends] == EXTRACT).all() and (packed[prefix + "decoder_loss_weights"][ends] == 0).all()
+        # per example, the packed targets are its unpacked targets
+        got = [packed[prefix + "decoder_target_tokens"][r][seg[r] == k] for r in range(rows) for k in range(1, seg[r].max() + 1)]
+        want = [unpacked[prefix + "decoder_target_tokens"][i][unpacked[prefix + "decoder_segment_ids"][i] > 0]
+                for i in range(len(examples))]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("num_labels", [2, 1])
+def test_packed_logits_losses_and_predictions_equal_each_example_alone(num_labels, tmp_path):
+    """Rows of several RTE pairs: each filled slot's logits are Hugging Face's for that example run
+    alone, and the loss is GPT2ForSequenceClassification's + 0.5 x GPT2LMHeadModel's over the batch."""
+    lm, classifier, objective, module, params = _models(num_labels, tmp_path)
+    examples = _short_pairs("rte", 12)
+    if num_labels == 1:
+        for ex, score in zip(examples, np.linspace(-1, 5, len(examples))):
+            ex["label"] = np.float32(score)
+    _, packed = features(examples, ["sentence1", "sentence2"], both_orders=False, pack=True)
+    _, unpacked = features(examples, ["sentence1", "sentence2"], both_orders=False)
+    assert (packed["label_weights"].sum(1) >= 2).all() and len(packed["label"]) <= len(examples) / 2
+    ids = torch.tensor(unpacked["decoder_input_tokens"], dtype=torch.long)
+    labels = torch.tensor(unpacked["label"][:, 0])
+    ref = classifier(input_ids=ids, attention_mask=ids != 0, labels=labels if num_labels == 1 else labels.long())
+    ref_logits = ref.logits.detach().numpy()
+    expected = ref.loss.item() + 0.5 * _lm_loss(lm, unpacked["decoder_input_tokens"])
+    filled = packed["label_weights"] > 0
+    slots = np.asarray(objective.apply(module, params, packed))[filled]   # row-major: the examples in order
+    np.testing.assert_allclose(slots, ref_logits, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(slots, np.asarray(objective.apply(module, params, unpacked)), rtol=1e-4, atol=1e-5)
+    for batch in (packed, unpacked):
+        loss, metrics = _loss(objective, module, params, batch)
+        assert loss == pytest.approx(expected, rel=1e-5)
+        assert float(metrics["examples"]) == len(examples)
+        if num_labels > 1:
+            assert float(metrics["accuracy"][0]) == (ref_logits.argmax(-1) == unpacked["label"][:, 0]).sum()
+
+
+def test_packed_both_orders_equal_each_example_alone(tmp_path):
+    lm, classifier, objective, module, params = _models(2, tmp_path)
+    examples = _short_pairs("mrpc", 10, seed=1)
+    _, packed = features(examples, ["sentence1", "sentence2"], both_orders=True, pack=True)
+    _, unpacked = features(examples, ["sentence1", "sentence2"], both_orders=True)
+    logits, expected = _hf_both_orders(classifier, lm, unpacked)
+    ours = np.asarray(objective.apply(module, params, packed))[packed["label_weights"] > 0]
+    np.testing.assert_allclose(ours, logits, rtol=1e-4, atol=1e-5)
+    assert _loss(objective, module, params, packed)[0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_packed_positions_matter(tmp_path):
+    """Guards the tests above: the packed rows read with positions running on across the row give
+    other logits for every example after the first of a row."""
+    _, _, objective, module, params = _models(2, tmp_path)
+    _, packed = features(_short_pairs("rte", 12), ["sentence1", "sentence2"], both_orders=False, pack=True)
+    logits = np.asarray(objective.apply(module, params, packed))[:, 1]
+    running = np.broadcast_to(np.arange(LENGTH), packed["decoder_positions"].shape)
+    other = np.asarray(objective.apply(module, params, {**packed, "decoder_positions": running}))[:, 1]
+    assert not np.allclose(logits, other, rtol=1e-3)
 
 
 def test_an_encoder_is_refused():
@@ -157,21 +251,24 @@ def test_an_encoder_is_refused():
 
 
 @pytest.mark.usefixtures("clean_gin_state")
-@pytest.mark.parametrize("task, converter", [("gpt_glue_sst2", "decoder_classification"),
-                                             ("gpt_glue_mrpc", "decoder_classification_both_orders")])
-def test_gpt2_tiny_fine_tunes_and_t5lite_eval_agrees(task, converter, tmp_path):
+@pytest.mark.parametrize("task, converter, pack", [("gpt_glue_sst2", "decoder_classification", True),
+                                                   ("gpt_glue_mrpc", "decoder_classification_both_orders", False)])
+def test_gpt2_tiny_fine_tunes_and_t5lite_eval_agrees(task, converter, pack, tmp_path):
     from t5lite import cli
     from t5lite.train import trainer
     import gin
     out, config = str(tmp_path / "ft"), str(REPO / "configs/local/gpt2_tiny_finetune_sst2.gin")
     bindings = [f"MIXTURE_OR_TASK_NAME = '{task}'", f"train.feature_converter = '{converter}'", f"DATA_DIR = '{GLUE}'"]
-    cli.parse_gin([config], [f"MODEL_DIR = '{out}'", "INITIAL_CHECKPOINT_PATH = None", *bindings, "TRAIN_STEPS = 3",
+    cli.parse_gin([config], [f"MODEL_DIR = '{out}'", "INITIAL_CHECKPOINT_PATH = None", *bindings, f"train.pack = {pack}",
+                             "TRAIN_STEPS = 3",
                              "EVAL_EVERY = 3", "BATCH_SIZE = 4", "train.log_every = 1", "train.eval_max_examples = 12"],
                   entry=("train", trainer.train))
     trainer.train(progress=False)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     assert all(r["lm_loss"] > 0 and r["loss"] > 0 for r in records if "lm_loss" in r)
+    steps = [r for r in records if "examples_per_sec" in r]
+    assert steps and all((r["examples_per_sec"] > r["rows_per_sec"]) == pack for r in steps)   # packed: rows of several
     evals = [r for r in records if "eval_accuracy" in r]
     assert [r["step"] for r in evals] == [3]
     gin.clear_config()

@@ -135,3 +135,33 @@ def test_gin_overrides_change_any_field_and_name_a_misspelt_one(clean_gin_state)
     gin.parse_config(["model_config.overrides = {'num_encoder_layer': 1}"])
     with pytest.raises(ConfigError, match="did you mean num_encoder_layers"):
         model_config()
+
+
+def _hf_mlp_has_hidden_dropout(family: str) -> bool:
+    """Whether Hugging Face's module drops the MLP's hidden units (between its two dense layers)."""
+    import torch
+    import transformers as T
+    dropouts = lambda module: any(isinstance(m, torch.nn.Dropout) for m in module.modules())
+    if family == "bert":    # BertIntermediate is dense + activation; BertOutput's dropout is the residual one
+        return dropouts(T.models.bert.modeling_bert.BertIntermediate(T.BertConfig()))
+    if family == "t5":      # T5DenseActDense: wi, activation, dropout, wo
+        return dropouts(T.models.t5.modeling_t5.T5DenseActDense(T.T5Config()))
+    if family == "gpt2":    # GPT2MLP: c_fc, activation, c_proj, then its one dropout (the residual one)
+        mlp = T.models.gpt2.modeling_gpt2.GPT2MLP(3072, T.GPT2Config())
+        return [m for m in mlp.modules() if isinstance(m, torch.nn.Dropout)] != [mlp.dropout]
+    return T.BartConfig().activation_dropout > 0   # BART: fc1, activation, activation_dropout, fc2
+
+
+@pytest.mark.parametrize("name, family", [("bert_tiny", "bert"), ("minilm_l6_h384", "bert"), ("gpt2_small", "gpt2"),
+                                          ("bart_base", "bart"), ("t5_small", "t5")])
+def test_mlp_dropout_only_where_the_family_has_it(name, family):
+    """In training, a family whose Hugging Face MLP has no dropout on its hidden units gives the
+    deterministic MLP output; T5's drops them."""
+    pytest.importorskip("transformers", reason="Hugging Face's modules are the reference")
+    from t5lite.models.layers import MlpBlock
+    has_dropout = _hf_mlp_has_hidden_dropout(family)
+    config = models.get_config(name, dropout_rate=0.5)
+    x = jax.random.normal(jax.random.key(0), (2, 5, config.d_model))
+    params = MlpBlock(config).init(jax.random.key(1), x)
+    train = MlpBlock(config, deterministic=False).apply(params, x, rngs={"dropout": jax.random.key(2)})
+    assert np.allclose(train, MlpBlock(config).apply(params, x)) == (not has_dropout)

@@ -254,36 +254,19 @@ class EncoderTaskConverter(FeatureConverter):
         return {key: _array(ex[key]).reshape(1) for key in self.LABELS}
 
     def _packed(self, examples: Iterable[Example], length: int) -> Iterator[Row]:
-        pending: list[Example] = []
         per_token = ("inputs", "token_type_ids") + self.TOKEN_LABELS
-
-        def remembered(stream):
-            for ex in stream:   # pack() keeps the order, so pending examples line up with the segments
-                _check_length(ex["inputs"], length)
-                pending.append(ex)
-                yield {k: ex[k] for k in per_token}
-
-        for row in pack_rows(remembered(examples), dict.fromkeys(per_token, length)):
-            n = row[EXAMPLES_KEY]
-            members = pending[:n]
-            del pending[:n]
+        for row, members in packed_with_members(examples, per_token, length):
             out = {"encoder_input_tokens": row["inputs"], "token_type_ids": row["token_type_ids"],
                    "encoder_segment_ids": row["inputs_segment_ids"], "encoder_positions": row["inputs_positions"]}
             out.update(self.packed_labels(members, row, length))
-            out[EXAMPLES_KEY] = n
+            out[EXAMPLES_KEY] = len(members)
             yield out
 
     def packed_labels(self, members: Sequence[Example], row: Row, length: int) -> dict[str, np.ndarray]:
         """The row's `LABELS` in their slots and `label_weights` (1 on the filled slots)."""
-        slots = max_segments(length)
         starts = np.cumsum([0] + [len(ex["inputs"]) for ex in members[:-1]])
-        out = {}
-        for key in self.LABELS:
-            values = np.stack([_array(self.slot_value(key, ex, start)) for ex, start in zip(members, starts)])
-            out[key] = np.zeros(slots, values.dtype)
-            out[key][:len(members)] = values
-        out["label_weights"] = (np.arange(slots) < len(members)).astype(np.int32)
-        return out
+        return label_slots({key: [self.slot_value(key, ex, start) for ex, start in zip(members, starts)]
+                            for key in self.LABELS}, len(members), max_segments(length))
 
     def slot_value(self, key: str, ex: Example, start: int):
         """Label `key` of an example whose segment starts at token `start` of its row."""
@@ -297,6 +280,37 @@ def _array(value) -> np.ndarray:
     """A label as int32 (class ids, token indices) or float32 (scores)."""
     value = np.asarray(value)
     return value.astype(np.float32 if value.dtype.kind == "f" else np.int32)
+
+
+def packed_with_members(examples: Iterable[Example], per_token: Sequence[str], length: int
+                        ) -> Iterator[tuple[Row, list[Example]]]:
+    """Greedy next-fit rows of the `per_token` features (each `length` long), each with the
+    examples it holds, in order (segment k + 1 is members[k])."""
+    pending: list[Example] = []
+
+    def remembered(stream):
+        for ex in stream:   # pack() keeps the order, so pending examples line up with the segments
+            _check_length(ex[per_token[0]], length)
+            pending.append(ex)
+            yield {k: ex[k] for k in per_token}
+
+    for row in pack_rows(remembered(examples), dict.fromkeys(per_token, length)):
+        n = row[EXAMPLES_KEY]
+        members = pending[:n]
+        del pending[:n]
+        yield row, members
+
+
+def label_slots(values: Mapping[str, Sequence], filled: int, slots: int) -> dict[str, np.ndarray]:
+    """Per-example labels of a row's `filled` examples (`values[key][k]` is segment k + 1's) as
+    [slots] arrays, zero in the unused slots, and `label_weights` (1 on the filled slots)."""
+    out = {}
+    for key, labels in values.items():
+        stacked = np.stack([_array(v) for v in labels])
+        out[key] = np.zeros(slots, stacked.dtype)
+        out[key][:filled] = stacked
+    out["label_weights"] = (np.arange(slots) < filled).astype(np.int32)
+    return out
 
 
 def _check_length(tokens, length: int) -> None:

@@ -13,6 +13,7 @@ token (Radford et al. 2018, section 3.3), and the converters that make model fea
   `decoder_segment_ids` (1 on real tokens: the last 1 marks the extract token), the next token as
   `decoder_target_tokens` with `decoder_loss_weights` (for the auxiliary LM loss; the extract token
   predicts nothing), and `label` [1]; the second order's features are prefixed `swapped_`.
+  Packed, several examples share a row (`decoder_positions`, label slots; see the class).
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import gin
 import numpy as np
 
-from t5lite.data.converters import EXAMPLES_KEY, FeatureConverter, Row, _length
-from t5lite.data.finetune_converters import longest_first
+from t5lite.data.converters import EXAMPLES_KEY, FeatureConverter, Row, _length, pad as pad_rows
+from t5lite.data.finetune_converters import label_slots, longest_first, max_segments, packed_with_members
 from t5lite.data.registry import Example
 from t5lite.errors import ConfigError
 
@@ -76,8 +77,15 @@ def gpt_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int], o
 
 
 class DecoderClassificationConverter(FeatureConverter):
-    """`gpt_inputs` examples -> decoder features for one order of each input (or both, `both_orders`)."""
+    """`gpt_inputs` examples -> decoder features for one order of each input (or both, `both_orders`).
+
+    Packed (`pack=True`): greedy next-fit rows as seqio, `decoder_segment_ids` numbering the
+    examples and `decoder_positions` restarting at each one's start token (both orders of an
+    example have the same length, so they pack alike); each segment's LM targets stop at its own
+    extract token, and `label` / `label_weights` are [length // 2] slots (slot k is segment k + 1;
+    an example has at least its start and extract tokens)."""
     name = "decoder_classification"
+    ORDER_KEYS = ("decoder_input_tokens", "decoder_segment_ids", "decoder_target_tokens", "decoder_loss_weights")
 
     def __init__(self, both_orders: bool = False):
         self.both_orders = both_orders
@@ -88,36 +96,50 @@ class DecoderClassificationConverter(FeatureConverter):
 
     def model_feature_lengths(self, task_feature_lengths, pack=False):
         length = _length(task_feature_lengths, "inputs", self.name)
-        keys = ("decoder_input_tokens", "decoder_segment_ids", "decoder_target_tokens", "decoder_loss_weights")
-        return {**{p + k: length for p in self.prefixes for k in keys}, "label": 1}
+        keys = self.ORDER_KEYS + (("decoder_positions",) if pack else ())
+        labels = dict.fromkeys(("label", "label_weights"), max_segments(length)) if pack else {"label": 1}
+        return {**{p + k: length for p in self.prefixes for k in keys}, **labels}
 
     def convert(self, examples: Iterable[Example], task_feature_lengths, pack=False) -> Iterator[Row]:
-        if pack:
-            raise ConfigError(f"the {self.name!r} converter does not pack fine-tuning examples; set train.pack = False")
         length = _length(task_feature_lengths, "inputs", self.name)
+        orders = [p + "inputs" for p in self.prefixes]
+        checked = self._checked(examples, length)
+        rows = packed_with_members(checked, orders, length) if pack else \
+            ((next(pad_rows([ex], dict.fromkeys(orders, length))), [ex]) for ex in checked)
+        for row, members in rows:
+            out = {}
+            for prefix in self.prefixes:
+                features = order_features(row[prefix + "inputs"], row[prefix + "inputs_segment_ids"])
+                if pack:
+                    features["decoder_positions"] = row[prefix + "inputs_positions"]
+                out.update({prefix + k: v for k, v in features.items()})
+            if pack:
+                out.update(label_slots({"label": [ex["label"] for ex in members]}, len(members), max_segments(length)))
+            else:
+                label = np.asarray(members[0]["label"])
+                out["label"] = label.reshape(1).astype(np.float32 if label.dtype.kind == "f" else np.int32)
+            out[EXAMPLES_KEY] = len(members)
+            yield out
+
+    def _checked(self, examples: Iterable[Example], length: int) -> Iterator[Example]:
+        """The examples, refusing ones whose orders do not fit the converter or that are too long."""
         for ex in examples:
             if (SWAPPED + "inputs" in ex) != self.both_orders:
                 has, fits = ("one order", "decoder_classification") if self.both_orders else \
                     ("both orders", "decoder_classification_both_orders")
                 raise ConfigError(f"the task's GPT inputs have {has}; use train.feature_converter = {fits!r}")
-            row = {}
-            for prefix in self.prefixes:
-                row.update({prefix + k: v for k, v in self.order_features(ex[prefix + "inputs"], length).items()})
-            label = np.asarray(ex["label"])
-            row["label"] = label.reshape(1).astype(np.float32 if label.dtype.kind == "f" else np.int32)
-            row[EXAMPLES_KEY] = 1
-            yield row
+            if len(ex["inputs"]) > length:
+                raise ConfigError(f"an example has {len(ex['inputs'])} input tokens, more than the length {length}; "
+                                  "gpt_inputs cuts them")
+            yield ex
 
-    @staticmethod
-    def order_features(tokens, length: int) -> dict[str, np.ndarray]:
-        tokens = np.asarray(tokens, np.int32)
-        n = len(tokens)
-        if n > length:
-            raise ConfigError(f"an example has {n} input tokens, more than the length {length}; gpt_inputs cuts them")
-        out = {k: np.zeros(length, np.int32) for k in ("decoder_input_tokens", "decoder_segment_ids",
-                                                      "decoder_target_tokens", "decoder_loss_weights")}
-        out["decoder_input_tokens"][:n] = tokens
-        out["decoder_segment_ids"][:n] = 1
-        out["decoder_target_tokens"][:n - 1] = tokens[1:]
-        out["decoder_loss_weights"][:n - 1] = 1
-        return out
+
+def order_features(tokens: np.ndarray, segment_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """One order's features from a padded or packed row: each token's target is the next token of
+    its own segment (the last token of a segment, its extract token, predicts nothing)."""
+    same_next = (segment_ids[:-1] > 0) & (segment_ids[:-1] == segment_ids[1:])
+    targets, weights = np.zeros_like(tokens), np.zeros_like(tokens)
+    targets[:-1] = np.where(same_next, tokens[1:], 0)
+    weights[:-1] = same_next
+    return {"decoder_input_tokens": tokens.astype(np.int32), "decoder_segment_ids": segment_ids.astype(np.int32),
+            "decoder_target_tokens": targets.astype(np.int32), "decoder_loss_weights": weights.astype(np.int32)}

@@ -41,6 +41,7 @@ class ModelConfig(Replaceable):
     # approximation (HF "gelu_new"), "gelu_exact" the erf form (HF "gelu").
     mlp_activations: tuple[str, ...] = ("relu",)
     dropout_rate: float = 0.1
+    mlp_dropout: bool = True          # dropout on the MLP's hidden units (T5; BART's activation_dropout, 0 by default); BERT, GPT-2 have none
 
     # Block layout.
     norm: str = "rms"                 # "rms" (T5: scale only) or "layer" (mean, scale and bias)
@@ -125,7 +126,7 @@ _TINY = dict(vocab_size=2176, d_model=128, num_heads=4, head_dim=32, d_ff=512, n
              num_decoder_layers=2)
 
 # Fields shared by the Hugging Face-style (post-2018) families.
-_HF_STYLE = dict(norm="layer", use_bias=True, scale_attention=True, init_std=0.02, scale_tied_logits=False,
+_HF_STYLE = dict(norm="layer", use_bias=True, scale_attention=True, init_std=0.02, scale_tied_logits=False, mlp_dropout=False,
                  position_encoding="learned")
 _BERT = dict(_HF_STYLE, arch="encoder", vocab_size=30522, d_model=768, num_heads=12, head_dim=64, d_ff=3072,
              num_encoder_layers=12, num_decoder_layers=0, mlp_activations=("gelu_exact",), norm_position="post",

@@ -441,6 +441,7 @@ class MlpBlock(nn.Module):
             h = ACTIVATIONS[act](h)
             hidden = h if hidden is None else hidden * h
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
-        hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=self.deterministic)
+        if cfg.mlp_dropout:
+            hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=self.deterministic)
         return Dense((cfg.d_model,), ("mlp", "embed"), 1, cfg.use_bias, init_std(cfg, cfg.d_ff ** -0.5), dtype,
                      quantized(cfg), name="wo")(hidden)

@@ -64,7 +64,10 @@ class DecoderClassifier(nn.Module):
     the real tokens, right padding; None: no padding). With the `swapped_` features (a similarity
     pair in its other order) the two orders' states are added before the head, as GPT-1 does. `with_lm` also returns
     the backbone's LM logits of each order (for the auxiliary LM loss). Params are
-    `{"backbone", "head"}`, as `WithHead`'s."""
+    `{"backbone", "head"}`, as `WithHead`'s.
+
+    Packed rows (`decoder_positions` and `num_segments` label slots given): causal attention stays
+    inside each segment, and the head reads each segment's last token: [batch, num_segments, labels]."""
     config: ModelConfig
     num_labels: int
 
@@ -73,16 +76,18 @@ class DecoderClassifier(nn.Module):
         self.head = H.SequenceClassificationHead(self.config, self.num_labels)
 
     def __call__(self, decoder_input_tokens, decoder_segment_ids=None, swapped_decoder_input_tokens=None,
-                 swapped_decoder_segment_ids=None, enable_dropout: bool = False, with_lm: bool = False,
+                 swapped_decoder_segment_ids=None, decoder_positions=None, swapped_decoder_positions=None,
+                 num_segments: int | None = None, enable_dropout: bool = False, with_lm: bool = False,
                  **unused_features):
-        orders = [(decoder_input_tokens, decoder_segment_ids)]
+        orders = [(decoder_input_tokens, decoder_segment_ids, decoder_positions)]
         if swapped_decoder_input_tokens is not None:
-            orders.append((swapped_decoder_input_tokens, swapped_decoder_segment_ids))
+            orders.append((swapped_decoder_input_tokens, swapped_decoder_segment_ids, swapped_decoder_positions))
         pooled, hidden = 0.0, []
-        for tokens, segments in orders:
+        for tokens, segments, positions in orders:
             segments = jnp.ones_like(tokens) if segments is None else segments   # no padding
-            x = self.backbone.encode(tokens, segments, enable_dropout=enable_dropout)
-            pooled = pooled + H.pool(x, segments > 0, "last")
+            x = self.backbone.encode(tokens, segments, positions, enable_dropout=enable_dropout)
+            pooled = pooled + (H.pool(x, segments > 0, "last") if num_segments is None else
+                               H.pool_segments(x, segments, "last", num_segments))
             hidden.append(x)
         logits = self.head(pooled, not enable_dropout)
         if not with_lm:

@@ -37,6 +37,7 @@ from t5lite.train.objective import LossConfig, Objective
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
 PACKED_INPUTS = ("encoder_segment_ids", "encoder_positions")   # a packed batch's
+DECODER_INPUTS = ("decoder_input_tokens", "decoder_segment_ids", "decoder_positions")   # each order's
 
 
 class HeadObjective(Objective):
@@ -109,7 +110,13 @@ class ClassificationObjective(HeadObjective):
         return optax.softmax_cross_entropy_with_integer_labels(logits, labels.astype(jnp.int32))
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
-        logits = self.apply(module, params, batch, rng).reshape(-1, self.num_labels)   # one row per label slot
+        total, metrics = self.classifier_terms(self.apply(module, params, batch, rng), batch)
+        return total / normalizers["examples"], metrics
+
+    def classifier_terms(self, logits, batch):
+        """The summed per-example loss and the metrics of `logits` against `label` (packed: one
+        per filled label slot)."""
+        logits = logits.reshape(-1, self.num_labels)   # one row per label slot
         labels = batch["label"].reshape(-1)
         weights = batch["label_weights"].reshape(-1).astype(jnp.float32) if "label_weights" in batch else 1.0
         per_example = self.per_example_loss(logits, labels) * weights
@@ -117,7 +124,7 @@ class ClassificationObjective(HeadObjective):
         metrics = {"loss": (jnp.sum(per_example), n), "examples": n}
         if self.num_labels > 1:
             metrics["accuracy"] = (jnp.sum((jnp.argmax(logits, -1) == labels) * weights), n)
-        return jnp.sum(per_example) / normalizers["examples"], metrics
+        return jnp.sum(per_example), metrics
 
     def evaluators(self, task, split, task_feature_lengths, **kwargs):
         return {task.name: classify.ClassificationEvaluator(task, split, task_feature_lengths, **kwargs)}
@@ -215,33 +222,30 @@ class GptClassificationObjective(ClassificationObjective):
             ("decoder_input_tokens", "decoder_segment_ids"))}
 
     def normalizers(self, batch, loss: LossConfig) -> dict[str, Any]:
-        """Examples for the classifier; the predicted tokens of every order for the LM loss."""
+        """Examples for the classifier (packed: the filled label slots); the predicted tokens of
+        every order for the LM loss."""
         weights = [v for k, v in batch.items() if k.endswith("decoder_loss_weights")]
-        return {"examples": jnp.asarray(batch["label"].shape[0], jnp.float32),
+        return {**super().normalizers(batch, loss),
                 "tokens": jnp.maximum(sum(jnp.sum(w) for w in weights), 1).astype(jnp.float32)}
 
     def apply(self, module, params, batch, rng=None, with_lm: bool = False):
-        inputs = {k: v for k, v in batch.items() if k.endswith(("decoder_input_tokens", "decoder_segment_ids"))}
+        inputs = {k: v for k, v in batch.items() if k.endswith(DECODER_INPUTS)}
+        if "label_weights" in batch:
+            inputs["num_segments"] = batch["label_weights"].shape[1]
         if rng is None:
             return module.apply({"params": params}, **inputs, with_lm=with_lm)
         return module.apply({"params": params}, **inputs, with_lm=with_lm, enable_dropout=True, rngs={"dropout": rng})
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
         logits, lm_logits = self.apply(module, params, batch, rng, with_lm=True)
-        labels = batch["label"][:, 0]
-        per_example = self.per_example_loss(logits, labels)
-        n = jnp.asarray(labels.shape[0], jnp.float32)
+        classifier, metrics = self.classifier_terms(logits, batch)
         lm_total, lm_tokens = 0.0, 0.0
         for prefix, order_logits in zip(("", "swapped_"), lm_logits):
             weights = batch[prefix + "decoder_loss_weights"].astype(jnp.float32)
             ce = optax.softmax_cross_entropy_with_integer_labels(order_logits, batch[prefix + "decoder_target_tokens"])
             lm_total, lm_tokens = lm_total + jnp.sum(ce * weights), lm_tokens + jnp.sum(weights)
-        classifier = jnp.sum(per_example)
         objective = classifier / normalizers["examples"] + self.lm_weight * lm_total / normalizers["tokens"]
-        metrics = {"loss": (classifier, n), "lm_loss": (lm_total, lm_tokens), "examples": n}
-        if self.num_labels > 1:
-            metrics["accuracy"] = (jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32), n)
-        return objective, metrics
+        return objective, {**metrics, "lm_loss": (lm_total, lm_tokens)}
 
     def evaluators(self, task, split, task_feature_lengths, **kwargs):
         return {task.name: classify.DecoderClassificationEvaluator(task, split, task_feature_lengths, **kwargs)}

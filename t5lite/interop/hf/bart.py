@@ -22,7 +22,7 @@ class BartFamily:
             head_dim=d // c["encoder_attention_heads"], d_ff=c["encoder_ffn_dim"],
             num_encoder_layers=c["encoder_layers"], num_decoder_layers=c["decoder_layers"],
             mlp_activations=(activation_from_hf(c.get("activation_function", "gelu")),),
-            dropout_rate=c.get("dropout", 0.1),
+            dropout_rate=c.get("dropout", 0.1), mlp_dropout=bool(c.get("activation_dropout", 0.0)),
             norm="layer", norm_position="post", final_norm=False, embedding_norm=True, use_bias=True,
             scale_attention=True, layer_norm_epsilon=1e-5, init_std=0.02, pad_token_id=c.get("pad_token_id", 1),
             scale_embeddings=bool(c.get("scale_embedding", False)), position_encoding="learned",

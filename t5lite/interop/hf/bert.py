@@ -83,7 +83,7 @@ class EncoderFamily:
             head_dim=hidden // c["num_attention_heads"], d_ff=c["intermediate_size"],
             num_encoder_layers=c["num_hidden_layers"], num_decoder_layers=0,
             mlp_activations=(activation_from_hf(c.get("hidden_act", "gelu")),),
-            dropout_rate=c.get("hidden_dropout_prob", 0.1),
+            dropout_rate=c.get("hidden_dropout_prob", 0.1), mlp_dropout=False,
             norm="layer", norm_position="post", final_norm=False, embedding_norm=True, use_bias=True,
             scale_attention=True, layer_norm_epsilon=c.get("layer_norm_eps", 1e-12), init_std=0.02,
             pad_token_id=c.get("pad_token_id", 0) or 0, embedding_size=embedding if factorised else None,

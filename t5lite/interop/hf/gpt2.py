@@ -20,7 +20,7 @@ class GPT2Family:
             head_dim=d // c["n_head"], d_ff=c.get("n_inner") or 4 * d, num_encoder_layers=0,
             num_decoder_layers=c["n_layer"],
             mlp_activations=(activation_from_hf(c.get("activation_function", "gelu_new")),),
-            dropout_rate=c.get("resid_pdrop", 0.1), norm="layer", norm_position="pre", final_norm=True,
+            dropout_rate=c.get("resid_pdrop", 0.1), mlp_dropout=False, norm="layer", norm_position="pre", final_norm=True,
             use_bias=True, scale_attention=c.get("scale_attn_weights", True),
             layer_norm_epsilon=c.get("layer_norm_epsilon", 1e-5), init_std=0.02, position_encoding="learned",
             max_position_embeddings=c.get("n_positions", 1024), scale_tied_logits=False,
