@@ -41,7 +41,8 @@ class ModelConfig(Replaceable):
     # approximation (HF "gelu_new"), "gelu_exact" the erf form (HF "gelu").
     mlp_activations: tuple[str, ...] = ("relu",)
     dropout_rate: float = 0.1
-    mlp_dropout: bool = True          # dropout on the MLP's hidden units (T5; BART's activation_dropout, 0 by default); BERT, GPT-2 have none
+    # Dropout on the MLP's hidden units: T5's, and BART's activation_dropout (0 by default); BERT and GPT-2 have none.
+    mlp_dropout: bool = True
 
     # Block layout.
     norm: str = "rms"                 # "rms" (T5: scale only) or "layer" (mean, scale and bias)
