@@ -211,6 +211,12 @@ def test_li_liang_placement_equals_a_rederivation_on_hugging_face_t5(projection,
             assert name in params["decoder"][f"layers_{i}"]["cross_attention"]
     ours = _apply(module, params, features)
     assert not np.allclose(ours, _apply(module, peft_params, features), rtol=RTOL, atol=ATOL)
+    inputs = {k: jnp.asarray(v) for k, v in features.items()}
+    grads = jax.grad(lambda t: jnp.sum(module.apply({"params": method.combine(base, t)}, **inputs) ** 2))(trained)
+    for name in ("prefix", "prefix_encoder"):   # both prefix encoders train, every key and value column
+        jax.tree.map(lambda g: np.any(np.asarray(g) != 0) or pytest.fail(f"{name}: no gradient"), grads[name])
+        if not projection:
+            assert np.all(np.any(np.asarray(grads[name]["embedding"]) != 0, axis=0)), name
     ref = _li_liang_reference(model, trained, torch_inputs)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
     scanned_module, scanned = hf.load(str(tmp_path / "base"), scan_layers=True)
