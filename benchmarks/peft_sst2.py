@@ -9,6 +9,8 @@ classification evaluator. Each row lives in its own process, so its peak residen
 `--chunk` steps at a time, so outside load hits every row alike, and s/step is the median over all
 steps but each process's first (compilation). Prints a markdown table.
     python benchmarks/peft_sst2.py [--steps 300] [--batch 32] [--length 64] [--rows full,lora,houlsby,bitfit,prompt]
+A row may name its peak learning rate, `lora=1e-3`, and one method may appear at several rates
+(`--rows lora=5e-4,lora=1e-3,lora=3e-3`: a learning-rate search in one alternating run).
 """
 from __future__ import annotations
 
@@ -43,7 +45,13 @@ def _method(row: str, vocabulary):
             "bitfit": peft.BitFit()}[row]
 
 
-def worker(row: str, args, conn) -> None:
+def _parse_row(spec: str) -> tuple[str, float]:
+    """`lora` or `lora=1e-3` -> (method, peak learning rate)."""
+    row, _, lr = spec.partition("=")
+    return row, float(lr) if lr else ROWS[row][1]
+
+
+def worker(spec: str, args, conn) -> None:
     """Builds one row's run, then answers the driver: ("steps", n) -> step seconds, ("eval",) -> results."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import resource
@@ -59,13 +67,14 @@ def worker(row: str, args, conn) -> None:
     from t5lite.train.partitioning import Partitioner
     from t5lite.train.trainer import TrainTask
 
+    row, lr = _parse_row(spec)
     vocab.use_run_vocabulary(None, args.base)
     task = get_task(TASK)
     lengths = {"inputs": args.length}
     loader = Loader(task, "train", lengths, args.batch, "encoder_classification", pack=False, seed=0,
                     data_dir=args.data_dir)
     batches = iter(loader)
-    schedule = optimizers.warmup_cosine(ROWS[row][1], warmup_steps=max(1, args.steps // 10), decay_steps=args.steps,
+    schedule = optimizers.warmup_cosine(lr, warmup_steps=max(1, args.steps // 10), decay_steps=args.steps,
                                         end_fraction=0.0)
     objective = ClassificationObjective(num_labels=2, pooling="pooler")
     partitioner = Partitioner()
@@ -83,7 +92,7 @@ def worker(row: str, args, conn) -> None:
         state = trainer.init_state(0, frozen)
     step = trainer.jit_train_step(frozen)
     total = trainer.num_base_params + (trainer.num_params if method is not None else 0)
-    conn.send(("ready", row))
+    conn.send(("ready", spec))
     while True:
         message = conn.recv()
         if message[0] == "steps":
@@ -147,11 +156,12 @@ def main() -> None:
         workers[row][0].join()
     print(f"all-MiniLM-L6-v2 on SST-2: {args.steps} steps of {args.batch} unpadded-length-{args.length} examples, "
           f"AdamW; dev accuracy (872 sentences); s/step: median, the rows alternating {args.chunk} steps a turn")
-    print("| method | dev accuracy | trained params | % of all | optimizer state | s/step | peak RSS |")
-    print("|---|---|---|---|---|---|---|")
+    print("| method | peak learning rate | dev accuracy | trained params | % of all | optimizer state | s/step | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         r = results[row]
-        print(f"| {ROWS[row][0]}, lr {ROWS[row][1]:g} | {r['accuracy']:.1f} | {r['trained']:,} | "
+        method, lr = _parse_row(row)
+        print(f"| {ROWS[method][0]} | {lr:g} | {r['accuracy']:.1f} | {r['trained']:,} | "
               f"{100 * r['trained'] / r['total']:.3g}% | {r['opt_mb']:.1f} MiB | {statistics.median(seconds[row]):.2f} | "
               f"{r['peak_mib']:,.0f} MiB |", flush=True)
 

@@ -518,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--out", required=True, help="the directory to write: new or empty (never overwritten)")
     convert.add_argument("--peft_adapter", default=None,
                          help="with --from_hf: a peft LoRA adapter folder (adapter_config.json + "
-                              "adapter_model.safetensors) to merge into the imported base, or a prefix-tuning "
-                              "one: OUT is then a PEFT run on OUT/base")
+                              "adapter_model.safetensors) to merge into the imported base, or a prefix- or "
+                              "prompt-tuning one: OUT is then a PEFT run on OUT/base")
     convert.add_argument("--merge", default=None,
                          help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
     convert.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")

@@ -145,20 +145,104 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
                                np.where(real, _torch(theirs, torch_inputs), 0), rtol=RTOL, atol=ATOL)
 
 
+def _li_liang_reference(model, trained, torch_inputs):
+    """Li and Liang's placement re-derived on Hugging Face's T5: every encoder self-attention sees
+    its prefix as N cached earlier positions (the tokens' positions shifted by N, as in the
+    decoder), the decoder's self-attentions get peft's rows (4i, 4i + 1 mod 2L) the same way, and
+    each cross-attention's keys and values are its prefix rows (4i + 2, 4i + 3 mod 2L) before the
+    encoder output's projections, seen by every query."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+    cfg = model.config
+    b, layers, h, hd = torch_inputs["input_ids"].shape[0], cfg.num_layers, cfg.num_heads, cfg.d_kv
+
+    def kv(rows, r):   # rows [N, 2L * h * hd] -> keys, values [b, h, N, hd] of rows r, r + 1
+        per = np.asarray(rows).reshape(N, -1, h, hd)
+        return [torch.tensor(per[:, r + o]).permute(1, 0, 2)[None].expand(b, -1, -1, -1).contiguous() for o in (0, 1)]
+
+    enc_rows, dec_rows = P.PrefixTuning.rows(trained["prefix_encoder"]), P.PrefixTuning.rows(trained["prefix"])
+    mask = torch.tensor(np.concatenate([np.ones((b, N), np.int64), torch_inputs["attention_mask"]], 1))
+    with torch.no_grad():
+        for i, block in enumerate(model.encoder.block):   # the encoder stack passes no cache: give each layer its own
+            cache = DynamicCache()
+            for j in range(i + 1):
+                cache.update(*kv(enc_rows, 2 * j), j)
+            attention, forward = block.layer[0].SelfAttention, block.layer[0].SelfAttention.forward
+            attention.forward = lambda *a, _f=forward, _c=cache, past_key_values=None, **k: _f(*a, past_key_values=_c,
+                                                                                               **k)
+        encoded = model.encoder(input_ids=torch.tensor(torch_inputs["input_ids"]), attention_mask=mask).last_hidden_state
+        self_cache, cross_cache = DynamicCache(), DynamicCache()
+        for i, block in enumerate(model.decoder.block):
+            self_cache.update(*kv(dec_rows, 4 * i % (2 * layers)), i)
+            cross = block.layer[1].EncDecAttention
+            keys, values = ((proj(encoded).view(b, -1, h, hd).transpose(1, 2)) for proj in (cross.k, cross.v))
+            prefix_k, prefix_v = kv(dec_rows, (4 * i + 2) % (2 * layers))
+            cross_cache.update(torch.cat([prefix_k, keys], 2), torch.cat([prefix_v, values], 2), i)
+        cache = EncoderDecoderCache(self_cache, cross_cache)
+        for i in range(layers):
+            cache.is_updated[i] = True   # the cross-attentions read their keys and values from the cache
+        padded = torch.cat([torch.zeros(b, N, cfg.d_model), encoded], 1)   # only its length is read
+        return model(encoder_outputs=(padded,), attention_mask=mask, past_key_values=cache,
+                     decoder_input_ids=torch.tensor(torch_inputs["decoder_input_ids"])).logits.numpy()
+
+
+@pytest.mark.parametrize("projection", [False, True], ids=["embedding", "projection"])
+def test_li_liang_placement_equals_a_rederivation_on_hugging_face_t5(projection, tmp_path):
+    """PrefixTuning(placement='li_liang') on T5: prefixes on the encoder's self-attentions, the
+    decoder's self-attentions and its cross-attentions give the logits of Hugging Face's T5 with
+    those keys and values put in its attentions by hand (looped and scanned layers); the decoder's
+    self-attention prefixes are the 'peft' placement's; a peft folder is refused in one line."""
+    model, _, module, base, torch_inputs, features = _setup("t5", tmp_path)
+    kwargs = dict(num_virtual_tokens=N, prefix_projection=projection, encoder_hidden_size=24 if projection else None)
+    method, peft_method = P.PrefixTuning(placement="li_liang", **kwargs), P.PrefixTuning(**kwargs)
+    trained, specs = method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
+    peft_trained, _ = peft_method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
+    jax.tree.map(np.testing.assert_array_equal, trained["prefix"], peft_trained["prefix"])
+    assert set(trained) == {"params", "prefix", "prefix_encoder"}
+    assert P.count(trained) == 2 * P.count(peft_trained)   # a second prefix encoder of the same shape
+    jax.tree.map(lambda x, s: len(s) == x.ndim or pytest.fail(f"{s} for {x.shape}"), trained, specs,
+                 is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec))
+    params = method.combine(base, trained)
+    peft_params = peft_method.combine(base, peft_trained)
+    for i in range(3):
+        for name in ("prefix_key", "prefix_value"):
+            np.testing.assert_array_equal(params["decoder"][f"layers_{i}"]["self_attention"][name],
+                                          peft_params["decoder"][f"layers_{i}"]["self_attention"][name])
+            assert name in params["encoder"][f"layers_{i}"]["self_attention"]
+            assert name in params["decoder"][f"layers_{i}"]["cross_attention"]
+    ours = _apply(module, params, features)
+    assert not np.allclose(ours, _apply(module, peft_params, features), rtol=RTOL, atol=ATOL)
+    inputs = {k: jnp.asarray(v) for k, v in features.items()}
+    grads = jax.grad(lambda t: jnp.sum(module.apply({"params": method.combine(base, t)}, **inputs) ** 2))(trained)
+    for name in ("prefix", "prefix_encoder"):   # both prefix encoders train, every key and value column
+        jax.tree.map(lambda g: np.any(np.asarray(g) != 0) or pytest.fail(f"{name}: no gradient"), grads[name])
+        if not projection:
+            assert np.all(np.any(np.asarray(grads[name]["embedding"]) != 0, axis=0)), name
+    ref = _li_liang_reference(model, trained, torch_inputs)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    scanned_module, scanned = hf.load(str(tmp_path / "base"), scan_layers=True)
+    np.testing.assert_allclose(_apply(scanned_module, method.combine(scanned["params"], trained), features), ref,
+                               rtol=RTOL, atol=ATOL)
+    with pytest.raises(hf.HFConversionError, match="li_liang.*no peft equivalent"):
+        hf.save_adapter(module, method, trained, str(tmp_path / "adapter"), str(tmp_path / "base"))
+    with pytest.raises(ConfigError, match="placement"):
+        P.PrefixTuning(placement="both")
+
+
 def _log_probs(logits):
     return np.asarray(jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), -1))
 
 
-@pytest.mark.parametrize("family", ["t5", "gpt2"])
-def test_prefix_tuning_decodes_with_the_kv_cache_as_the_full_pass(family, tmp_path):
+@pytest.mark.parametrize("family,placement", [("t5", "peft"), ("gpt2", "peft"), ("t5", "li_liang")])
+def test_prefix_tuning_decodes_with_the_kv_cache_as_the_full_pass(family, placement, tmp_path):
     """Greedy decoding (and beam search's best beam) with the KV cache gives the argmax tokens (and
-    the log-probability) of a full forward pass over the prompt and the decoded tokens."""
+    the log-probability) of a full forward pass over the prompt and the decoded tokens (with Li and
+    Liang's placement too: the cross-attention prefix beside the cached encoder keys)."""
     from conftest import random_variables
     from t5lite.infer import decoding
     from t5lite.infer.predict import decoded_lengths
     _, _, module, _, _, features = _setup(family, tmp_path)
     base = nn.unbox(random_variables(module, scale=0.5))["params"]   # HF's tiny init decodes padding only
-    method = P.PrefixTuning(num_virtual_tokens=N, prefix_projection=True)
+    method = P.PrefixTuning(num_virtual_tokens=N, prefix_projection=True, placement=placement)
     trained, _ = method.init(jax.random.PRNGKey(1), base, P.logical_specs(module), module.config)
     params = method.combine(base, trained)
     steps = 6

@@ -106,6 +106,14 @@ def test_prompt_tuning_logits_and_count_equal_peft(family, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, loaded, trained)
     _, with_adapter = hf.load(str(tmp_path / "base"), adapter=str(tmp_path / "peft_prompt"))
     np.testing.assert_array_equal(_apply(module, with_adapter["params"], features), ours)
+    # ... and by `t5lite convert --from_hf BASE --peft_adapter DIR`, as a prompt-tuning run on the imported base.
+    from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
+    from t5lite.interop import checkpoint as interop_checkpoint
+    run = str(tmp_path / "imported")
+    interop_checkpoint.hf_to_t5lite(str(tmp_path / "base"), run, str(tmp_path / "peft_prompt"))
+    params = peft_checkpoint.restore_merged(checkpoint_reader.step_directory(run), run, peft_checkpoint.read(run),
+                                            predict.abstract_params(module.config))
+    np.testing.assert_allclose(_apply(module, params, features), ours, rtol=RTOL, atol=ATOL)
     trained = jax.tree.map(lambda x: x + 0.5, trained)
     out = hf.save_adapter(module, method, trained, str(tmp_path / "ours_prompt"), str(tmp_path / "base"))
     fresh = type(model).from_pretrained(str(tmp_path / "base")).eval()
@@ -148,11 +156,12 @@ def test_prompt_tuning_config_errors():
 def test_prompt_tuning_trains_decodes_and_refuses_packing(tmp_path, micro_config):
     """A prompt-tuning run on a tiny T5 base: the checkpoint holds only the prompt, which trains;
     inference reads the run as its base plus the prompt and decodes with the KV cache (on a mesh
-    too); `convert --to_hf` writes a base and a peft folder giving the same logits; packing and
-    merging (`--merge`, `--peft_adapter`) are refused with the fix."""
+    too); `convert --to_hf` writes a base and a peft folder giving the same logits, which
+    `convert --from_hf --peft_adapter` reads back as a prompt-tuning run; packing and `--merge`
+    are refused with the fix."""
     from conftest import train_tiny
     from t5lite.errors import CheckpointError
-    from t5lite.infer import checkpoint_reader, predict
+    from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
     from t5lite.infer.peft_checkpoint import restore_trained
     from t5lite.interop import checkpoint as interop_checkpoint
     from t5lite.models import build
@@ -193,9 +202,14 @@ def test_prompt_tuning_trains_decodes_and_refuses_packing(tmp_path, micro_config
         ref = theirs(input_ids=torch.tensor(enc), attention_mask=torch.tensor(enc != 0),
                      decoder_input_ids=torch.tensor(dec)).logits.numpy()
     np.testing.assert_allclose(np.asarray(logits), ref, rtol=RTOL, atol=ATOL)
-    with pytest.raises(hf.HFConversionError, match="does not merge"):   # convert --from_hf B --peft_adapter A
-        interop_checkpoint.hf_to_t5lite(str(tmp_path / "hf" / "base"), str(tmp_path / "imported"),
-                                        str(tmp_path / "hf" / "adapter"))
+    # `convert --from_hf B --peft_adapter A` reads the folder back as a prompt-tuning run on the imported base.
+    imported = tmp_path / "imported"
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf" / "base"), "--peft_adapter", str(tmp_path / "hf" / "adapter"),
+              "--out", str(imported)])
+    assert peft_checkpoint.read(str(imported))["method"] == "PromptTuning"
+    params, _, _ = predict.load_params(micro_config, str(imported))
+    logits = module.apply({"params": params}, encoder_input_tokens=jnp.asarray(enc), decoder_input_tokens=jnp.asarray(dec))
+    np.testing.assert_allclose(np.asarray(logits), ref, rtol=RTOL, atol=ATOL)
 
 
 def test_prompt_tuning_decoder_only_refuses_kv_cache(tmp_path):

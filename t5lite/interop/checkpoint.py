@@ -39,28 +39,24 @@ def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
 def hf_to_t5lite(hf_dir: str, out_dir: str, adapter_dir: str | None = None) -> ModelConfig:
     """Imports a Hugging Face model folder as a t5lite run directory (step 0), with a peft LoRA
     adapter folder merged in if given, and the folder's tokenizer as the run's vocabulary
-    (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer). A prefix-tuning adapter makes OUT a
-    PEFT run (`prefix_run_from_hf`)."""
+    (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer). A prefix- or prompt-tuning adapter
+    makes OUT a PEFT run (`peft_run_from_hf`)."""
     from t5lite.interop import hf
     note = {"converted_from": os.path.abspath(hf_dir)}
     if adapter_dir is not None:
         note["peft_adapter"] = os.path.abspath(adapter_dir)
-        peft_type = hf.adapter_lib.read(adapter_dir)[0].get("peft_type")
-        if peft_type == "PREFIX_TUNING":
-            return prefix_run_from_hf(hf_dir, out_dir, adapter_dir)
-        if peft_type == "PROMPT_TUNING":
-            raise hf.HFConversionError(f"{adapter_dir} is a prompt-tuning adapter: a prompt is an input, not a weight, "
-                                       "so it does not merge into a checkpoint; use hf.load(BASE, adapter=DIR) or "
-                                       "hf.load_adapter in Python")
+        if hf.adapter_lib.read(adapter_dir)[0].get("peft_type") in ("PREFIX_TUNING", "PROMPT_TUNING"):
+            return peft_run_from_hf(hf_dir, out_dir, adapter_dir)
     config = _write_run(*hf.load(hf_dir, adapter=adapter_dir), out_dir, note)
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return config
 
 
-def prefix_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConfig:
-    """A peft prefix-tuning folder as a PEFT run, as training would write it: the imported base in
-    `OUT/base`, and OUT holding the prefix (step 0) with `peft.json` naming that base. A prefix
-    is keys and values, not a weight of the base, so it does not merge into a full checkpoint."""
+def peft_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConfig:
+    """A peft prefix- or prompt-tuning folder as a PEFT run, as training would write it: the
+    imported base in `OUT/base`, and OUT holding the prefix or prompt (step 0) with `peft.json`
+    naming that base. Keys, values and prompts are not weights of the base, so they do not merge
+    into a full checkpoint."""
     from t5lite.infer import peft_checkpoint
     from t5lite.interop import hf
     base_dir = os.path.join(out_dir, "base")
@@ -72,6 +68,8 @@ def prefix_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConf
     peft_checkpoint.check_or_record(out_dir, method, base_dir, variables["params"], resuming=False)
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return module.config
+
+
 def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str | None = None) -> ModelConfig:
     """Writes a weight-only quantised run (`scheme` 'int8' or 'int4'; t5lite.models.quantization) of a
     Hugging Face folder or a t5lite run: int8 kernels and embedding tables with their scales on

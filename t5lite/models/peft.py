@@ -299,14 +299,26 @@ class PrefixTuning(Method):
     the rows 4i, 4i + 1 modulo 2 * layers (peft duplicates the rows for the cross-attentions, then
     gives the cross-attentions no prefix, and the encoder none). An encoder-only model's
     self-attentions, layer i the rows 2i, 2i + 1, as are an encoder-decoder's encoder's when the
-    params hold the encoder only (a T5 backbone under a classification head)."""
+    params hold the encoder only (a T5 backbone under a classification head).
+
+    `placement="li_liang"` (Li and Liang 2021, section 4.2: a prefix for the encoder and the
+    decoder) also prefixes an encoder-decoder's cross-attentions, decoder layer i with the rows peft
+    builds for them and drops (4i + 2, 4i + 3 modulo 2 * layers), and its encoder's
+    self-attentions, from a second prefix encoder of the same kind (`prefix_encoder`, layer i the
+    rows 2i, 2i + 1), as Li and Liang's own code has one for the encoder. peft cannot hold it. On
+    other models it is the "peft" placement."""
     num_virtual_tokens: int = 20
     prefix_projection: bool = False
     encoder_hidden_size: int | None = None
+    placement: str = "peft"
     modules_to_save: tuple[str, ...] = ("head",)
     merges = False   # `combine` adds the prefixes beside the base params
 
     def __post_init__(self):
+        if self.placement not in ("peft", "li_liang"):
+            raise ConfigError(f"PrefixTuning.placement={self.placement!r}: expected 'peft' (decoder self-attention "
+                              "of an encoder-decoder, as Hugging Face peft) or 'li_liang' (encoder, decoder and "
+                              "cross-attention)")
         if self.num_virtual_tokens < 1:
             raise ConfigError(f"PrefixTuning.num_virtual_tokens={self.num_virtual_tokens}: expected at least 1")
         if self.encoder_hidden_size is not None and self.encoder_hidden_size < 1:
@@ -334,24 +346,35 @@ class PrefixTuning(Method):
     def init(self, rng, params, specs, config: ModelConfig) -> tuple[dict, dict]:
         """peft's init: torch.nn.Embedding's N(0, 1), torch.nn.Linear's U(+-1/sqrt(fan_in)) for weights and biases."""
         trained, trained_specs = super().init(rng, params, specs, config)
-        width = self.num_rows(config) * config.num_heads * config.head_dim
+        per_row = config.num_heads * config.head_dim
+        trained["prefix"], trained_specs["prefix"] = self._prefix_encoder(rng, self.num_rows(config) * per_row, config)
+        if self._li_liang(_stack_layers(flatten_dict(params))[1]):
+            trained["prefix_encoder"], trained_specs["prefix_encoder"] = self._prefix_encoder(
+                jax.random.fold_in(rng, 1), 2 * config.num_encoder_layers * per_row, config)
+        return trained, trained_specs
+
+    def _li_liang(self, layers: dict[str, int]) -> bool:
+        """Whether the encoder and cross-attentions get prefixes too: Li and Liang's placement on an encoder-decoder."""
+        return self.placement == "li_liang" and all(layers.values())
+
+    def _prefix_encoder(self, rng, width: int, config: ModelConfig) -> tuple[dict, dict]:
+        """(params, logical specs) of one prefix encoder giving [n, width] rows: an embedding, or
+        with `prefix_projection` an embedding and peft's two-layer tanh MLP."""
         keys = jax.random.split(rng, 5)
         n = self.num_virtual_tokens
         if not self.prefix_projection:
-            trained["prefix"] = {"embedding": jax.random.normal(keys[0], (n, width), jnp.float32)}
-            trained_specs["prefix"] = {"embedding": P("prompt_tokens", "joined_kv")}
-            return trained, trained_specs
+            return ({"embedding": jax.random.normal(keys[0], (n, width), jnp.float32)},
+                    {"embedding": P("prompt_tokens", "joined_kv")})
         d, hidden = config.d_model, self.encoder_hidden_size or config.d_model
         linear = lambda k1, k2, n_in, n_out: {
             "kernel": jax.random.uniform(k1, (n_in, n_out), jnp.float32, -n_in ** -0.5, n_in ** -0.5),
             "bias": jax.random.uniform(k2, (n_out,), jnp.float32, -n_in ** -0.5, n_in ** -0.5)}
-        trained["prefix"] = {"embedding": jax.random.normal(keys[0], (n, d), jnp.float32),
-                             "transform_0": linear(keys[1], keys[2], d, hidden),
-                             "transform_2": linear(keys[3], keys[4], hidden, width)}
-        trained_specs["prefix"] = {"embedding": P("prompt_tokens", "embed"),
-                                   "transform_0": {"kernel": P("embed", "mlp"), "bias": P("mlp")},
-                                   "transform_2": {"kernel": P("mlp", "joined_kv"), "bias": P("joined_kv")}}
-        return trained, trained_specs
+        return ({"embedding": jax.random.normal(keys[0], (n, d), jnp.float32),
+                 "transform_0": linear(keys[1], keys[2], d, hidden),
+                 "transform_2": linear(keys[3], keys[4], hidden, width)},
+                {"embedding": P("prompt_tokens", "embed"),
+                 "transform_0": {"kernel": P("embed", "mlp"), "bias": P("mlp")},
+                 "transform_2": {"kernel": P("mlp", "joined_kv"), "bias": P("joined_kv")}})
 
     @staticmethod
     def rows(prefix: dict):
@@ -365,27 +388,41 @@ class PrefixTuning(Method):
         """The base params (with any trained head) plus `prefix_key` and `prefix_value` in each
         prefixed attention (stacked on the layers axis when the layers are scanned)."""
         flat = flatten_dict(super().combine(frozen, trained))
-        at = next(p[:-2] for p in flat if p[-2:] == ("token_embedder", "embedding"))   # "backbone" under a head
-        layers = {stack: _num_layers(flat, at + (stack,)) for stack in ("encoder", "decoder")}
+        at, layers = _stack_layers(flat)
         arch = "encoder_decoder" if all(layers.values()) else "decoder" if layers["decoder"] else "encoder"
         rows = self.rows(trained["prefix"])
         for stack in layers:
             sites = [(layer, row) for s, layer, row in self.sites(arch, layers["encoder"], layers["decoder"])
                      if s == stack]
-            if not sites:
-                continue
-            scanned = at + (stack, "layers", "self_attention", "key", "kernel") in flat
-            heads, head_dim = flat[at + (stack, "layers" if scanned else "layers_0", "self_attention", "key",
-                                         "kernel")].shape[-2:]
-            per_row = rows.reshape(rows.shape[0], -1, heads, head_dim)
-            for name, offset in (("prefix_key", 0), ("prefix_value", 1)):
-                if scanned:
-                    flat[at + (stack, "layers", "self_attention", name)] = jnp.stack(
-                        [per_row[:, row + offset] for _, row in sites])
-                else:
-                    for layer, row in sites:
-                        flat[at + (stack, f"layers_{layer}", "self_attention", name)] = per_row[:, row + offset]
+            if sites:
+                _put_prefixes(flat, at + (stack,), "self_attention", rows, sites)
+        if self._li_liang(layers):
+            sites = self.sites(arch, layers["encoder"], layers["decoder"])
+            _put_prefixes(flat, at + ("decoder",), "cross_attention", rows,
+                          [(layer, (row + 2) % (2 * layers["encoder"])) for _, layer, row in sites])
+            _put_prefixes(flat, at + ("encoder",), "self_attention", self.rows(trained["prefix_encoder"]),
+                          [(layer, 2 * layer) for layer in range(layers["encoder"])])
         return unflatten_dict(flat)
+
+
+def _stack_layers(flat: dict) -> tuple[tuple, dict[str, int]]:
+    """(the path holding the stacks: () or ("backbone",) under a head, {stack: its layers}) of a flat param tree."""
+    at = next(p[:-2] for p in flat if p[-2:] == ("token_embedder", "embedding"))
+    return at, {stack: _num_layers(flat, at + (stack,)) for stack in ("encoder", "decoder")}
+
+
+def _put_prefixes(flat: dict, stack: tuple, sublayer: str, rows, sites: list[tuple[int, int]]) -> None:
+    """Writes `prefix_key` (row r) and `prefix_value` (row r + 1) of prefix `rows` [n, rows * heads
+    * head_dim] into `sublayer` of each (layer, r) of `sites`, stacked on the layers axis when scanned."""
+    scanned = stack + ("layers", sublayer, "key", "kernel") in flat
+    heads, head_dim = flat[stack + ("layers" if scanned else "layers_0", sublayer, "key", "kernel")].shape[-2:]
+    per_row = rows.reshape(rows.shape[0], -1, heads, head_dim)
+    for name, offset in (("prefix_key", 0), ("prefix_value", 1)):
+        if scanned:
+            flat[stack + ("layers", sublayer, name)] = jnp.stack([per_row[:, row + offset] for _, row in sites])
+        else:
+            for layer, row in sites:
+                flat[stack + (f"layers_{layer}", sublayer, name)] = per_row[:, row + offset]
 
 
 def _num_layers(flat: dict, stack: tuple) -> int:

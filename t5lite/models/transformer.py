@@ -179,7 +179,7 @@ class Stack(nn.Module):
                 positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
             k_positions = positions
             q_mask = k_mask = self._padding_mask(tokens, segment_ids)
-        n_prefix = _prefix_length(self.variables.get("params", {}))
+        n_prefix = _prefix_length(self.variables.get("params", {}), "self_attention")
         if n_prefix:   # prefix tuning: the prefix sits at positions 0..n-1, before the tokens, seen by all
             positions, k_positions = positions + n_prefix, jnp.concatenate(
                 [jnp.broadcast_to(jnp.arange(n_prefix), (tokens.shape[0], n_prefix)), k_positions + n_prefix], 1)
@@ -187,8 +187,7 @@ class Stack(nn.Module):
         x = self._embed(tokens, positions, token_types, deterministic, prompt, n_prefix)
         bias = L.attention_bias(q_mask, k_mask, self.causal, segment_ids, segment_ids,
                                 causal_attention, k_prefix, q_index, k_index)
-        if n_prefix:
-            bias = jnp.concatenate([jnp.zeros(bias.shape[:3] + (n_prefix,), bias.dtype), bias], -1)
+        bias = _open_to_prefix(bias, n_prefix)
         relative = k_positions[:, None, :] - positions[:, :, None]
         if cfg.position_encoding == "t5_relative":
             # Rows that all count 0, 1, 2, ... share one [1, heads, q, k] bias: the bucket lookup
@@ -204,6 +203,9 @@ class Stack(nn.Module):
         elif self.cross:
             cross_bias = L.attention_bias(q_mask, encoder_mask, q_segments=segment_ids,
                                           k_segments=encoder_segment_ids)
+        if self.cross:   # prefix tuning's Li and Liang placement: keys and values before the encoder's
+            cross_bias = _open_to_prefix(cross_bias, _prefix_length(self.variables.get("params", {}),
+                                                                    "cross_attention"))
         rel_embeddings = None
         if cfg.position_encoding == "disentangled":   # DeBERTa: one normalised table per stack
             shape = (2 * cfg.relative_attention_num_buckets, cfg.d_model)
@@ -233,13 +235,20 @@ def _with_prompt_slots(cfg: ModelConfig, n: int, tokens, token_types, segment_id
             front(causal_attention, causal_attention[:, :1] if causal_attention is not None else 0))
 
 
-def _prefix_length(params) -> int:
-    """The virtual tokens of a stack's prefix-tuning keys (`prefix_key` [.., n, heads, head_dim]), or 0."""
+def _prefix_length(params, sublayer: str) -> int:
+    """The virtual tokens of a stack's prefix-tuning keys in `sublayer` (`prefix_key` [.., n, heads, head_dim]), or 0."""
     for layer in params.values():
-        prefix = layer.get("self_attention", {}).get("prefix_key") if isinstance(layer, Mapping) else None
+        prefix = layer.get(sublayer, {}).get("prefix_key") if isinstance(layer, Mapping) else None
         if prefix is not None:
             return prefix.shape[-3]
     return 0
+
+
+def _open_to_prefix(bias, n: int):
+    """An attention bias [.., k] with `n` zero columns in front: every query sees the prefix keys."""
+    if not n:
+        return bias
+    return jnp.concatenate([jnp.zeros(bias.shape[:3] + (n,), bias.dtype), bias], -1)
 
 
 def without_prompt(x, tokens):

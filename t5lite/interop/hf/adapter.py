@@ -154,6 +154,10 @@ def _prefix_to_peft(config: ModelConfig, method: peft.PrefixTuning, trained: dic
                     base_model_name_or_path: str) -> tuple[dict, dict[str, np.ndarray]]:
     """The prefix encoder's output as peft saves it; peft loads it without the projection
     (prefix_projection=False), as its own inference mode does."""
+    if "prefix_encoder" in trained:
+        raise HFConversionError("a prefix-tuning run with PrefixTuning.placement='li_liang' (encoder and "
+                                "cross-attention prefixes) has no peft equivalent: peft prefixes the decoder's "
+                                "self-attention only; evaluate and infer with the run itself")
     if trained.get("params"):
         raise HFConversionError("a prefix-tuning run that also trains base parameters (a task head: "
                                 "modules_to_save) has no peft adapter equivalent in t5lite yet")
