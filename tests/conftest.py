@@ -40,6 +40,23 @@ def write_glove(path: Path, rows: int) -> Path:
     return path
 
 
+def assert_embed_reads_run(run, config: str, tmp_path: Path, dim: int) -> None:
+    """`t5lite embed` gives the same finite, text-dependent vectors for a sentence-objective run
+    with its training config as from the run alone."""
+    import gin
+    from t5lite import cli
+    texts = ["The lobster is blue .", "It lives in the sea ."]
+    gin.clear_config()
+    cli.main(["embed", f"--gin_file={config}", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'a.npy'}",
+              *texts])
+    gin.clear_config()
+    cli.main(["embed", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'b.npy'}", *texts])
+    with_config, run_alone = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
+    assert with_config.shape == (2, dim) and np.isfinite(with_config).all()
+    np.testing.assert_array_equal(with_config, run_alone)
+    assert not np.allclose(with_config[0], with_config[1])
+
+
 @pytest.fixture
 def clean_gin_state():
     """No gin bindings or default vocabulary left over from another test, nor left behind."""

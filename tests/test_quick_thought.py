@@ -5,12 +5,11 @@ bert_tiny for 3 steps through `t5lite train` and `t5lite embed` reads the run's 
 import json
 import os
 
-import gin
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from conftest import REPO, assert_close, shared_data_dir
+from conftest import REPO, assert_close, assert_embed_reads_run, shared_data_dir
 
 from t5lite import cli
 from t5lite.data import catalog
@@ -111,13 +110,4 @@ def test_config_trains_bert_tiny_and_t5lite_embed_reads_its_encoder(tmp_path):
     assert losses[0] == pytest.approx(np.log(7), rel=0.3)
     params = ocp.StandardCheckpointer().restore(os.path.join(run, "checkpoints", "3", "state"))["params"]
     assert "context" in params and set(params) - {"context"} == set(params["context"])
-    texts = ["The lobster is blue .", "It lives in the sea ."]
-    gin.clear_config()
-    cli.main(["embed", f"--gin_file={CONFIG}", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'a.npy'}",
-              *texts])
-    gin.clear_config()
-    cli.main(["embed", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'b.npy'}", *texts])
-    with_config, run_alone = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
-    assert with_config.shape == (2, 64) and np.isfinite(with_config).all()
-    np.testing.assert_array_equal(with_config, run_alone)
-    assert not np.allclose(with_config[0], with_config[1])
+    assert_embed_reads_run(run, CONFIG, tmp_path, 64)

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
-from conftest import REPO, assert_close, shared_data_dir
+from conftest import REPO, assert_close, assert_embed_reads_run, shared_data_dir
 
 from t5lite import cli
 from t5lite.data import catalog
@@ -197,15 +197,7 @@ def test_config_trains_bert_tiny_resumes_and_t5lite_embed_reads_its_encoder(tmp_
     assert first[1] == pytest.approx(np.log(2176), rel=0.1)
     params = ocp.StandardCheckpointer().restore(os.path.join(run, "checkpoints", "4", "state"))["params"]
     assert {"previous_decoder", "next_decoder"} <= set(params)
-    texts = ["The lobster is blue .", "It lives in the sea ."]
-    cli.main(["embed", f"--gin_file={CONFIG}", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'a.npy'}",
-              *texts])
-    gin.clear_config()
-    cli.main(["embed", f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'b.npy'}", *texts])
-    with_config, run_alone = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
-    assert with_config.shape == (2, 64) and np.isfinite(with_config).all()
-    np.testing.assert_array_equal(with_config, run_alone)
-    assert not np.allclose(with_config[0], with_config[1])
+    assert_embed_reads_run(run, CONFIG, tmp_path, 64)
 
 
 def test_train_flops_match_the_parameter_shapes():
