@@ -22,17 +22,19 @@ CONFIG = str(REPO / "configs/local/bert_tiny_quick_thought.gin")
 pytestmark = pytest.mark.usefixtures("clean_gin_state")
 
 
-def _reference_loss(u, v):
-    """Row i: -(1/|N_i|) sum_{j in N_i} log softmax_{k != i}(u_i . v_k)_j, N_i = {i-1, i+1} in the batch."""
+def _reference_loss(u, v, paragraph=None):
+    """Row i: -(1/|N_i|) sum_{j in N_i} log softmax_{k != i}(u_i . v_k)_j, N_i = {i-1, i+1} in the
+    batch and in i's paragraph; 0 when N_i is empty."""
     k = len(u)
+    paragraph = np.zeros(k) if paragraph is None else paragraph
     losses = []
     for i in range(k):
         others = [j for j in range(k) if j != i]
         scores = np.array([u[i] @ v[j] for j in others], np.float64)
         log_z = np.log(np.sum(np.exp(scores - scores.max()))) + scores.max()
         log_p = {j: s - log_z for j, s in zip(others, scores)}
-        neighbours = [j for j in (i - 1, i + 1) if 0 <= j < k]
-        losses.append(-sum(log_p[j] for j in neighbours) / len(neighbours))
+        neighbours = [j for j in (i - 1, i + 1) if 0 <= j < k and paragraph[j] == paragraph[i]]
+        losses.append(-sum(log_p[j] for j in neighbours) / len(neighbours) if neighbours else 0.0)
     return np.array(losses)
 
 
@@ -47,6 +49,18 @@ def test_loss_equals_the_papers_definition_on_random_embeddings(k):
     # the first row has one neighbour (s_2): its loss is -log p(s_2) among s_2..s_K alone
     scores = u[0].astype(np.float64) @ v[1:].T.astype(np.float64)
     assert_close(float(ours[0]), float(np.log(np.exp(scores).sum()) - scores[0]), rtol=1e-5)
+
+
+def test_neighbours_stay_inside_their_paragraph():
+    """The loader shuffles paragraphs: the sentence after a paragraph's last one is no neighbour;
+    a sentence alone in its paragraph in the batch has no target and adds nothing."""
+    rng = np.random.RandomState(0)
+    u, v = rng.normal(size=(7, 5)).astype(np.float32), rng.normal(size=(7, 5)).astype(np.float32)
+    paragraph = np.array([4, 4, 4, 9, 2, 2, 2])
+    ours = np.asarray(quick_thought_loss(jnp.asarray(u), jnp.asarray(v), jnp.asarray(paragraph)))
+    assert_close(ours, _reference_loss(u.astype(np.float64), v.astype(np.float64), paragraph), rtol=1e-5)
+    assert ours[3] == 0.0
+    assert not np.allclose(ours, np.asarray(quick_thought_loss(jnp.asarray(u), jnp.asarray(v))))
 
 
 def _wikitext_sentences(count):

@@ -2,8 +2,10 @@
 each a pooled `BiEncoder` of one preset) read a batch of K consecutive sentences s_1..s_K (the
 `consecutive_sentences` converter); with scores S_ij = f(s_i) . g(s_j) and the diagonal masked
 out (-inf before the softmax, as the authors' S2V code), each sentence classifies its neighbours
-at offsets -1 and +1 (those inside the batch, uniform targets) among the batch's sentences. The
-loss is the softmax cross entropy averaged over the rows.
+at offsets -1 and +1 (those inside the batch and of its own paragraph, uniform targets) among the
+batch's sentences. The loss is the softmax cross entropy averaged over the rows that have a
+neighbour: the loader shuffles paragraphs, so the sentence after a paragraph's last one is not its
+neighbour in the text.
 
 f's params are the run's top-level params, so `t5lite embed` reads the run as any encoder run;
 the paper's representation concatenates f and g, `embed_context` gives g.
@@ -22,8 +24,16 @@ from t5lite.models.sentence import TwoEncoders
 from t5lite.train.sentence_objectives import SentenceObjective
 
 
-def quick_thought_loss(u, v):
-    """Per-row loss [K] of f-embeddings `u` and g-embeddings `v` ([K, d], consecutive sentences)."""
+def neighbour_mask(k: int, paragraph=None):
+    """[K, K] bool: j is a neighbour of i (offset -1 or +1, the same `paragraph` [K] when given)."""
+    offsets = jnp.arange(k)[None, :] - jnp.arange(k)[:, None]
+    neighbours = jnp.abs(offsets) == 1
+    return neighbours if paragraph is None else neighbours & (paragraph[:, None] == paragraph[None, :])
+
+
+def quick_thought_loss(u, v, paragraph=None):
+    """Per-row loss [K] of f-embeddings `u` and g-embeddings `v` ([K, d], consecutive sentences),
+    the neighbours confined to each row's `paragraph` ([K], optional); 0 for a row without one."""
     k = u.shape[0]
     if k < 2:
         raise ConfigError(f"Quick-Thought needs 2 or more consecutive sentences per (micro)batch, got {k}: "
@@ -31,10 +41,13 @@ def quick_thought_loss(u, v):
     scores = jnp.einsum("id,jd->ij", u.astype(jnp.float32), v.astype(jnp.float32))
     eye = jnp.eye(k, dtype=bool)
     log_probs = jax.nn.log_softmax(jnp.where(eye, -jnp.inf, scores), axis=-1)
-    offsets = jnp.arange(k)[None, :] - jnp.arange(k)[:, None]
-    neighbours = (jnp.abs(offsets) == 1).astype(jnp.float32)
-    targets = neighbours / jnp.sum(neighbours, axis=-1, keepdims=True)
-    return -jnp.sum(jnp.where(neighbours > 0, targets * log_probs, 0.0), axis=-1)
+    neighbours = neighbour_mask(k, paragraph)
+    targets = neighbours / jnp.maximum(jnp.sum(neighbours, axis=-1, keepdims=True), 1)
+    return -jnp.sum(jnp.where(neighbours, targets * log_probs, 0.0), axis=-1)
+
+
+def _paragraph(batch):
+    return batch["paragraph"][:, 0] if "paragraph" in batch else None
 
 
 @gin.configurable
@@ -51,13 +64,20 @@ class QuickThoughtObjective(SentenceObjective):
     def build_model(self, config):
         return TwoEncoders(config, self.pooling)
 
+    def normalizers(self, batch, loss):
+        """The loss is a mean over the rows of `batch` that have a neighbour."""
+        k = batch["text0_input_tokens"].shape[0]
+        counted = jnp.any(neighbour_mask(k, _paragraph(batch)), axis=-1)
+        return {"examples": jnp.maximum(jnp.sum(counted), 1).astype(jnp.float32)}
+
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
         tokens = batch["text0_input_tokens"]
         apply = lambda method, r: module.apply({"params": params}, tokens, enable_dropout=True, method=method,
                                                rngs={"dropout": r})
         per_row = quick_thought_loss(apply("embed", jax.random.fold_in(rng, 0)),
-                                     apply("embed_context", jax.random.fold_in(rng, 1)))
-        total, n = jnp.sum(per_row), jnp.asarray(tokens.shape[0], jnp.float32)
+                                     apply("embed_context", jax.random.fold_in(rng, 1)), _paragraph(batch))
+        counted = jnp.any(neighbour_mask(tokens.shape[0], _paragraph(batch)), axis=-1)
+        total, n = jnp.sum(per_row), jnp.sum(counted).astype(jnp.float32)
         return total / normalizers["examples"], {"loss": (total, n), "examples": n}
 
     def train_flops_per_example(self, config, feature_lengths):
