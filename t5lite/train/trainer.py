@@ -494,7 +494,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                         if not math.isfinite(last["loss"]):
                             raise _non_finite(step, last, ckpt)
                         writer.write(step, last)
-                        bar.set_postfix(loss=f"{last['loss']:.3f}", acc=f"{_headline_accuracy(last):.3f}",
+                        accuracy = _headline_accuracy(last)
+                        bar.set_postfix(loss=f"{last['loss']:.3f}",
+                                        **({} if accuracy is None else {"acc": f"{accuracy:.3f}"}),
                                         tok_s=f"{last['real_tokens_per_sec']:.0f}/{last['tokens_per_sec']:.0f}",
                                         ex_s=f"{last['examples_per_sec']:.1f}")
                     if evaluators and (step % eval_every == 0 or step == train_steps):
@@ -607,9 +609,11 @@ def _throughput(steps: int, seconds: float, real: list, batch_size: int, tokens_
             "mfu": mfu_per_step * steps / seconds * real[0] / max(padded_tokens, 1)}
 
 
-def _headline_accuracy(metrics: dict) -> float:
-    """The progress bar's accuracy: token accuracy, or the objective's main one (e.g. `mlm_accuracy`)."""
-    return metrics.get("accuracy", next((v for k, v in metrics.items() if k.endswith("accuracy")), math.nan))
+def _headline_accuracy(metrics: dict) -> float | None:
+    """The progress bar's accuracy: token accuracy, or the objective's main one (e.g. `mlm_accuracy`);
+    None for an objective that measures none (word2vec, Quick-Thought), so the bar shows no `acc`."""
+    value = metrics.get("accuracy", next((v for k, v in metrics.items() if k.endswith("accuracy")), None))
+    return None if value is None or not math.isfinite(value) else value
 
 
 def _summarise(pending: list[dict]) -> dict:
