@@ -3,6 +3,7 @@ same weights and the same prefix encoder: T5's, BART's, GPT-2's and BERT's logit
 `prefix_projection`, padding masked; peft adapter folders both ways; the trained-parameter count
 equals peft's `get_nb_trainable_parameters`; KV-cache decoding gives the tokens of the full
 forward pass; training leaves the base bit-identical."""
+import inspect
 import os
 
 import flax.linen as nn
@@ -167,8 +168,9 @@ def _li_liang_reference(model, trained, torch_inputs):
             for j in range(i + 1):
                 cache.update(*kv(enc_rows, 2 * j), j)
             attention, forward = block.layer[0].SelfAttention, block.layer[0].SelfAttention.forward
-            attention.forward = lambda *a, _f=forward, _c=cache, past_key_values=None, **k: _f(*a, past_key_values=_c,
-                                                                                               **k)
+            # the cache argument's name differs across transformers versions ("cache" from 5.24 on)
+            name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+            attention.forward = lambda *a, _f=forward, _c=cache, _n=name, **k: _f(*a, **{**k, _n: _c})
         encoded = model.encoder(input_ids=torch.tensor(torch_inputs["input_ids"]), attention_mask=mask).last_hidden_state
         self_cache, cross_cache = DynamicCache(), DynamicCache()
         for i, block in enumerate(model.decoder.block):
