@@ -197,38 +197,40 @@ def test_discriminative_rates_are_sgd_steps_divided_by_2_6_per_group():
             np.testing.assert_allclose(np.asarray(u), -lr / 2.6 ** (3 - group) * 0.5, rtol=1e-6)
 
 
-def test_gradual_unfreezing_trains_one_more_group_every_n_steps_with_adam():
-    every = 2
+def _trained_groups(steps: int, **unfreezing):
+    """(step, layer group, whether its update is non-zero) of `steps` Adam updates under `layerwise`
+    with `unfreezing`; also the number of groups."""
     make = optimizers.layerwise(schedule=optax.constant_schedule(0.01), optimizer=lambda schedule: optax.adam(schedule),
-                                decay=1.0, unfreeze_every=every)
+                                decay=1.0, **unfreezing)
     tx = make(_specs())
     params = _params()
     grads = jax.tree.map(jnp.ones_like, params)
     groups, n = optimizers.layer_groups(_specs())
     state = tx.init(params)
-    for step in range(10):
+    trained = []
+    for step in range(steps):
         updates, state = tx.update(grads, state, params)
+        trained += [(step, g, bool(np.any(np.asarray(u) != 0)))
+                    for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups))]
+    return trained, n
+
+
+def test_gradual_unfreezing_trains_one_more_group_every_n_steps_with_adam():
+    every = 2
+    trained, n = _trained_groups(10, unfreeze_every=every)
+    for step, g, moved in trained:
         lowest = n - 1 - step // every    # the lowest trained group at this step
-        for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups)):
-            assert bool(np.any(np.asarray(u) != 0)) == (g >= lowest), (step, g)
+        assert moved == (g >= lowest), (step, g)
 
 
 @pytest.mark.parametrize("epochs, steps_per_epoch", [(1.0, 3), (0.5, 3)])
 def test_gradual_unfreezing_by_epoch_follows_its_formula(epochs, steps_per_epoch):
     """ULMFiT unfreezes one more group per epoch: group g trains from step ceil((top - g) * E * S)
     (E epochs of S steps), here also at a fractional 1.5 steps per unfreezing."""
-    make = optimizers.layerwise(schedule=optax.constant_schedule(0.01), optimizer=lambda schedule: optax.adam(schedule),
-                                decay=1.0, unfreeze_every_epochs=epochs, steps_per_epoch=steps_per_epoch)
-    tx = make(_specs())
-    params = _params()
-    grads = jax.tree.map(jnp.ones_like, params)
-    groups, n = optimizers.layer_groups(_specs())
-    state = tx.init(params)
-    for step in range(12):
-        updates, state = tx.update(grads, state, params)
-        for u, g in zip(jax.tree.leaves(updates), jax.tree.leaves(groups)):
-            first = math.ceil((n - 1 - g) * epochs * steps_per_epoch)
-            assert bool(np.any(np.asarray(u) != 0)) == (step >= first), (step, g)
+    trained, n = _trained_groups(12, unfreeze_every_epochs=epochs, steps_per_epoch=steps_per_epoch)
+    for step, g, moved in trained:
+        first = math.ceil((n - 1 - g) * epochs * steps_per_epoch)
+        assert moved == (step >= first), (step, g)
 
 
 def test_gradual_unfreezing_by_epoch_needs_the_epoch_length():
