@@ -123,19 +123,18 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
     if epath.Path(checkpoint_path).is_file():
         return _pooled_word_vectors(load_word_vectors(checkpoint_path), texts, pooling, normalize)
     run = predict.run_dir(checkpoint_reader.step_directory(checkpoint_path))
-    arch = predict.model_config_of(checkpoint_path, None).arch if model is None else model.arch
-    if arch == "word2vec":
+    model = predict.model_config_of(checkpoint_path, model)
+    if model.arch == "word2vec":
         path = os.path.join(run, RUN_VECTORS_FILE)
         if not epath.Path(path).exists():
             raise CheckpointError(f"{path} does not exist (the run writes it at its last step); write it from the "
                                   "latest checkpoint with t5lite.train.word2vec.export_vectors(run_dir)")
         return _pooled_word_vectors(load_word_vectors(path), texts, pooling, normalize)
-    if arch == "bilm":
+    if model.arch == "bilm":
         module, variables = elmo_layers.load_run(checkpoint_path)
         layers = elmo_layers.embed(module, variables, [text.split() for text in texts], batch_size=batch_size)
         return _pooled([np.mean(x, axis=0) for x in layers], pooling, normalize, 2 * module.config.projection_dim)
     vocab_lib.use_run_vocabulary(vocabulary_path, run)
-    model = predict.model_config_of(checkpoint_path, model)
     module = objective.build_model(model) if objective is not None else BiEncoder(model, pooling)
     params, _, _ = predict.load_params(model, checkpoint_path, module=module)
     rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
