@@ -277,3 +277,87 @@ def test_gpt2_tiny_fine_tunes_and_t5lite_eval_agrees(task, converter, pack, tmp_
     with open(os.path.join(out, "eval", f"{task}.validation", "metrics.jsonl")) as f:
         metrics = [json.loads(line) for line in f][-1]
     assert metrics["accuracy"] == pytest.approx(evals[0]["eval_accuracy"])
+
+
+def _torch_bilstm(params, width, hidden):
+    """torch's bidirectional LSTM with t5lite's forward / backward LSTM weights (one bias each)."""
+    lstm = torch.nn.LSTM(width, hidden, batch_first=True, bidirectional=True)
+    with torch.no_grad():
+        for suffix, name in (("", "forward_lstm"), ("_reverse", "backward_lstm")):
+            p = {k: torch.tensor(np.asarray(v)) for k, v in params[name].items()}
+            getattr(lstm, "weight_ih_l0" + suffix).copy_(p["input_kernel"].T)
+            getattr(lstm, "weight_hh_l0" + suffix).copy_(p["hidden_kernel"].T)
+            getattr(lstm, "bias_ih_l0" + suffix).copy_(p["bias"])
+            getattr(lstm, "bias_hh_l0" + suffix).zero_()
+    return lstm
+
+
+def test_ltr_plus_bilstm_reads_gpt2_states_through_a_torch_bidirectional_lstm(tmp_path):
+    """BERT's "LTR + BiLSTM": GPT-2's final states -> a bidirectional LSTM over each row's real tokens
+    (torch, packed sequences) -> the classifier on [forward state at the last token; backward state
+    at the first]; the loss adds half GPT-2's LM loss as without the BiLSTM."""
+    import flax.linen as nn
+    lm, classifier, _, plain, params = _models(2, tmp_path)
+    hidden = 6
+    objective = GptClassificationObjective(num_labels=2, lm_weight=0.5, bilstm_hidden=hidden)
+    module = objective.build_model(plain.config)
+    fresh = nn.unbox(module.init(jax.random.key(1), np.ones((1, LENGTH), np.int32)))["params"]
+    assert fresh["head"]["classifier"]["kernel"].shape == (2 * hidden, 2)
+    params = {**params, "bilstm": fresh["bilstm"], "head": fresh["head"]}
+    examples = glue_pairs("rte", 4)
+    for ex, short in zip(examples, (3, 9, 60, 14)):
+        ex["sentence1"], ex["sentence2"] = ex["sentence1"][:short], ex["sentence2"][:short]
+    _, batch = features(examples, ["sentence1", "sentence2"], both_orders=False)
+    ids = torch.tensor(batch["decoder_input_tokens"], dtype=torch.long)
+    lengths = torch.tensor(batch["decoder_segment_ids"].sum(1))
+    assert len(set(lengths.tolist())) == 4
+    with torch.no_grad():
+        states = classifier.transformer(input_ids=ids, attention_mask=ids != 0).last_hidden_state
+        packed = torch.nn.utils.rnn.pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(
+            _torch_bilstm(params["bilstm"], states.shape[-1], hidden)(packed)[0], batch_first=True, total_length=LENGTH)
+        pooled = torch.cat([out[torch.arange(len(lengths)), lengths - 1, :hidden], out[:, 0, hidden:]], -1)
+        head = params["head"]["classifier"]
+        logits = pooled @ torch.tensor(np.asarray(head["kernel"])) + torch.tensor(np.asarray(head["bias"]))
+        labels = torch.tensor(batch["label"][:, 0], dtype=torch.long)
+        expected = torch.nn.functional.cross_entropy(logits, labels).item() + 0.5 * _lm_loss(
+            lm, batch["decoder_input_tokens"])
+    ours = module.apply({"params": params}, **{k: batch[k] for k in ("decoder_input_tokens", "decoder_segment_ids")})
+    np.testing.assert_allclose(np.asarray(ours), logits.numpy(), rtol=1e-4, atol=1e-6)
+    assert _loss(objective, module, params, batch)[0] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.usefixtures("clean_gin_state")
+def test_ltr_plus_bilstm_fine_tunes_from_a_classifier_run_and_refuses_packed_rows(tmp_path):
+    """From a GPT classifier run: the backbone is its, the BiLSTM and the (differently shaped) head
+    start fresh; packed rows are refused with the fix."""
+    import gin
+    from t5lite import cli
+    from t5lite.infer import checkpoint_reader
+    from t5lite.train import trainer
+    config = str(REPO / "configs/local/gpt2_tiny_finetune_sst2.gin")
+
+    def fine_tune(out, *bindings):
+        gin.clear_config()
+        cli.parse_gin([config], [f"MODEL_DIR = '{out}'", f"DATA_DIR = '{GLUE}'", "TRAIN_STEPS = 2", "EVAL_EVERY = 2",
+                                 "BATCH_SIZE = 4", "train.log_every = 1", "train.eval_max_examples = 8", *bindings],
+                      entry=("train", trainer.train))
+        return trainer.train(progress=False)
+
+    first = str(tmp_path / "plain")
+    fine_tune(first, "INITIAL_CHECKPOINT_PATH = None")
+    objective = GptClassificationObjective(num_labels=2, bilstm_hidden=8)
+    from t5lite.models import get_config
+    cfg = get_config("gpt2_tiny", vocab_size=2176)
+    abstract = jax.eval_shape(lambda: objective.build_model(cfg).init(jax.random.key(0), np.ones((1, 64), np.int32)))
+    import flax.linen as nn
+    start = objective.initial_params(first, nn.unbox(abstract)["params"])
+    assert start["head"] is None and start["bilstm"] is None
+    stored = checkpoint_reader.restore_params(first, {"backbone": nn.unbox(abstract)["params"]["backbone"]})
+    jax.tree.map(np.testing.assert_array_equal, start["backbone"], stored["backbone"])
+    metrics = fine_tune(str(tmp_path / "bilstm"), f"INITIAL_CHECKPOINT_PATH = '{first}'",
+                        "GptClassificationObjective.bilstm_hidden = 8")
+    assert np.isfinite(metrics["loss"])
+    with pytest.raises(ConfigError, match="train.pack = False"):
+        fine_tune(str(tmp_path / "packed"), "INITIAL_CHECKPOINT_PATH = None", "train.pack = True",
+                  "GptClassificationObjective.bilstm_hidden = 8")

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from t5lite.models.layers import param_with_axes
-from t5lite.models.recurrent import masked_scan
+from t5lite.models.recurrent import masked_scan, reverse_within_lengths
 from t5lite.models.recurrent_config import AWDLSTMConfig
 
 
@@ -70,6 +70,23 @@ class WeightDropLSTM(nn.Module):
         out, _ = masked_scan(lambda carry, x_t: torch_lstm_step(params, hidden_kernel, carry, x_t),
                              (zeros, zeros), x, lengths)
         return out
+
+
+def bidirectional(forward: nn.Module, backward: nn.Module, x, lengths):
+    """Two LSTMs (`x, lengths -> [B, T, h]`) over [B, T, in], the second over each row's first
+    `lengths` steps reversed: [B, T, 2h], both halves aligned with the input's steps."""
+    back = backward(reverse_within_lengths(x, lengths), lengths)
+    return jnp.concatenate([forward(x, lengths), reverse_within_lengths(back, lengths)], -1)
+
+
+class BiLSTM(nn.Module):
+    """A forward and a backward `WeightDropLSTM` of `hidden_dim` units: [B, T, in] -> [B, T, 2 x hidden_dim]."""
+    hidden_dim: int
+
+    @nn.compact
+    def __call__(self, x, lengths):
+        return bidirectional(WeightDropLSTM(x.shape[-1], self.hidden_dim, name="forward_lstm"),
+                             WeightDropLSTM(x.shape[-1], self.hidden_dim, name="backward_lstm"), x, lengths)
 
 
 class AWDLSTM(nn.Module):

@@ -13,12 +13,11 @@ from typing import Callable
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from t5lite.errors import ConfigError
-from t5lite.models.awd_lstm import PoolingClassifierHead, WeightDropLSTM, concat_pool, lengths_of
+from t5lite.models.awd_lstm import PoolingClassifierHead, WeightDropLSTM, bidirectional, concat_pool, lengths_of
 from t5lite.models.layers import param_with_axes
-from t5lite.models.recurrent import BiLM, bilm_inputs, reverse_within_lengths
+from t5lite.models.recurrent import BiLM, bilm_inputs
 from t5lite.models.recurrent_config import BiLMConfig
 from t5lite.models.scalar_mix import ScalarMix
 
@@ -38,10 +37,8 @@ class FeatureTaskModel(nn.Module):
             raise ConfigError(f"task_model={self.task_model!r}: expected one of {TASK_MODELS}")
         x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(features)
         if self.task_model == "bilstm":
-            forward = WeightDropLSTM(x.shape[-1], self.hidden, name="forward_lstm")(x, lengths)
-            backward = WeightDropLSTM(x.shape[-1], self.hidden, name="backward_lstm")(
-                reverse_within_lengths(x, lengths), lengths)
-            x = jnp.concatenate([forward, reverse_within_lengths(backward, lengths)], -1)
+            x = bidirectional(WeightDropLSTM(x.shape[-1], self.hidden, name="forward_lstm"),
+                              WeightDropLSTM(x.shape[-1], self.hidden, name="backward_lstm"), x, lengths)
         pooled = concat_pool(x, lengths)
         return PoolingClassifierHead(self.num_classes, self.hidden, self.dropout_rate, name="head")(
             pooled, enable_dropout)

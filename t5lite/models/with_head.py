@@ -9,7 +9,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from t5lite.errors import ConfigError
 from t5lite.models import heads as H
+from t5lite.models.awd_lstm import BiLSTM
 from t5lite.models.config import ModelConfig
 from t5lite.models.transformer import build_module, without_prompt
 
@@ -67,13 +69,20 @@ class DecoderClassifier(nn.Module):
     `{"backbone", "head"}`, as `WithHead`'s.
 
     Packed rows (`decoder_positions` and `num_segments` label slots given): causal attention stays
-    inside each segment, and the head reads each segment's last token: [batch, num_segments, labels]."""
+    inside each segment, and the head reads each segment's last token: [batch, num_segments, labels].
+
+    `bilstm_hidden` > 0 is BERT's "LTR + BiLSTM" ablation (Devlin et al., Table 5): a randomly
+    initialised BiLSTM (params `bilstm`) over the final states, the head reading its forward half at
+    the last real token and its backward half at the first, so the classifier sees both directions
+    of context the left-to-right model lacks. Rows are then one example each (no packing)."""
     config: ModelConfig
     num_labels: int
+    bilstm_hidden: int = 0
 
     def setup(self):
         self.backbone = build_module(self.config)
         self.head = H.SequenceClassificationHead(self.config, self.num_labels)
+        self.bilstm = BiLSTM(self.bilstm_hidden) if self.bilstm_hidden else None
 
     def __call__(self, decoder_input_tokens, decoder_segment_ids=None, swapped_decoder_input_tokens=None,
                  swapped_decoder_segment_ids=None, decoder_positions=None, swapped_decoder_positions=None,
@@ -86,10 +95,23 @@ class DecoderClassifier(nn.Module):
         for tokens, segments, positions in orders:
             segments = jnp.ones_like(tokens) if segments is None else segments   # no padding
             x = self.backbone.encode(tokens, segments, positions, enable_dropout=enable_dropout)
-            pooled = pooled + (H.pool(x, segments > 0, "last") if num_segments is None else
-                               H.pool_segments(x, segments, "last", num_segments))
+            if self.bilstm is not None:
+                pooled = pooled + self._bilstm_pool(x, segments, num_segments)
+            else:
+                pooled = pooled + (H.pool(x, segments > 0, "last") if num_segments is None else
+                                   H.pool_segments(x, segments, "last", num_segments))
             hidden.append(x)
         logits = self.head(pooled, not enable_dropout)
         if not with_lm:
             return logits
         return logits, [self.backbone.lm_head(x) for x in hidden]
+
+    def _bilstm_pool(self, x, segments, num_segments):
+        """[forward state at the last real token ; backward state at the first] of each row."""
+        if num_segments is not None:
+            raise ConfigError("GptClassificationObjective.bilstm_hidden reads one example per row: "
+                              "set train.pack = False")
+        lengths = jnp.sum(segments > 0, axis=-1).astype(jnp.int32)
+        states = self.bilstm(x, lengths)
+        last = H.pool(states, segments > 0, "last")
+        return jnp.concatenate([last[:, :self.bilstm_hidden], states[:, 0, self.bilstm_hidden:]], -1)

@@ -77,16 +77,16 @@ class HeadObjective(Objective):
         ELECTRA run gives its discriminator, the encoder ELECTRA fine-tunes (its shared embeddings
         included), and leaves the generator behind."""
         stored = checkpoint_reader.stored_param_names(path)
+        fresh = {name: None for name in abstract_params}   # the head (and a BiLSTM) keep their init
         if "discriminator" in stored:
             backbone = checkpoint_reader.restore_params(path, {"discriminator": abstract_params["backbone"]})
-            return {"backbone": backbone["discriminator"], "head": None}
-        if stored != {"backbone", "head"}:
-            return {"backbone": checkpoint_reader.restore_params(path, abstract_params["backbone"]), "head": None}
-        stored_head = checkpoint_reader.stored_params(path)["head"]
-        if jax.tree.map(lambda m: tuple(m.shape), stored_head) == jax.tree.map(lambda a: a.shape,
-                                                                               abstract_params["head"]):
-            return checkpoint_reader.restore_params(path, abstract_params)
-        return {**checkpoint_reader.restore_params(path, {"backbone": abstract_params["backbone"]}), "head": None}
+            return {**fresh, "backbone": backbone["discriminator"]}
+        if "backbone" not in stored:
+            return {**fresh, "backbone": checkpoint_reader.restore_params(path, abstract_params["backbone"])}
+        shapes = jax.tree.map(lambda m: tuple(m.shape), checkpoint_reader.stored_params(path))
+        kept = ["backbone", *(name for name in abstract_params if name != "backbone" and name in shapes and
+                              shapes[name] == jax.tree.map(lambda a: a.shape, abstract_params[name]))]
+        return {**fresh, **checkpoint_reader.restore_params(path, {k: abstract_params[k] for k in kept})}
 
 
 @gin.configurable
@@ -200,22 +200,27 @@ class TaggingObjective(HeadObjective):
 @gin.configurable
 class GptClassificationObjective(ClassificationObjective):
     """`num_labels` as ClassificationObjective's; `lm_weight`: the auxiliary LM loss's weight (GPT-1: 0.5;
-    0 trains the classifier alone)."""
+    0 trains the classifier alone); `bilstm_hidden` > 0: a new BiLSTM of that many units per
+    direction between the model and the classifier (BERT's "LTR + BiLSTM"; `DecoderClassifier`)."""
 
-    def __init__(self, num_labels: int = 2, lm_weight: float = 0.5):
+    def __init__(self, num_labels: int = 2, lm_weight: float = 0.5, bilstm_hidden: int = 0):
         super().__init__(num_labels, pooling="last")
         if lm_weight < 0:
             raise ConfigError(f"GptClassificationObjective.lm_weight={lm_weight}: use 0 (no LM loss) or more")
+        if bilstm_hidden < 0:
+            raise ConfigError(f"GptClassificationObjective.bilstm_hidden={bilstm_hidden}: use 0 (no BiLSTM) or more")
         self.lm_weight = lm_weight
+        self.bilstm_hidden = bilstm_hidden
 
     def __repr__(self):
-        return f"GptClassificationObjective(num_labels={self.num_labels}, lm_weight={self.lm_weight})"
+        return (f"GptClassificationObjective(num_labels={self.num_labels}, lm_weight={self.lm_weight}, "
+                f"bilstm_hidden={self.bilstm_hidden})")
 
     def build_model(self, config: ModelConfig):
         if config.arch != "decoder":
             raise ConfigError(f"GptClassificationObjective fine-tunes a decoder-only model, not a {config.arch!r} one; "
                               "use ClassificationObjective for an encoder")
-        return DecoderClassifier(config, self.num_labels)
+        return DecoderClassifier(config, self.num_labels, self.bilstm_hidden)
 
     def init_features(self, feature_lengths):
         return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items() if k.endswith(
