@@ -79,6 +79,9 @@ class ModelConfig(Replaceable):
     rotary_base: float = 10000.0
 
     share_layers: bool = False        # ALBERT: one set of layer parameters applied num_layers times
+    # T5 Table 2's "enc-dec, shared": the encoder runs the decoder's layers (their self-attention,
+    # MLP, norms, relative-position table), bidirectionally and without cross-attention.
+    share_encoder_decoder: bool = False
 
     # Output heads.
     tie_embeddings: bool = True       # LM / MLM output projection reuses the token embedding
@@ -111,6 +114,10 @@ class ModelConfig(Replaceable):
                 raise ConfigError(f"model config {field}={getattr(self, field)!r}: expected one of {allowed}")
         if self.sentence_head and not self.pooler:
             raise ConfigError("sentence_head=True needs pooler=True (NSP / SOP read the pooled first token)")
+        if self.share_encoder_decoder and (self.arch != "encoder_decoder"
+                                           or self.num_encoder_layers != self.num_decoder_layers):
+            raise ConfigError("share_encoder_decoder=True shares an encoder-decoder's layers: it needs "
+                              "arch='encoder_decoder' and num_encoder_layers == num_decoder_layers")
         if self.span_boundary_head and (self.arch != "encoder" or self.encoder_head != "mlm"):
             raise ConfigError("span_boundary_head=True is SpanBERT's pre-training head: it needs arch='encoder' with "
                              "encoder_head='mlm'")

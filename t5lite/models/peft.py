@@ -259,6 +259,9 @@ class PromptTuning(Method):
     @staticmethod
     def stack(config: ModelConfig) -> str:
         """The stack whose input takes the prompt."""
+        if config.share_encoder_decoder:
+            raise ConfigError("PromptTuning on a shared encoder-decoder (share_encoder_decoder=True) is not "
+                              "supported: the encoder has no params of its own to hold the prompt")
         return "decoder" if config.arch == "decoder" else "encoder"
 
     def init(self, rng, params, specs, config: ModelConfig) -> tuple[dict, dict]:
@@ -340,6 +343,9 @@ class PrefixTuning(Method):
         """peft's num_layers * 2: the prefix rows (each heads * head_dim wide)."""
         if config.share_layers:
             raise ConfigError("PrefixTuning needs a prefix per layer; ALBERT shares one layer (share_layers=True)")
+        if config.share_encoder_decoder:
+            raise ConfigError("PrefixTuning needs a prefix per layer and stack; a shared encoder-decoder "
+                              "(share_encoder_decoder=True) has one set of layers")
         cls.sites(config.arch, config.num_encoder_layers, config.num_decoder_layers)   # refuses what peft cannot
         return 2 * (config.num_decoder_layers if config.arch == "decoder" else config.num_encoder_layers)
 

@@ -94,7 +94,9 @@ def run_layers(config: ModelConfig, num_layers: int, x, inputs: L.AttentionInput
 
 
 class Stack(nn.Module):
-    """One encoder or decoder stack; `causal` stacks are decoders, `cross` ones attend to an encoder."""
+    """One encoder or decoder stack; `causal` stacks are decoders, `cross` ones attend to an encoder.
+    Called with `as_encoder=True`, a decoder stack runs as an encoder (bidirectional, no
+    cross-attention) on its own params: the shared encoder-decoder."""
     config: ModelConfig
     token_embedder: L.Embed
     num_layers: int
@@ -145,16 +147,18 @@ class Stack(nn.Module):
         index.value = start + tokens.shape[1]
         return start[:, None] + jnp.arange(tokens.shape[1]), jnp.arange(prefix.value.shape[1]), prefix.value
 
-    def _padding_mask(self, tokens, segment_ids):
-        if not self.causal:
+    def _padding_mask(self, tokens, segment_ids, causal: bool):
+        if not causal:
             return tokens != self.config.pad_token_id
         # Decoder inputs start with 0 (a shifted-in BOS): only segment ids mark a decoder's padding.
         return segment_ids > 0 if segment_ids is not None else jnp.ones_like(tokens, bool)
 
     @nn.compact
     def __call__(self, tokens, token_types=None, segment_ids=None, positions=None, causal_attention=None,
-                 encoded=None, encoder_mask=None, encoder_segment_ids=None, deterministic=True, decode=False):
+                 encoded=None, encoder_mask=None, encoder_segment_ids=None, deterministic=True, decode=False,
+                 as_encoder=False):
         cfg = self.config
+        causal, cross = self.causal and not as_encoder, self.cross and not as_encoder
         prompt = self.get_variable("params", "prompt") if self.has_variable("params", "prompt") else None
         if prompt is not None:
             if decode:
@@ -178,14 +182,14 @@ class Stack(nn.Module):
             if positions is None:
                 positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
             k_positions = positions
-            q_mask = k_mask = self._padding_mask(tokens, segment_ids)
+            q_mask = k_mask = self._padding_mask(tokens, segment_ids, causal)
         n_prefix = _prefix_length(self.variables.get("params", {}), "self_attention")
         if n_prefix:   # prefix tuning: the prefix sits at positions 0..n-1, before the tokens, seen by all
             positions, k_positions = positions + n_prefix, jnp.concatenate(
                 [jnp.broadcast_to(jnp.arange(n_prefix), (tokens.shape[0], n_prefix)), k_positions + n_prefix], 1)
 
         x = self._embed(tokens, positions, token_types, deterministic, prompt, n_prefix)
-        bias = L.attention_bias(q_mask, k_mask, self.causal, segment_ids, segment_ids,
+        bias = L.attention_bias(q_mask, k_mask, causal, segment_ids, segment_ids,
                                 causal_attention, k_prefix, q_index, k_index)
         bias = _open_to_prefix(bias, n_prefix)
         relative = k_positions[:, None, :] - positions[:, :, None]
@@ -193,17 +197,17 @@ class Stack(nn.Module):
             # Rows that all count 0, 1, 2, ... share one [1, heads, q, k] bias: the bucket lookup
             # and its gradient (a scatter-add into the table) run once, not once per row.
             offsets = relative[:1] if rows_share_positions else relative
-            position_bias = L.RelativePositionBias(cfg, not self.causal, name="relpos_bias")(offsets)
+            position_bias = L.RelativePositionBias(cfg, not causal, name="relpos_bias")(offsets)
             if rows_share_positions:
                 position_bias = L.broadcast_rows(position_bias, tokens.shape[0])
             bias = (bias, position_bias)
         cross_bias = None
-        if self.cross and decode:   # [b_enc, 1, 1, k]: shared by every query of every decode of an input
+        if cross and decode:   # [b_enc, 1, 1, k]: shared by every query of every decode of an input
             cross_bias = L.attention_bias(jnp.ones((encoder_mask.shape[0], 1), bool), encoder_mask)
-        elif self.cross:
+        elif cross:
             cross_bias = L.attention_bias(q_mask, encoder_mask, q_segments=segment_ids,
                                           k_segments=encoder_segment_ids)
-        if self.cross:   # prefix tuning's Li and Liang placement: keys and values before the encoder's
+        if cross:   # prefix tuning's Li and Liang placement: keys and values before the encoder's
             cross_bias = _open_to_prefix(cross_bias, _prefix_length(self.variables.get("params", {}),
                                                                     "cross_attention"))
         rel_embeddings = None
@@ -215,7 +219,7 @@ class Stack(nn.Module):
         inputs = L.AttentionInputs(bias, encoded, cross_bias, positions,
                                    relative if cfg.position_encoding in ("shaw_relative", "disentangled") else None,
                                    cache_index, rel_embeddings)
-        x = run_layers(cfg, self.num_layers, x, inputs, deterministic=deterministic, decode=decode, cross=self.cross)
+        x = run_layers(cfg, self.num_layers, x, inputs, deterministic=deterministic, decode=decode, cross=cross)
         if cfg.final_norm:
             x = L.make_norm(cfg, "final_norm")(x)
         return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
@@ -367,12 +371,16 @@ class EncoderDecoder(nn.Module):
     def setup(self):
         cfg = self.config
         self.token_embedder = make_token_embedder(cfg)
-        self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
+        if not cfg.share_encoder_decoder:   # shared: the decoder's params serve both (no "encoder")
+            self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
         self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True, cross=True)
         self.lm_head = H.LmHead(cfg, self.token_embedder)
 
     def encode(self, encoder_input_tokens, encoder_segment_ids=None, encoder_positions=None,
                enable_dropout=False, **unused_features):
+        if self.config.share_encoder_decoder:
+            return self.decoder(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
+                                deterministic=not enable_dropout, as_encoder=True)
         return self.encoder(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
                             deterministic=not enable_dropout)
 

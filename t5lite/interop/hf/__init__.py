@@ -60,6 +60,9 @@ FAMILIES: dict[str, Callable[[], Family]] = {
 
 def model_type_of(cfg: ModelConfig) -> str:
     """Which HF model_type a t5lite config exports to."""
+    if cfg.share_encoder_decoder:
+        raise HFConversionError("a shared encoder-decoder (share_encoder_decoder=True) has no Hugging Face "
+                          "architecture; it stays a t5lite run")
     if cfg.arch == "decoder":
         return "gpt2"
     if cfg.arch == "encoder_decoder":
