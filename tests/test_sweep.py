@@ -14,6 +14,8 @@ import pytest
 
 from conftest import REPO, shared_data_dir
 
+from t5lite.errors import ConfigError
+
 stats = pytest.importorskip("scipy.stats", reason="the sweep's intervals use scipy (the `metrics` extra)")
 
 FAKE = [sys.executable, str(REPO / "tests" / "sweep_fake_cli.py")]
@@ -160,16 +162,30 @@ def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
     from t5lite import cli
     from t5lite.data.registry import TaskRegistry
     from t5lite.train.trainer import train
+    from t5lite.experiments.runner import stages
     for cell in sweep_.cells:   # every run the cell starts parses as `t5lite train` parses it
-        runs = [(cell.pretrain, cell.bindings)] + [
-            (cell.finetune, [*cell.finetune_bindings, f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",
-                             "INITIAL_CHECKPOINT_PATH = '/tmp/pt'", "EVAL_EVERY = 1", "DATA_DIR = 'data/glue'"])
-            for task in sweep_.tasks]
-        for files, bindings in runs:
+        for stage, files, bindings in stages(sweep_, cell, 0, Path("/tmp/cell")):
             gin.clear_config()
-            cli.parse_gin(list(files), [*bindings, *sweep_.scale_bindings, "MODEL_DIR = '/tmp/run'"],
-                          entry=("train", train))
-            TaskRegistry.get(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
+            cli.parse_gin(list(files), [*bindings, "MODEL_DIR = '/tmp/run'"], entry=("train", train))
+            task = TaskRegistry.get(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
+            if stage.startswith("finetune") and task.name.startswith("gpt_glue_"):
+                # GPT-1's similarity tasks read both orders, and their converter must say so
+                both = task.name.removeprefix("gpt_glue_") in ("mrpc", "qqp", "stsb")
+                assert (gin.query_parameter("train.feature_converter") == "decoder_classification_both_orders") == both
+
+
+def test_task_bindings_reach_that_tasks_run_only_and_name_known_tasks(tmp_path, clean_gin_state):
+    from t5lite.experiments import spec
+    from t5lite.experiments.runner import stages
+    gin_file = write_sweep(tmp_path, extra=", 'task_bindings': {'rte': ['X = 1']}")
+    text = gin_file.read_text()
+    sweep_ = spec.load([str(gin_file)], [], [str(REPO)])
+    cell = next(c for c in sweep_.cells if c.name == "good_enc_dec")
+    runs = {stage: bindings for stage, _, bindings in stages(sweep_, cell, 0, tmp_path)}
+    assert "X = 1" in runs["finetune_rte"] and all("X = 1" not in b for s, b in runs.items() if s != "finetune_rte")
+    gin_file.write_text(text.replace("{'rte': ['X = 1']}", "{'mrcp': ['X = 1']}"))
+    with pytest.raises(ConfigError, match=r"task_bindings names \['mrcp'\]"):
+        spec.load([str(gin_file)], [], [str(REPO)])
 
 
 @pytest.mark.slow

@@ -49,19 +49,8 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "error.json").unlink(missing_ok=True)
     steps = spec.pretrain_steps(cell)
-    stages = [("pretrain", list(cell.pretrain), [
-        *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {steps}", f"BATCH_SIZE = {spec.batch_size}",
-        f"train.seed = {seed}"])]
-    for task in spec.tasks:
-        stages.append((f"finetune_{task}", list(cell.finetune), [
-            *cell.finetune_bindings, f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",
-            f"INITIAL_CHECKPOINT_PATH = '{folder / 'pretrain'}'", f"TRAIN_STEPS = {spec.finetune_steps}",
-            f"BATCH_SIZE = {spec.finetune_batch_size}", f"EVAL_EVERY = {spec.finetune_steps}",
-            f"train.eval_max_examples = {spec.eval_max_examples}", f"train.seed = {seed}",
-            f"train.checkpoint_every = {spec.finetune_steps}", *spec.scale_bindings,
-            *([f"DATA_DIR = '{spec.data_dir}'"] if spec.data_dir else [])]))
     seconds = {}
-    for stage, files, bindings in stages:
+    for stage, files, bindings in stages(spec, cell, seed, folder):
         run_dir = folder / stage
         started = time.time()
         result = _train(spec, files, [*bindings, f"MODEL_DIR = '{run_dir}'"], folder / f"{stage}.log")
@@ -74,6 +63,23 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int) -> str:
         "pretrain_tokens": steps * spec.batch_size * cell.tokens_per_row, "batch_size": spec.batch_size,
         "finetune_steps": spec.finetune_steps, "wall_seconds": seconds})
     return "done"
+
+
+def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, list[str], list[str]]]:
+    """(stage name, gin files, bindings) of each `t5lite train` a (cell, seed) runs, in order:
+    pre-training, then fine-tuning on each task from its checkpoint (MODEL_DIR not yet bound)."""
+    out = [("pretrain", list(cell.pretrain), [
+        *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {spec.pretrain_steps(cell)}",
+        f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}"])]
+    for task in spec.tasks:
+        out.append((f"finetune_{task}", list(cell.finetune), [
+            *cell.finetune_bindings_for(task), f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",
+            f"INITIAL_CHECKPOINT_PATH = '{folder / 'pretrain'}'", f"TRAIN_STEPS = {spec.finetune_steps}",
+            f"BATCH_SIZE = {spec.finetune_batch_size}", f"EVAL_EVERY = {spec.finetune_steps}",
+            f"train.eval_max_examples = {spec.eval_max_examples}", f"train.seed = {seed}",
+            f"train.checkpoint_every = {spec.finetune_steps}", *spec.scale_bindings,
+            *([f"DATA_DIR = '{spec.data_dir}'"] if spec.data_dir else [])]))
+    return out
 
 
 def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path):

@@ -10,7 +10,7 @@ import gin
 
 from t5lite.errors import ConfigError
 
-CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_prefix", "tokens_per_row"}
+CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row"}
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
               "eval_max_examples", "bindings", "parallel", "tasks"}
 
@@ -23,8 +23,12 @@ class Cell:
     finetune: tuple[str, ...]
     bindings: tuple[str, ...] = ()
     finetune_bindings: tuple[str, ...] = ()
+    task_bindings: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (task, its fine-tuning run's extra bindings)
     task_prefix: str = "glue_"
     tokens_per_row: int = 128
+
+    def finetune_bindings_for(self, task: str) -> tuple[str, ...]:
+        return (*self.finetune_bindings, *dict(self.task_bindings).get(task, ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +79,13 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         _check_keys(f"sweep {name!r} cell {cell_name!r}", cell, CELL_KEYS)
         if not cell.get("pretrain") or not cell.get("finetune"):
             raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files")
-        parsed.append(Cell(cell_name, **{k: tuple(v) if isinstance(v, (list, tuple)) else v
-                                         for k, v in cell.items()}))
+        fields = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in cell.items()}
+        per_task = dict(cell.get("task_bindings", {}))
+        if set(per_task) - set(tasks):
+            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: task_bindings names {sorted(set(per_task) - set(tasks))}, "
+                              f"not in sweep.tasks {sorted(tasks)}")
+        fields["task_bindings"] = tuple((task, tuple(b)) for task, b in per_task.items())
+        parsed.append(Cell(cell_name, **fields))
     names = {c.name for c in parsed}
     claims_ = tuple(Claim(*c) for c in claims)
     for claim in claims_:
