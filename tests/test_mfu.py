@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5lite.models import build, get_config
+from t5lite.models import build, flops, get_config
 from t5lite.train import mfu, optimizers
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
@@ -58,7 +58,7 @@ def test_train_flops_match_the_parameter_shapes(preset):
     model = build(cfg)
     params = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), **_features(cfg))))["params"]
     expected = _count_from_parameter_shapes(cfg, params)
-    assert mfu.train_flops_per_example(cfg, ENC_LEN, DEC_LEN) == pytest.approx(expected, rel=1e-12)
+    assert flops.train_flops_per_example(cfg, ENC_LEN, DEC_LEN) == pytest.approx(expected, rel=1e-12)
 
 
 def _dot_flops(jaxpr) -> float:
@@ -87,7 +87,7 @@ def test_train_flops_match_what_the_compiled_step_computes(preset):
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), **features))["params"]
     grad = jax.grad(lambda p: jnp.sum(model.apply({"params": p}, **features) ** 2))
     batch = next(iter(features.values())).shape[0]
-    formula = batch * mfu.train_flops_per_example(cfg, ENC_LEN, DEC_LEN)
+    formula = batch * flops.train_flops_per_example(cfg, ENC_LEN, DEC_LEN)
     causal_half = 3 * 2 * DEC_LEN ** 2 * cfg.num_heads * cfg.head_dim * cfg.num_decoder_layers * batch
     program = _dot_flops(jax.make_jaxpr(grad)(params).jaxpr)
     assert program == pytest.approx(formula + (causal_half if cfg.arch != "encoder" else 0), rel=1e-9)
@@ -97,7 +97,7 @@ def test_train_flops_match_what_the_compiled_step_computes(preset):
 
 def test_flop_count_names_the_missing_length():
     with pytest.raises(ValueError, match="decoder_length"):
-        mfu.train_flops_per_example(get_config("gpt2_tiny"), encoder_length=16)
+        flops.train_flops_per_example(get_config("gpt2_tiny"), encoder_length=16)
 
 
 @pytest.mark.parametrize("kind,peak", [
