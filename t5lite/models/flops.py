@@ -53,34 +53,89 @@ def _head_macs(cfg: ModelConfig, length: int) -> float:
     return per_token * length
 
 
-def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
+def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0,
+                              lm_head: bool = True) -> float:
     """Forward FLOPs of one example; lengths are the model's (packed) feature lengths.
 
     Encoders read `encoder_length`, decoders `decoder_length` (prompt and target together),
-    encoder-decoders both."""
+    encoder-decoders both. Without `lm_head`, the stacks alone (a task head reads them instead)."""
     needs = {"encoder": ("encoder_length",), "decoder": ("decoder_length",),
              "encoder_decoder": ("encoder_length", "decoder_length")}[cfg.arch]
     lengths = dict(encoder_length=encoder_length, decoder_length=decoder_length)
     missing = [name for name in needs if lengths[name] <= 0]
     if missing:
         raise ValueError(f"a {cfg.arch} model's FLOP count needs {' and '.join(needs)} > 0; got {lengths}")
+    head = _head_macs(cfg, decoder_length or encoder_length) if lm_head else 0
     if cfg.arch == "encoder":
-        macs = _stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False) + _head_macs(cfg, encoder_length)
+        macs = _stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False)
     elif cfg.arch == "decoder":
-        macs = _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True) + _head_macs(cfg, decoder_length)
+        macs = _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True)
     else:
         macs = (_stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False)
-                + _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True, encoder_length)
-                + _head_macs(cfg, decoder_length))
-    return 2 * macs
+                + _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True, encoder_length))
+    return 2 * (macs + head)
 
 
 def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
     """Forward + backward FLOPs of one example (the backward pass costs twice the forward); the
-    recurrent families (t5lite.models.recurrent_config) count theirs per token of `encoder_length`."""
-    if hasattr(cfg, "forward_flops_per_token"):
-        return 3 * cfg.forward_flops_per_token() * encoder_length
+    recurrent language models (ELMo's biLM, AWD-LSTM) count theirs per word of `encoder_length`."""
+    if cfg.arch in RECURRENT_ENCODERS:
+        return 3 * 2 * recurrent_lm_macs_per_word(cfg) * encoder_length
     return 3 * forward_flops_per_example(cfg, encoder_length, decoder_length)
+
+
+def lstm_macs(input_dim: int, hidden_dim: int, projection_dim: int = 0) -> int:
+    """One LSTM step: 4 gates over the input and the recurrent state (the projected state when
+    `projection_dim`, as ELMo's LSTMs), plus that projection."""
+    state = projection_dim or hidden_dim
+    return 4 * hidden_dim * (input_dim + state) + hidden_dim * projection_dim
+
+
+def _bilm_encoder_macs(cfg) -> float:
+    """ELMo per word: char CNN (filters of width w over 50 characters), highway layers and their
+    projection, then both directions' LSTM stacks."""
+    n_filters = sum(n for _, n in cfg.filters)
+    cnn = sum(w * cfg.char_embed_dim * n * 50 for w, n in cfg.filters)
+    highway = cfg.n_highway * 2 * n_filters ** 2 + n_filters * cfg.projection_dim
+    lstm = 2 * cfg.n_layers * lstm_macs(cfg.projection_dim, cfg.lstm_dim, cfg.projection_dim)
+    return cnn + highway + lstm
+
+
+def _awd_lstm_encoder_macs(cfg) -> float:
+    return sum(lstm_macs(i, h) for i, h in cfg.layer_dims())
+
+
+# arch -> (MACs per word of the encoder, width of its output features, MACs per word of its word softmax)
+RECURRENT_ENCODERS = {
+    "bilm": (_bilm_encoder_macs, lambda cfg: 2 * cfg.projection_dim, lambda cfg: 2 * cfg.projection_dim * cfg.vocab_size),
+    "awd_lstm": (_awd_lstm_encoder_macs, lambda cfg: cfg.emb_dim, lambda cfg: cfg.emb_dim * cfg.vocab_size),
+}
+
+
+def recurrent_encoder_macs_per_word(cfg) -> float:
+    """A recurrent config's encoder per word, without the word softmax (a classifier's backbone)."""
+    return RECURRENT_ENCODERS[cfg.arch][0](cfg)
+
+
+def recurrent_features(cfg) -> int:
+    """The width of the word features a recurrent encoder gives a classifier (ELMo: both directions)."""
+    return RECURRENT_ENCODERS[cfg.arch][1](cfg)
+
+
+def recurrent_lm_macs_per_word(cfg) -> float:
+    """A recurrent language model per word: its encoder and its word softmax (ELMo: both directions')."""
+    return recurrent_encoder_macs_per_word(cfg) + RECURRENT_ENCODERS[cfg.arch][2](cfg)
+
+
+def pooled_classifier_macs(features: int, length: int, task_model: str, hidden: int, num_labels: int) -> float:
+    """A word classifier's own model over `length` words of `features`-wide vectors: a BiLSTM of
+    `hidden` units (`task_model="bilstm"`, both directions; "linear" or None: none), concat pooling
+    (last, max, mean: 3x the width) and the pooled head (`hidden` ReLU units, then the labels)."""
+    width = features
+    macs = 0
+    if task_model == "bilstm":
+        macs, width = 2 * lstm_macs(features, hidden) * length, 2 * hidden
+    return macs + 3 * width * hidden + hidden * num_labels
 
 
 def bi_encoder_train_flops_per_example(cfg: ModelConfig, text_lengths) -> float:

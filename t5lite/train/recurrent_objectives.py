@@ -31,6 +31,7 @@ from t5lite.data.word_vocab import word_vocabulary
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer import checkpoint_reader, classify
 from t5lite.infer.evaluation import EvalResult
+from t5lite.models import flops
 from t5lite.models.awd_lstm import AWDLSTMClassifier, AWDLSTMLanguageModel
 from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticClassifier
 from t5lite.models.recurrent import BiLMLanguageModel
@@ -294,6 +295,23 @@ class RecurrentClassificationObjective(_WordObjective):
             return FrozenStaticClassifier(config.vocab_size, table.shape[1], functools.partial(_padded_table, table),
                                           self.num_labels, self.task_model, self.hidden)
         return AWDLSTMClassifier(config, self.num_labels, self.hidden)
+
+    def _macs(self, config, length: int) -> tuple[float, float]:
+        """(backbone, own model) MACs of one example of `length` words (t5lite.models.flops): ULMFiT's
+        encoder, ELMo's biLM (char CNN, both LSTM directions) or nothing for a static table; then the
+        task model (ELMo, static: BiLSTM or none) and the pooled head. No word softmax runs."""
+        if self.backbone == "static":
+            backbone, features, task_model = 0.0, _word_vectors(self.word_vectors).vectors.shape[1], self.task_model
+        else:
+            backbone, features = flops.recurrent_encoder_macs_per_word(config) * length, flops.recurrent_features(config)
+            task_model = self.task_model if self.backbone == "elmo" else None
+        return backbone, flops.pooled_classifier_macs(features, length, task_model, self.hidden, self.num_labels)
+
+    def train_flops_per_example(self, config, feature_lengths):
+        """Forward + backward of what trains (ULMFiT's encoder and every classifier's own model, 3x
+        the forward), the forward alone of a frozen backbone (ELMo's biLM, 1x)."""
+        backbone, own = self._macs(config, feature_lengths["encoder_input_tokens"])
+        return 2 * ((3 if self.backbone == "awd_lstm" else 1) * backbone + 3 * own)
 
     def init_features(self, feature_lengths):
         keys = ("encoder_input_tokens", "encoder_input_chars") if self.chars else ("encoder_input_tokens",)
