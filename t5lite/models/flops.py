@@ -53,27 +53,26 @@ def _head_macs(cfg: ModelConfig, length: int) -> float:
     return per_token * length
 
 
-def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0,
-                              lm_head: bool = True) -> float:
+def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
     """Forward FLOPs of one example; lengths are the model's (packed) feature lengths.
 
     Encoders read `encoder_length`, decoders `decoder_length` (prompt and target together),
-    encoder-decoders both. Without `lm_head`, the stacks alone (a task head reads them instead)."""
+    encoder-decoders both."""
     needs = {"encoder": ("encoder_length",), "decoder": ("decoder_length",),
              "encoder_decoder": ("encoder_length", "decoder_length")}[cfg.arch]
     lengths = dict(encoder_length=encoder_length, decoder_length=decoder_length)
     missing = [name for name in needs if lengths[name] <= 0]
     if missing:
         raise ValueError(f"a {cfg.arch} model's FLOP count needs {' and '.join(needs)} > 0; got {lengths}")
-    head = _head_macs(cfg, decoder_length or encoder_length) if lm_head else 0
     if cfg.arch == "encoder":
-        macs = _stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False)
+        macs = _stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False) + _head_macs(cfg, encoder_length)
     elif cfg.arch == "decoder":
-        macs = _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True)
+        macs = _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True) + _head_macs(cfg, decoder_length)
     else:
         macs = (_stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False)
-                + _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True, encoder_length))
-    return 2 * (macs + head)
+                + _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True, encoder_length)
+                + _head_macs(cfg, decoder_length))
+    return 2 * macs
 
 
 def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
@@ -138,10 +137,18 @@ def pooled_classifier_macs(features: int, length: int, task_model: str, hidden: 
     return macs + 3 * width * hidden + hidden * num_labels
 
 
+def encode_flops(cfg: ModelConfig, length: int) -> float:
+    """Forward FLOPs of the stack `encode` runs over `length` tokens, the one a task head or a
+    pooling reads (an encoder-decoder's encoder, a decoder-only model's causal decoder); no LM head."""
+    if cfg.arch == "decoder":
+        return 2 * _stack_macs(cfg, cfg.num_decoder_layers, length, True)
+    return 2 * _stack_macs(cfg, cfg.num_encoder_layers, length, False)
+
+
 def bi_encoder_train_flops_per_example(cfg: ModelConfig, text_lengths) -> float:
     """Forward + backward FLOPs of one bi-encoder example: the encoder stack (no output head) over
     each of its texts."""
-    return 3 * 2 * sum(_stack_macs(cfg, cfg.num_encoder_layers, n, False) for n in text_lengths)
+    return 3 * sum(encode_flops(cfg, n) for n in text_lengths)
 
 
 def conditioned_decoder_train_flops_per_example(cfg: ModelConfig, num_layers: int, length: int,

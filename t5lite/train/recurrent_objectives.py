@@ -231,12 +231,19 @@ def _padded_table(table: np.ndarray, key, shape, dtype=jnp.float32):
 
 
 class WordClassificationEvaluator(classify.ClassificationEvaluator):
-    """Accuracy (the task's metrics) of a word-level classifier."""
+    """Accuracy (the task's metrics) of a word-level classifier; `example_flops(config, words)` counts
+    one example's forward (the objective's `forward_flops_per_example`)."""
 
-    def __init__(self, *args, chars: bool = False, **kwargs):
+    def __init__(self, *args, chars: bool = False, example_flops=None, **kwargs):
         self.converter = "word_classification_chars" if chars else "word_classification"
         self.model_inputs = ("encoder_input_tokens", "encoder_input_chars") if chars else ("encoder_input_tokens",)
+        self.example_flops = example_flops
         super().__init__(*args, **kwargs)
+
+    def forward_flops(self, module) -> float:
+        if self.example_flops is None:
+            return 0.0
+        return sum(self.example_flops(getattr(module, "config", None), n) for n in self.used_lengths)
 
 
 BACKBONES = ("awd_lstm", "elmo", "static")
@@ -307,6 +314,10 @@ class RecurrentClassificationObjective(_WordObjective):
             task_model = self.task_model if self.backbone == "elmo" else None
         return backbone, flops.pooled_classifier_macs(features, length, task_model, self.hidden, self.num_labels)
 
+    def forward_flops_per_example(self, config, length: int) -> float:
+        """One example's forward over `length` words, as evaluation runs it."""
+        return 2 * sum(self._macs(config, length))
+
     def train_flops_per_example(self, config, feature_lengths):
         """Forward + backward of what trains (ULMFiT's encoder and every classifier's own model, 3x
         the forward), the forward alone of a frozen backbone (ELMo's biLM, 1x)."""
@@ -340,4 +351,5 @@ class RecurrentClassificationObjective(_WordObjective):
         return {k: grafted[part] if k == part else None for k in abstract_params}
 
     def evaluators(self, task, split, task_feature_lengths, **kwargs):
-        return {task.name: WordClassificationEvaluator(task, split, task_feature_lengths, chars=self.chars, **kwargs)}
+        return {task.name: WordClassificationEvaluator(task, split, task_feature_lengths, chars=self.chars,
+                                                       example_flops=self.forward_flops_per_example, **kwargs)}
