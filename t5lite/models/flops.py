@@ -11,6 +11,11 @@ cross-attention, and their LM head runs over the target positions only. Not coun
 rematerialisation, norms, softmax and other elementwise work, embedding lookups, and the extra
 position matmuls of Shaw and DeBERTa relative attention.
 
+The recurrent families count the same way per word: 4 gates x (input + recurrent state) per LSTM
+step (ELMo: plus its projection, both directions), ELMo's char CNN and highway layers, and the word
+softmax of a language model; a word classifier counts what runs instead (`pooled_classifier_macs`,
+no softmax).
+
 Padding is not useful work: `real_counts` counts a batch's non-pad tokens and its examples, and
 the trainer reports MFU on the real tokens (the step's FLOPs per padded token, at the row length,
 times the real ones), next to the padded figure. Measuring the devices' peak is
@@ -104,26 +109,23 @@ def _awd_lstm_encoder_macs(cfg) -> float:
     return sum(lstm_macs(i, h) for i, h in cfg.layer_dims())
 
 
-# arch -> (MACs per word of the encoder, width of its output features, MACs per word of its word softmax)
-RECURRENT_ENCODERS = {
-    "bilm": (_bilm_encoder_macs, lambda cfg: 2 * cfg.projection_dim, lambda cfg: 2 * cfg.projection_dim * cfg.vocab_size),
-    "awd_lstm": (_awd_lstm_encoder_macs, lambda cfg: cfg.emb_dim, lambda cfg: cfg.emb_dim * cfg.vocab_size),
-}
+RECURRENT_ENCODERS = {"bilm": _bilm_encoder_macs, "awd_lstm": _awd_lstm_encoder_macs}   # arch -> MACs per word
 
 
 def recurrent_encoder_macs_per_word(cfg) -> float:
     """A recurrent config's encoder per word, without the word softmax (a classifier's backbone)."""
-    return RECURRENT_ENCODERS[cfg.arch][0](cfg)
+    return RECURRENT_ENCODERS[cfg.arch](cfg)
 
 
 def recurrent_features(cfg) -> int:
-    """The width of the word features a recurrent encoder gives a classifier (ELMo: both directions)."""
-    return RECURRENT_ENCODERS[cfg.arch][1](cfg)
+    """The width of the word vectors a recurrent encoder outputs (ELMo: both directions' projections)."""
+    return 2 * cfg.projection_dim if cfg.arch == "bilm" else cfg.emb_dim
 
 
 def recurrent_lm_macs_per_word(cfg) -> float:
-    """A recurrent language model per word: its encoder and its word softmax (ELMo: both directions')."""
-    return recurrent_encoder_macs_per_word(cfg) + RECURRENT_ENCODERS[cfg.arch][2](cfg)
+    """A recurrent language model per word: its encoder and its word softmax over the encoder's
+    output (ELMo: each direction's projection)."""
+    return recurrent_encoder_macs_per_word(cfg) + recurrent_features(cfg) * cfg.vocab_size
 
 
 def pooled_classifier_macs(features: int, length: int, task_model: str, hidden: int, num_labels: int) -> float:
