@@ -99,6 +99,17 @@ def text_forward_flops(config, input_lengths: Sequence[int], output_lengths: Seq
                      for i, o in zip(input_lengths, output_lengths)))
 
 
+def batch_flops(config, input_lengths: np.ndarray, target_lengths: np.ndarray | None = None,
+                decoded: np.ndarray | None = None, label_lengths: Sequence[int] = ()) -> float:
+    """Forward FLOPs of a batch's real examples (`text_forward_flops`): scoring their targets,
+    greedy decoding (`decoded` tokens, up to each row's EOS) and scoring each label (rank
+    classification runs the model once per label)."""
+    done = 0.0 if target_lengths is None else text_forward_flops(config, input_lengths, target_lengths)
+    if decoded is not None:
+        done += text_forward_flops(config, input_lengths, predict.decoded_lengths(decoded, config.eos_token_id))
+    return done + sum(text_forward_flops(config, input_lengths, np.full(len(input_lengths), n)) for n in label_lengths)
+
+
 @dataclasses.dataclass
 class EvalResult:
     metrics: dict[str, float]
@@ -174,21 +185,12 @@ class Evaluator:
             outputs.append(out)
         fetched = jax.device_get(outputs)
         n = len(self.examples)
-        done = sum(self._flops(cfg, b, o, rows) for b, o, rows in zip(self.batches, fetched, self.rows))
+        done = sum(batch_flops(cfg, b["input_lengths"][:rows], b["target_lengths"][:rows],
+                               o["decoded"][:rows] if "decoded" in o else None,
+                               self.label_lengths if self.label_tokens is not None else ())
+                   for b, o, rows in zip(self.batches, fetched, self.rows))
         return ({k: converters.restore_order(np.concatenate([o[k] for o in fetched])[:n], self.order)
                  for k in fetched[0]}, done)
-
-    def _flops(self, config, batch, out, rows: int) -> float:
-        """Forward FLOPs of a batch's real examples: scoring the targets, greedy decoding (up to
-        each example's EOS) and scoring each label (rank classification runs the model per label)."""
-        inputs = batch["input_lengths"][:rows]
-        done = text_forward_flops(config, inputs, batch["target_lengths"][:rows])
-        if "decoded" in out:
-            done += text_forward_flops(config, inputs, predict.decoded_lengths(out["decoded"][:rows],
-                                                                               config.eos_token_id))
-        if self.label_tokens is not None:
-            done += sum(text_forward_flops(config, inputs, np.full(rows, n)) for n in self.label_lengths)
-        return done
 
     def evaluate(self, module, params) -> EvalResult:
         out, done = self._run(module, params)
