@@ -107,7 +107,8 @@ def batch_flops(config, input_lengths: np.ndarray, target_lengths: np.ndarray | 
     done = 0.0 if target_lengths is None else text_forward_flops(config, input_lengths, target_lengths)
     if decoded is not None:
         done += text_forward_flops(config, input_lengths, predict.decoded_lengths(decoded, config.eos_token_id))
-    return done + sum(text_forward_flops(config, input_lengths, np.full(len(input_lengths), n)) for n in label_lengths)
+    return done + sum(text_forward_flops(config, input_lengths, np.full(len(input_lengths), n))
+                      for n in label_lengths)
 
 
 @dataclasses.dataclass

@@ -310,7 +310,8 @@ class RecurrentClassificationObjective(_WordObjective):
         if self.backbone == "static":
             backbone, features, task_model = 0.0, _word_vectors(self.word_vectors).vectors.shape[1], self.task_model
         else:
-            backbone, features = flops.recurrent_encoder_macs_per_word(config) * length, flops.recurrent_features(config)
+            backbone = flops.recurrent_encoder_macs_per_word(config) * length
+            features = flops.recurrent_features(config)
             task_model = self.task_model if self.backbone == "elmo" else None
         return backbone, flops.pooled_classifier_macs(features, length, task_model, self.hidden, self.num_labels)
 
