@@ -1,7 +1,7 @@
 """Strubell et al.'s table for t5lite's presets: estimated FLOPs, hours, energy, CO2e and cloud cost
 of each preset's published pre-training recipe, on a chosen accelerator at an assumed MFU.
 
-FLOPs come from t5lite.train.mfu (forward + backward, per example, times batch and steps); hours
+FLOPs come from t5lite.models.flops (forward + backward, per example, times batch and steps); hours
 = FLOPs / (devices x spec-sheet peak x MFU); energy, CO2e and cost from t5lite.train.cost
 (Strubell's formula with the device's defaults). Nothing is measured: it is the formula applied.
     python benchmarks/cost_table.py [--device "TPU v3"] [--devices 8] [--mfu 0.4]
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from t5lite.models import get_config
+from t5lite.models import flops, get_config
 from t5lite.train import cost, mfu
 
 # preset: (recipe, encoder length, decoder length, batch, steps)
@@ -30,9 +30,9 @@ def rows(device_kind: str, devices: int, utilisation: float) -> list[dict]:
     peak = mfu.peak_flops_per_device(device_kind=device_kind)[0]
     out = []
     for preset, (recipe, enc, dec, batch, steps) in RECIPES.items():
-        flops = steps * batch * mfu.train_flops_per_example(get_config(preset), enc, dec)
-        seconds = flops / (devices * peak * utilisation)
-        out.append({"preset": preset, "recipe": recipe, **model.estimate(flops, seconds), "hours": seconds / 3600})
+        total = steps * batch * flops.train_flops_per_example(get_config(preset), enc, dec)
+        seconds = total / (devices * peak * utilisation)
+        out.append({"preset": preset, "recipe": recipe, **model.estimate(total, seconds), "hours": seconds / 3600})
     return out
 
 

@@ -34,6 +34,7 @@ from t5lite.data.finetune_converters import IGNORE  # noqa: E402
 from t5lite.data.vocab import set_default_vocabulary  # noqa: E402
 from t5lite.infer import classify  # noqa: E402
 from t5lite.interop import hf  # noqa: E402
+from t5lite.models import flops  # noqa: E402
 from t5lite.train import mfu, optimizers  # noqa: E402
 from t5lite.train.finetune_objectives import ClassificationObjective, TaggingObjective  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
@@ -151,7 +152,7 @@ def counts(batches, hf_side: bool) -> np.ndarray:
     """[batches, 3]: examples, real tokens, padded tokens."""
     if hf_side:
         return np.array([(len(b["labels"]), int(b["attention_mask"].sum()), b["input_ids"].numel()) for b in batches])
-    return np.array([(e, t, b["encoder_input_tokens"].size) for b in batches for t, e in [mfu.real_counts(b)]])
+    return np.array([(e, t, b["encoder_input_tokens"].size) for b in batches for t, e in [flops.real_counts(b)]])
 
 
 def time_alternately(sides, chunk: int):
@@ -190,7 +191,7 @@ def bench(task, args, model_path, peak):
     hf_config, _, hf_params = as_t5lite(model, task)
     scores = [dev_score(task, config, objective, t5_run.params(), args.data_dir, args.eval_examples),
               dev_score(task, hf_config, objective, hf_params, args.data_dir, args.eval_examples)]
-    flops_per_token = mfu.train_flops_per_example(config, LENGTH) / LENGTH
+    flops_per_token = flops.train_flops_per_example(config, LENGTH) / LENGTH
     names = ("t5lite packed (JAX jit)", "HF PyTorch eager, Trainer-style collator")
     sizes = (f"{args.rows} rows × {LENGTH} (~{np.mean(counts(ours, False)[:, 0]):.0f} examples)", f"{args.batch} examples")
     rows = []

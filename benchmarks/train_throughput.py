@@ -21,7 +21,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"   # before JAX initialises: never probe an i
 import jax  # noqa: E402
 import numpy as np
 
-from t5lite.models import get_config
+from t5lite.models import flops, get_config
 from t5lite.train import mfu, optimizers
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
@@ -120,18 +120,18 @@ def main():
     for preset in args.presets:
         cfg = get_config(preset, dropout_rate=0.0)
         batch = synthetic_batch(args.batch, args.inputs, args.targets, cfg.vocab_size)
-        flops = args.batch * mfu.train_flops_per_example(cfg, args.inputs, args.targets)
+        step_flops = args.batch * flops.train_flops_per_example(cfg, args.inputs, args.targets)
         names = ("t5lite (JAX, jit)", "HF transformers (PyTorch eager)")
         times = time_interleaved([t5lite_step_fn(cfg, batch), hf_step_fn(cfg, batch)], args.steps, args.runs)
         print(f"\n{preset}: batch {args.batch}, inputs {args.inputs}, targets {args.targets}, float32, Adafactor; "
-              f"{flops:.3g} FLOPs/step; median of {args.runs} interleaved runs x {args.steps} steps")
+              f"{step_flops:.3g} FLOPs/step; median of {args.runs} interleaved runs x {args.steps} steps")
         print(f"{'implementation':34s} {'s/step':>8s} {'tokens/s':>10s} {'MFU':>7s}")
         rates = []
         for name, runs in zip(names, times):
             seconds = statistics.median(runs)
             rates.append(tokens / seconds)
             print(f"{name:34s} {seconds:8.3f} {tokens / seconds:10.0f} "
-                  f"{flops / seconds / (peak * jax.device_count()):7.1%}")
+                  f"{step_flops / seconds / (peak * jax.device_count()):7.1%}")
         print(f"ratio t5lite / HF tokens/s: {rates[0] / rates[1]:.2f}x", flush=True)
 
 

@@ -93,7 +93,110 @@ def test_t5lite_eval_writes_cost_json_beside_its_metrics(tmp_path, capsys):
     assert_close(got["energy_kwh"], energy)
     assert_close(got["co2e_kg"], energy * cost.DEFAULT_GRID)
     assert_close(got["usd"], 3.0 * device_hours)
-    assert got["flops"] == 0.0        # eval counts no FLOPs
+    assert got["flops"] > 0           # counted in test_t5lite_eval_counts_the_forward_flops_it_ran
     line = json.loads((tmp_path / "eval" / f"{TINY_TASK}.validation" / "metrics.jsonl").read_text().splitlines()[-1])
     assert {k: line[f"cost_{k}"] for k in ("flops", "device_hours", "energy_kwh", "co2e_kg", "usd", "seconds")} == \
         {k: got[k] for k in ("flops", "device_hours", "energy_kwh", "co2e_kg", "usd", "seconds")}
+
+
+def _kernel_macs(run, per_token) -> float:
+    """Sum of each matmul kernel's size (the run's model, built here) times the tokens it multiplies
+    (`per_token(name)`); the token embedding counts as the tied LM head."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from t5lite.infer import predict
+    config = predict.model_config_of(run, None)
+    features = {k: jnp.ones((1, 4), jnp.int32) for k in ("encoder_input_tokens", "decoder_input_tokens")
+                if config.arch != "encoder" or k.startswith("encoder")}
+    params = nn.unbox(jax.eval_shape(lambda: models.build(config).init(jax.random.key(0), **features)))["params"]
+    names = [(jax.tree_util.keystr(path), leaf.size) for path, leaf in jax.tree_util.tree_leaves_with_path(params)]
+    return sum(size * per_token(name) for name, size in names
+               if name.endswith("['kernel']") or name == "['token_embedder']['embedding']")
+
+
+def _t5_forward_by_hand(cfg, run, n_in, n_out) -> float:
+    """2 x the parameter matmuls' MACs (encoder kernels over the inputs; decoder kernels over the
+    outputs, but cross-attention keys and values over the inputs; the tied embedding as the LM head
+    over the outputs) + 2 x the attention matmuls QK^T and AV: n_in^2 x width both per encoder
+    layer, n_out^2 / 2 x width both (causal) and n_out x n_in x width both (cross) per decoder layer."""
+    def tokens(name):
+        if name.startswith("['encoder']") or "cross_attention']['key" in name or "cross_attention']['value" in name:
+            return n_in
+        return n_out
+    width = cfg.num_heads * cfg.head_dim
+    attention = (cfg.num_encoder_layers * 2 * n_in * n_in * width
+                 + cfg.num_decoder_layers * (2 * n_out * n_out * width / 2 + 2 * n_out * n_in * width))
+    return 2 * (_kernel_macs(run, tokens) + attention)
+
+
+def test_t5lite_eval_counts_the_forward_flops_it_ran(tmp_path, monkeypatch):
+    """Text-to-text eval of a t5_tiny run on SST-2: scoring the target, greedy decoding (up to EOS:
+    a KV-cache step is one token's forward) and scoring each label each run the model once per
+    example; cost.json's flops are their sum, re-derived by hand from the lengths each call saw."""
+    import gin
+    import numpy as np
+
+    from conftest import shared_data_dir
+    from t5lite import cli
+    from t5lite.infer import decoding, scoring
+    config = models.get_config("t5_tiny")
+    train_tiny(tmp_path, config, 1)
+    calls = []   # (input length, output length) of each example of each call
+    score, greedy = scoring.target_log_likelihood, decoding.greedy
+
+    def spy_score(module, params, inputs, targets, lengths=None):
+        calls.extend(zip(np.count_nonzero(inputs["encoder_input_tokens"], axis=1), np.asarray(lengths)))
+        return score(module, params, inputs, targets, lengths)
+
+    def spy_greedy(module, params, inputs, **kwargs):
+        out = greedy(module, params, inputs, **kwargs)
+        tokens = np.asarray(out.tokens)
+        is_eos = tokens == config.eos_token_id
+        generated = np.where(is_eos.any(1), is_eos.argmax(1) + 1, tokens.shape[1])
+        calls.extend(zip(np.count_nonzero(inputs["encoder_input_tokens"], axis=1), generated))
+        return out
+    monkeypatch.setattr(scoring, "target_log_likelihood", spy_score)
+    monkeypatch.setattr(decoding, "greedy", spy_greedy)
+    gin.clear_config()
+    cli.main(["eval", f"--gin.CHECKPOINT_PATH='{tmp_path}'", "--gin.MIXTURE_OR_TASK_NAME='glue_sst2'",
+              "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 8}", "--gin.eval.max_examples=3",
+              "--gin.eval.batch_size=1", f"--gin.eval.data_dir='{shared_data_dir() / 'glue'}'"])
+    gin.clear_config()
+    assert len(calls) == 3 * 4        # per example: the target, the decode, two labels
+    expected = sum(_t5_forward_by_hand(config, str(tmp_path), int(i), int(o)) for i, o in calls)
+    got = json.loads((tmp_path / "eval" / "cost.json").read_text())["flops"]
+    assert got == pytest.approx(expected, rel=1e-9)
+
+
+def test_t5lite_eval_of_a_task_head_counts_the_encoder_it_ran(bert_tiny_sst2_run, tmp_path, monkeypatch):
+    """A bert_tiny SST-2 classifier: the encoder over each example's tokens, padding and the filler
+    rows of a short batch left out, and neither the MLM head (it does not run) nor the d_model x 2
+    classifier counted: 2 x (layer kernels x tokens) + 2 x 2 x n^2 x width per layer."""
+    import gin
+    import numpy as np
+
+    from conftest import shared_data_dir
+    from t5lite import cli
+    from t5lite.infer import classify
+    seen = []
+    apply = classify._apply
+
+    def spy(module, params, inputs):
+        seen.extend(np.count_nonzero(inputs["encoder_input_tokens"], axis=1))
+        return apply(module, params, inputs)
+    monkeypatch.setattr(classify, "_apply", spy)
+    gin.clear_config()
+    cli.main(["eval", "--gin_file=configs/local/bert_tiny_finetune_sst2.gin",
+              f"--gin.CHECKPOINT_PATH='{bert_tiny_sst2_run}'", f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'",
+              "--gin.eval.max_examples=5", "--gin.eval.batch_size=4", f"--gin.eval.output_dir='{tmp_path}'"])
+    gin.clear_config()
+    lengths = [int(n) for n in seen if n]
+    assert len(lengths) == 5 and len(seen) > 5       # the filler rows ran, but are no examples
+    config = models.get_config("bert_tiny")
+    width = config.num_heads * config.head_dim
+    layer_macs = _kernel_macs(bert_tiny_sst2_run, lambda name: "['encoder']['layers_" in name)   # per token
+    expected = sum(2 * (layer_macs * n + config.num_encoder_layers * 2 * n * n * width) for n in lengths)
+    got = json.loads((tmp_path / "cost.json").read_text())["flops"]
+    assert got == pytest.approx(expected, rel=1e-9)

@@ -22,7 +22,7 @@ from t5lite.data.vocab import set_default_vocabulary
 from t5lite.data.wordpiece import WordPieceVocabulary
 from t5lite.interop import hf
 from t5lite.models import get_config
-from t5lite.train import mfu
+from t5lite.models import flops
 from t5lite.train.finetune_objectives import ClassificationObjective
 from t5lite.train.objective import LossConfig
 from t5lite.train.trainer import train
@@ -177,7 +177,7 @@ def test_real_counts_are_the_examples_tokens(examples):
     """Packed or padded, the counts are the examples' own lengths summed, whatever the padding."""
     packed, unpacked = _batches(examples)
     expected = (sum(len(ex["inputs"]) for ex in examples), len(examples))
-    assert mfu.real_counts(packed) == mfu.real_counts(unpacked) == expected
+    assert flops.real_counts(packed) == flops.real_counts(unpacked) == expected
     assert packed["encoder_input_tokens"].size < unpacked["encoder_input_tokens"].size
 
 
@@ -248,4 +248,4 @@ def test_text_to_text_glue_packs_by_default_and_counts_real_tokens():
                                      int(batch.pop("_examples"))))
     assert len(examples) > 4                        # several examples per row
     tokens = sum(len(ex["inputs"]) + len(ex["targets"]) for ex in examples)
-    assert mfu.real_counts(batch) == (tokens, len(examples))
+    assert flops.real_counts(batch) == (tokens, len(examples))

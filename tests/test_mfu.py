@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5lite.models import build, get_config
+from t5lite.models import build, flops, get_config
 from t5lite.train import mfu, optimizers
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
@@ -58,7 +58,7 @@ def test_train_flops_match_the_parameter_shapes(preset):
     model = build(cfg)
     params = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), **_features(cfg))))["params"]
     expected = _count_from_parameter_shapes(cfg, params)
-    assert mfu.train_flops_per_example(cfg, ENC_LEN, DEC_LEN) == pytest.approx(expected, rel=1e-12)
+    assert flops.train_flops_per_example(cfg, ENC_LEN, DEC_LEN) == pytest.approx(expected, rel=1e-12)
 
 
 def _dot_flops(jaxpr) -> float:
@@ -87,7 +87,7 @@ def test_train_flops_match_what_the_compiled_step_computes(preset):
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), **features))["params"]
     grad = jax.grad(lambda p: jnp.sum(model.apply({"params": p}, **features) ** 2))
     batch = next(iter(features.values())).shape[0]
-    formula = batch * mfu.train_flops_per_example(cfg, ENC_LEN, DEC_LEN)
+    formula = batch * flops.train_flops_per_example(cfg, ENC_LEN, DEC_LEN)
     causal_half = 3 * 2 * DEC_LEN ** 2 * cfg.num_heads * cfg.head_dim * cfg.num_decoder_layers * batch
     program = _dot_flops(jax.make_jaxpr(grad)(params).jaxpr)
     assert program == pytest.approx(formula + (causal_half if cfg.arch != "encoder" else 0), rel=1e-9)
@@ -97,7 +97,7 @@ def test_train_flops_match_what_the_compiled_step_computes(preset):
 
 def test_flop_count_names_the_missing_length():
     with pytest.raises(ValueError, match="decoder_length"):
-        mfu.train_flops_per_example(get_config("gpt2_tiny"), encoder_length=16)
+        flops.train_flops_per_example(get_config("gpt2_tiny"), encoder_length=16)
 
 
 @pytest.mark.parametrize("kind,peak", [
@@ -137,3 +137,54 @@ def test_train_task_counts_the_lengths_of_its_family(preset, features):
     trainer = TrainTask(cfg, optimizers.adafactor(schedule), schedule, Partitioner(), features)
     params = nn.unbox(jax.eval_shape(lambda: build(cfg).init(jax.random.key(0), **_features(cfg))))["params"]
     assert trainer.flops_per_step(4) == pytest.approx(4 * _count_from_parameter_shapes(cfg, params), rel=1e-12)
+
+
+def _recurrent_macs_from_shapes(params, length):
+    """(frozen, trained) MACs of one `length`-word example re-derived from the parameter tree: each
+    kernel's size once per word (LSTM gates and projections, highway layers), a char-CNN filter of
+    width w at each of a word's 50 character slots, the pooled head's kernels once per example;
+    embedding tables are lookups. ELMo's biLM (`bilm`) is the frozen part."""
+    frozen = trained = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = jax.tree_util.keystr(path)
+        if leaf.ndim < 2 or "embed" in name:
+            continue
+        macs = leaf.size * (1 if "['head']" in name else 50 * length if "conv" in name else length)
+        if name.startswith("['bilm']"):
+            frozen += macs
+        else:
+            trained += macs
+    return frozen, trained
+
+
+@pytest.mark.parametrize("backbone", ["awd_lstm", "elmo", "static"])
+def test_word_classifiers_count_what_runs(backbone, tmp_path):
+    """No word softmax; a trained part 3x its forward, ELMo's frozen biLM 1x (hand check on
+    awd_lstm_tiny: 4 x 256 x (64 + 256) + 4 x 256 x (256 + 256) + 4 x 64 x (256 + 64) MACs per word)."""
+    from flax.core import meta
+
+    from t5lite.data.word_vectors import WordVectors, save_word2vec
+    from t5lite.models.awd_lstm import AWDLSTMClassifier
+    from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticClassifier
+    from t5lite.train.recurrent_objectives import RecurrentClassificationObjective
+    length, labels, hidden = 12, 3, 20
+    tokens = jnp.ones((1, length), jnp.int32)
+    vectors = str(tmp_path / "vectors.txt")
+    save_word2vec(WordVectors(("a", "b"), np.ones((2, 24), np.float32)), vectors)
+    config = get_config("elmo_tiny" if backbone == "elmo" else "awd_lstm_tiny_classifier")
+    module, features = {
+        "awd_lstm": (AWDLSTMClassifier(config, labels, hidden), {"encoder_input_tokens": tokens}),
+        "elmo": (FrozenELMoClassifier(config, labels, "bilstm", hidden),
+                 {"encoder_input_tokens": tokens, "encoder_input_chars": jnp.ones((1, 50 * length), jnp.int32)}),
+        "static": (FrozenStaticClassifier(config.vocab_size, 24, nn.initializers.zeros, labels, "bilstm", hidden),
+                   {"encoder_input_tokens": tokens}),
+    }[backbone]
+    params = meta.unbox(jax.eval_shape(lambda: module.init(jax.random.key(0), **features)))["params"]
+    frozen, trained = _recurrent_macs_from_shapes(params, length)
+    objective = RecurrentClassificationObjective(labels, backbone, hidden=hidden,
+                                                 word_vectors=vectors if backbone == "static" else None)
+    counted = objective.train_flops_per_example(config, {"encoder_input_tokens": length})
+    assert counted == pytest.approx(2 * (frozen + 3 * trained), rel=1e-12)
+    if backbone == "awd_lstm":
+        lstm = 4 * 256 * (64 + 256) + 4 * 256 * (256 + 256) + 4 * 64 * (256 + 64)
+        assert counted == pytest.approx(6 * (lstm * length + 3 * 64 * hidden + hidden * labels), rel=1e-12)

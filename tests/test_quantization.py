@@ -128,17 +128,30 @@ def test_int8_minilm_hidden_states_within_tolerance_of_float32():
     assert np.all((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1) >= 0.995)
 
 
-def test_int8_tiny_t5_logits_within_tolerance_of_float32(micro_config):
-    """A T5 at its own init: int8 log-probabilities within 2% of the largest magnitude of float32's."""
-    module = models.build(micro_config)
-    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 2000, (2, 12)), jnp.int32)
+def _int8_t5_log_prob_gap(config, length: int = 12) -> float:
+    """A T5 at its own init: the largest |int8 - float32| log-probability, as a share of the
+    largest float32 magnitude."""
+    module = models.build(config)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 2000, (2, length)), jnp.int32)
     features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens)
-    variables = module.init(jax.random.key(0), **features)
-    params = nn.unbox(variables)["params"]
+    params = nn.unbox(jax.jit(module.init)(jax.random.key(0), **features))["params"]
     qmodule, qparams = _quantized(module, params)
-    logp = np.asarray(jax.nn.log_softmax(module.apply({"params": params}, **features)))
-    logq = np.asarray(jax.nn.log_softmax(qmodule.apply({"params": qparams}, **features)))
-    assert np.abs(logq - logp).max() <= 0.02 * np.abs(logp).max()
+    logp = np.asarray(jax.nn.log_softmax(jax.jit(module.apply)({"params": params}, **features)))
+    logq = np.asarray(jax.nn.log_softmax(jax.jit(qmodule.apply)({"params": qparams}, **features)))
+    return float(np.abs(logq - logp).max() / np.abs(logp).max())
+
+
+def test_int8_tiny_t5_logits_within_tolerance_of_float32(micro_config):
+    """Int8 log-probabilities within 2% of the largest magnitude of float32's."""
+    assert _int8_t5_log_prob_gap(micro_config) <= 0.02
+
+
+@pytest.mark.slow
+def test_int8_t5_small_logits_within_tolerance_of_float32():
+    """The `t5_small` preset (T5-small's dims: 6 + 6 layers, d_model 512, 32128-token vocabulary;
+    randomly initialised, none pre-trained is at hand): int8 log-probabilities within 2% of the
+    largest float32 magnitude (measured: 0.7%). Fast sibling: the tiny T5 above."""
+    assert _int8_t5_log_prob_gap(models.get_config("t5_small"), length=16) <= 0.02
 
 
 def _hf_t5(path):

@@ -10,7 +10,8 @@ context; per question the best span over its windows, mapped back to the origina
 the tokens' character offsets, scored with SQuAD EM/F1. `TaggingEvaluator`: each word's tag is the argmax at its first subword,
 the windows of a sentence put back together, scored on the words' tag lists (entity P/R/F1, token
 accuracy) and written as a CoNLL file. All have `.evaluate(module, params) -> EvalResult`, as the
-text-to-text `Evaluator`, so training evaluates them the same way.
+text-to-text `Evaluator`, so training evaluates them the same way, and count the forward FLOPs they
+run (`forward_flops`).
 """
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ from t5lite import metrics as metrics_lib
 from t5lite.data import converter_registry, converters
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer.evaluation import EvalResult
+from t5lite.models import flops
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
+SEQUENCES = ("encoder_input_tokens", "decoder_input_tokens", "swapped_decoder_input_tokens")   # each runs the backbone
 DECODER_INPUTS = ("decoder_input_tokens", "decoder_segment_ids", "swapped_decoder_input_tokens",
                   "swapped_decoder_segment_ids")
 
@@ -58,8 +61,9 @@ class _HeadEvaluator:
         keys = [k for k in self.model_inputs if k in rows[0]]
         self.length = len(rows[0][keys[0]])
         per_position = {k: len(rows[0][k]) // self.length for k in keys}   # ELMo's chars: 50 ids a position
-        buckets = converters.length_buckets([_used_length(row, keys, self.length) for row in rows], batch_size,
-                                            self.length, length_buckets)
+        self.used_lengths = [_used_length(row, keys, self.length) for row in rows]
+        self.sequences = sum(k in SEQUENCES for k in keys)
+        buckets = converters.length_buckets(self.used_lengths, batch_size, self.length, length_buckets)
         self.batches = [_fill({k: np.stack([rows[i][k][:width * per_position[k]] for i in indices]) for k in keys},
                               batch_size)
                         for indices, width in buckets]
@@ -67,6 +71,12 @@ class _HeadEvaluator:
 
     def __repr__(self):
         return f"{type(self).__name__}({self.task.name!r}, split={self.split!r}, examples={len(self.examples)})"
+
+    def forward_flops(self, module) -> float:
+        """The backbone's forward (t5lite.models.flops.encode_flops) over each example's used length,
+        once per token sequence it reads (GPT-1's two orders: twice). Not counted: the task head (a
+        d_model x labels classifier, per example or token) and the padding of each bucket."""
+        return self.sequences * sum(flops.encode_flops(module.config, n) for n in self.used_lengths)
 
     def _outputs(self, module, params) -> list[np.ndarray]:
         """The model's outputs for every example in the split's order (a tuple of arrays per
@@ -107,7 +117,7 @@ class ClassificationEvaluator(_HeadEvaluator):
         scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, predictions)
         records = [{"inputs": ex.get("inputs_pretokenized"), "target": t, "prediction": p}
                    for ex, t, p in zip(self.examples, targets, predictions)]
-        return EvalResult(scores, records)
+        return EvalResult(scores, records, flops=self.forward_flops(module))
 
 
 class DecoderClassificationEvaluator(ClassificationEvaluator):
@@ -162,7 +172,7 @@ class SpanEvaluator(_HeadEvaluator):
         records = [{"id": i, "inputs": ex.get("inputs_pretokenized"), "target": t, "prediction": p,
                     "n_best": [{"text": text, "score": score} for score, text in n_best[i]]}
                    for (i, ex), t, p in zip(questions.items(), targets, predictions)]
-        return EvalResult(scores, records)
+        return EvalResult(scores, records, flops=self.forward_flops(module))
 
 
 def conll_text(sentences) -> str:
@@ -199,4 +209,4 @@ class TaggingEvaluator(_HeadEvaluator):
         records = [{"id": ex["id"], "words": list(ex["words"]), "target": t, "prediction": p}
                    for (ex, _), t, p in zip(sentences, targets, predictions)]
         conll = conll_text((ex["words"], t, p) for (ex, _), t, p in zip(sentences, targets, predictions))
-        return EvalResult(scores, records, {"predictions.conll": conll})
+        return EvalResult(scores, records, {"predictions.conll": conll}, self.forward_flops(module))

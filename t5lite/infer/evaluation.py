@@ -7,7 +7,8 @@ model (the inputs are the prompt, the targets its continuation). Each call compu
 - `loss`: teacher-forced cross entropy per target token,
 - the task's metrics on greedy decodes (text through `task.postprocess`, as are the targets),
 - for tasks with a fixed set of answers, the same metrics on rank classification (the label
-  whose text the model finds most likely), prefixed `score_`.
+  whose text the model finds most likely), prefixed `score_`,
+and counts the forward FLOPs it ran (`EvalResult.flops`, see `text_forward_flops`).
 
 `evaluate` is the gin entry point behind `t5lite eval`; given the run's training objective it
 evaluates what that objective trained the way training does (a task head: t5lite.infer.classify).
@@ -31,6 +32,7 @@ from t5lite import metrics as metrics_lib, models, storage, writable
 from t5lite.data import catalog, converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, predict, scoring
+from t5lite.models import flops
 
 log = logging.getLogger("t5lite")
 
@@ -84,11 +86,37 @@ def model_inputs(config, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, n
                     "through a classification head instead")
 
 
+def text_forward_flops(config, input_lengths: Sequence[int], output_lengths: Sequence[int]) -> float:
+    """Forward FLOPs (t5lite.models.flops) of examples at their own lengths, padding left out: an
+    encoder-decoder encodes the inputs and runs its decoder over the outputs, a decoder-only model
+    runs both as one sequence. Decoding costs the same as this teacher-forced pass over the tokens
+    it generated: a KV-cache step does one token's matmuls and attends to the tokens before it, so
+    its steps sum to the causal forward over the generated length (the encoder runs once)."""
+    if config.arch == "encoder_decoder":
+        return float(sum(flops.forward_flops_per_example(config, int(i), int(o))
+                         for i, o in zip(input_lengths, output_lengths)))
+    return float(sum(flops.forward_flops_per_example(config, decoder_length=int(i) + int(o))
+                     for i, o in zip(input_lengths, output_lengths)))
+
+
+def batch_flops(config, input_lengths: np.ndarray, target_lengths: np.ndarray | None = None,
+                decoded: np.ndarray | None = None, label_lengths: Sequence[int] = ()) -> float:
+    """Forward FLOPs of a batch's real examples (`text_forward_flops`): scoring their targets,
+    greedy decoding (`decoded` tokens, up to each row's EOS) and scoring each label (rank
+    classification runs the model once per label)."""
+    done = 0.0 if target_lengths is None else text_forward_flops(config, input_lengths, target_lengths)
+    if decoded is not None:
+        done += text_forward_flops(config, input_lengths, predict.decoded_lengths(decoded, config.eos_token_id))
+    return done + sum(text_forward_flops(config, input_lengths, np.full(len(input_lengths), n))
+                      for n in label_lengths)
+
+
 @dataclasses.dataclass
 class EvalResult:
     metrics: dict[str, float]
     predictions: list[dict]
     files: dict[str, str] = dataclasses.field(default_factory=dict)  # more files to write beside them: name -> text
+    flops: float = 0.0   # forward FLOPs the evaluation ran, by formula; 0 where not counted
 
 
 def write_result(folder: str, result: EvalResult) -> None:
@@ -115,11 +143,12 @@ class Evaluator:
         if not self.examples:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r}); "
                             "check the split name, data_dir and max_examples")
-        self.batches = []
+        self.batches, self.rows = [], []   # rows: each batch's real examples (the rest fill it up)
         buckets = converters.length_buckets([len(ex.get("inputs", ())) for ex in self.examples], batch_size,
                                             int(task_feature_lengths.get("inputs", 1)), length_buckets)
         self.order = np.concatenate([indices for indices, _ in buckets])
         for indices, width in buckets:
+            self.rows.append(len(indices))
             chunk = [self.examples[i] for i in indices]
             inputs, input_lengths = padded_rows([ex.get("inputs", ()) for ex in chunk], width)
             targets, target_lengths = padded_rows([ex["targets"] for ex in chunk], self.max_decode_length)
@@ -141,8 +170,8 @@ class Evaluator:
         return (f"Evaluator({self.task.name!r}, split={self.split!r}, examples={len(self.examples)}, "
                 f"labels={self.labels})")
 
-    def _run(self, module, params) -> dict[str, np.ndarray]:
-        """Device outputs for every batch, fetched once at the end."""
+    def _run(self, module, params) -> tuple[dict[str, np.ndarray], float]:
+        """Device outputs for every batch, fetched once at the end, and the forward FLOPs run."""
         cfg, outputs = module.config, []
         for batch in self.batches:
             inputs = model_inputs(cfg, batch["inputs"], batch["input_lengths"])
@@ -157,10 +186,15 @@ class Evaluator:
             outputs.append(out)
         fetched = jax.device_get(outputs)
         n = len(self.examples)
-        return {k: converters.restore_order(np.concatenate([o[k] for o in fetched])[:n], self.order) for k in fetched[0]}
+        done = sum(batch_flops(cfg, b["input_lengths"][:rows], b["target_lengths"][:rows],
+                               o["decoded"][:rows] if "decoded" in o else None,
+                               self.label_lengths if self.label_tokens is not None else ())
+                   for b, o, rows in zip(self.batches, fetched, self.rows))
+        return ({k: converters.restore_order(np.concatenate([o[k] for o in fetched])[:n], self.order)
+                 for k in fetched[0]}, done)
 
     def evaluate(self, module, params) -> EvalResult:
-        out = self._run(module, params)
+        out, done = self._run(module, params)
         metrics = {"loss": float(-out["log_likelihood"].sum() / max(self.target_tokens, 1))}
         inputs_vocabulary = self.task.output_features["inputs"].vocabulary
         records = [{"inputs": text_of(ex, "inputs", inputs_vocabulary),
@@ -176,7 +210,7 @@ class Evaluator:
             metrics.update({SCORE_PREFIX + k: v for k, v in self._score(chosen).items()})
             for record, text in zip(records, chosen):
                 record["score_prediction"] = text
-        return EvalResult(metrics, records)
+        return EvalResult(metrics, records, flops=done)
 
     def _score(self, texts: Sequence[str]) -> dict[str, float]:
         predictions = [self.task.postprocess(t, example=ex, is_target=False) for t, ex in zip(texts, self.examples)]
@@ -281,8 +315,9 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     builds the module trained and the evaluators training used, so a classification or span
     head is scored as during training (accuracy, F1, SQuAD EM/F1). None: text-to-text.
 
-    `meter` (a `t5lite.train.cost.CostMeter` started before the work, as `t5lite eval` does) adds
-    this call's cost to each metrics line (`cost_*`) and writes it to `<output_dir>/cost.json`."""
+    `meter` (a `t5lite.train.cost.CostMeter` started before the work, as `t5lite eval` does) gets
+    the evaluations' forward FLOPs (`EvalResult.flops`) and adds this call's cost to each metrics
+    line (`cost_*`) and writes it to `<output_dir>/cost.json`."""
     limit = {"eval.max_examples": max_examples} if max_examples is not None else {}
     require_positive({"eval.batch_size": batch_size, **limit,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
@@ -302,6 +337,8 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
                            if objective is None else objective.evaluators)
         results = evaluate_all(make_evaluators(task, split, task_feature_lengths, batch_size=batch_size,
                                                data_dir=data_dir, max_examples=max_examples), module, params)
+    if meter is not None:
+        meter.add_flops(sum(result.flops for result in results.values()))
     totals = meter.totals() if meter is not None else {}
     cost_fields = {f"cost_{k}": v for k, v in totals.items()}
     for name, result in results.items():

@@ -122,6 +122,7 @@ class FewShot:
             generated.append(decoding.greedy(module, params, inputs, max_decode_length=answer_length).tokens)
         scores = np.concatenate([np.asarray(s) for s in scores])[:len(examples)]
         generated = np.concatenate([np.asarray(g) for g in generated])[:len(examples)]
+        done = evaluation.batch_flops(config, lengths, decoded=generated, label_lengths=label_lengths)
         chosen = [labels[i] for i in scores.argmax(axis=1)]
         answers = [cut_generation(predict.detokenize(vocabulary, predict.until_eos(ids, config.eos_token_id)),
                                   self.separator) for ids in generated]
@@ -131,7 +132,7 @@ class FewShot:
         metrics = {**score(answers), **{evaluation.SCORE_PREFIX + k: v for k, v in score(chosen).items()}}
         records = [{"prompt": p, "target": texts(ex)[1], "prediction": a, "score_prediction": c}
                    for p, ex, a, c in zip(prompts, examples, answers, chosen)]
-        return evaluation.EvalResult(metrics, records)
+        return evaluation.EvalResult(metrics, records, flops=done)
 
     def _prompt_budget(self, config, answer_length: int) -> int:
         positions = config.max_position_embeddings if config.position_encoding == "learned" else 1024

@@ -2,7 +2,7 @@
 
 They are their own dataclasses (a char CNN and an LSTM stack share few fields with a Transformer)
 but behave like `ModelConfig` where the trainer needs it: a named preset from
-`t5lite.models.get_config`, `replace`, a `vocab_size` (the word softmax) and a FLOP count.
+`t5lite.models.get_config`, `replace`, and a `vocab_size` (the word softmax); t5lite.models.flops counts their FLOPs.
 """
 from __future__ import annotations
 
@@ -57,14 +57,6 @@ class BiLMConfig(Replaceable):
                          "proj_clip": self.proj_clip,
                          "use_skip_connections": self.use_skip_connections}}
 
-    def forward_flops_per_token(self) -> float:
-        """Char CNN + highway + projection, both LSTM stacks and the softmax (twice: both directions)."""
-        n_filters = sum(n for _, n in self.filters)
-        cnn = sum(w * self.char_embed_dim * n * 50 for w, n in self.filters)
-        highway = self.n_highway * 2 * n_filters ** 2 + n_filters * self.projection_dim
-        lstm = 2 * self.n_layers * (2 * self.projection_dim * 4 * self.lstm_dim + self.lstm_dim * self.projection_dim)
-        return 2 * (cnn + highway + lstm + 2 * self.projection_dim * self.vocab_size)
-
 
 @dataclasses.dataclass(frozen=True)
 class AWDLSTMConfig(Replaceable):
@@ -90,10 +82,6 @@ class AWDLSTMConfig(Replaceable):
         """(input, hidden) width of each LSTM layer."""
         dims = [self.emb_dim] + [self.hidden_dim] * (self.n_layers - 1) + [self.emb_dim]
         return list(zip(dims[:-1], dims[1:]))
-
-    def forward_flops_per_token(self) -> float:
-        lstm = sum(4 * h * (i + h) for i, h in self.layer_dims())
-        return 2 * (lstm + self.emb_dim * self.vocab_size)
 
 
 # fastai's `awd_lstm_lm_config` and `awd_lstm_clas_config` dropouts.

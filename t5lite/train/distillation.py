@@ -37,9 +37,9 @@ import jax.numpy as jnp
 
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, predict
+from t5lite.models import flops
 from t5lite.models.config import ModelConfig
 from t5lite.models.transformer import Stack, TransformerLayer, scan_params, unscan_params
-from t5lite.train import mfu
 from t5lite.train.objective import LossConfig, Objective, target_keys
 
 log = logging.getLogger("t5lite")
@@ -362,10 +362,10 @@ class DistillationObjective(Objective):
         return params
 
     def extra_flops_per_example(self, encoder_length: int, decoder_length: int) -> float:
-        """The teacher's forward pass, per example (t5lite.train.mfu)."""
+        """The teacher's forward pass, per example (t5lite.models.flops)."""
         if not self.has_teacher:
             return 0.0
-        return mfu.forward_flops_per_example(self._teacher()[0], encoder_length, decoder_length)
+        return flops.forward_flops_per_example(self._teacher()[0], encoder_length, decoder_length)
 
     def reference_models(self, frozen) -> dict[str, tuple[Any, Any]]:
         """Models evaluated once at the start of a run, beside the student: the teacher."""

@@ -1,19 +1,5 @@
-"""Model FLOPs utilisation: the FLOPs a step needs by formula, over time and the devices' peak.
-
-Counted as MaxText does, per token: 2 FLOPs per multiply-add of every matmul with a parameter
-(attention q/k/v/out, MLP, factorised-embedding projection, output head) plus the two attention
-matmuls QK^T and AV (halved under a causal mask), times 3 for forward + backward. That is
-6 x (matmul parameters) + 12 x layers x length x heads x head_dim per token, the attention term
-halved for causal self-attention. The family decides which pieces exist: encoders have no
-cross-attention and their head is the MLM (or ELECTRA discriminator) head over every position;
-decoders (GPT, prefix LMs, counted as causal) have no encoder; encoder-decoders add
-cross-attention, and their LM head runs over the target positions only. Not counted:
-rematerialisation, norms, softmax and other elementwise work, embedding lookups, and the extra
-position matmuls of Shaw and DeBERTa relative attention.
-
-Padding is not useful work: `real_counts` counts a batch's non-pad tokens and its examples, and
-the trainer reports MFU on the real tokens (the step's FLOPs per padded token, at the row length,
-times the real ones), next to the padded figure.
+"""Model FLOPs utilisation's denominator: a device's peak FLOP/s, from spec sheets or (CPUs)
+measured. The numerator, a step's FLOPs by formula, is t5lite.models.flops.
 """
 from __future__ import annotations
 
@@ -23,9 +9,6 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
-from t5lite.models.config import ModelConfig
 
 # Dense bf16 peak FLOP/s of one JAX device, by exact `device_kind` (vendor spec sheets). On TPU
 # v2 and v3 a JAX device is one of the chip's two TensorCores (45 and 123 TFLOP/s per chip);
@@ -36,101 +19,6 @@ PEAK_FLOPS = {
     "NVIDIA A100-SXM4-40GB": 312e12, "NVIDIA A100-SXM4-80GB": 312e12, "NVIDIA A100-PCIE-40GB": 312e12,
     "NVIDIA A100 80GB PCIe": 312e12, "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H100 PCIe": 756e12,
 }
-
-
-def _self_attention_macs(cfg: ModelConfig, length: int, causal: bool) -> float:
-    width = cfg.num_heads * cfg.head_dim
-    projections = 4 * cfg.d_model * width * length          # q, k, v, out
-    scores = 2 * length * length * width                    # QK^T and AV
-    return projections + (scores / 2 if causal else scores)
-
-
-def _cross_attention_macs(cfg: ModelConfig, q_len: int, kv_len: int) -> float:
-    width = cfg.num_heads * cfg.head_dim
-    return 2 * cfg.d_model * width * (q_len + kv_len) + 2 * q_len * kv_len * width
-
-
-def _stack_macs(cfg: ModelConfig, num_layers: int, length: int, causal: bool, encoder_length: int = 0) -> float:
-    """One encoder or decoder stack (with cross-attention when `encoder_length`)."""
-    layer = _self_attention_macs(cfg, length, causal) + (len(cfg.mlp_activations) + 1) * cfg.d_model * cfg.d_ff * length
-    if encoder_length:
-        layer += _cross_attention_macs(cfg, length, encoder_length)
-    projection = cfg.embed_dim * cfg.d_model * length if cfg.embedding_size is not None else 0
-    return num_layers * layer + projection
-
-
-def _head_macs(cfg: ModelConfig, length: int) -> float:
-    """The output head over `length` predicted positions."""
-    if cfg.arch != "encoder":
-        return cfg.d_model * cfg.vocab_size * length
-    per_token = {"mlm": cfg.d_model * cfg.embed_dim + cfg.embed_dim * cfg.vocab_size,
-                 "discriminator": cfg.d_model * cfg.d_model + cfg.d_model, "none": 0}[cfg.encoder_head]
-    return per_token * length
-
-
-def forward_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
-    """Forward FLOPs of one example; lengths are the model's (packed) feature lengths.
-
-    Encoders read `encoder_length`, decoders `decoder_length` (prompt and target together),
-    encoder-decoders both."""
-    needs = {"encoder": ("encoder_length",), "decoder": ("decoder_length",),
-             "encoder_decoder": ("encoder_length", "decoder_length")}[cfg.arch]
-    lengths = dict(encoder_length=encoder_length, decoder_length=decoder_length)
-    missing = [name for name in needs if lengths[name] <= 0]
-    if missing:
-        raise ValueError(f"a {cfg.arch} model's FLOP count needs {' and '.join(needs)} > 0; got {lengths}")
-    if cfg.arch == "encoder":
-        macs = _stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False) + _head_macs(cfg, encoder_length)
-    elif cfg.arch == "decoder":
-        macs = _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True) + _head_macs(cfg, decoder_length)
-    else:
-        macs = (_stack_macs(cfg, cfg.num_encoder_layers, encoder_length, False)
-                + _stack_macs(cfg, cfg.num_decoder_layers, decoder_length, True, encoder_length)
-                + _head_macs(cfg, decoder_length))
-    return 2 * macs
-
-
-def train_flops_per_example(cfg: ModelConfig, encoder_length: int = 0, decoder_length: int = 0) -> float:
-    """Forward + backward FLOPs of one example (the backward pass costs twice the forward); the
-    recurrent families (t5lite.models.recurrent_config) count theirs per token of `encoder_length`."""
-    if hasattr(cfg, "forward_flops_per_token"):
-        return 3 * cfg.forward_flops_per_token() * encoder_length
-    return 3 * forward_flops_per_example(cfg, encoder_length, decoder_length)
-
-
-def bi_encoder_train_flops_per_example(cfg: ModelConfig, text_lengths) -> float:
-    """Forward + backward FLOPs of one bi-encoder example: the encoder stack (no output head) over
-    each of its texts."""
-    return 3 * 2 * sum(_stack_macs(cfg, cfg.num_encoder_layers, n, False) for n in text_lengths)
-
-
-def conditioned_decoder_train_flops_per_example(cfg: ModelConfig, num_layers: int, length: int,
-                                                memory_length: int = 1) -> float:
-    """Forward + backward FLOPs of a causal stack of `num_layers` over `length` tokens that
-    cross-attends to `memory_length` vectors, with its LM head (Skip-Thought's decoders)."""
-    return 3 * 2 * (_stack_macs(cfg, num_layers, length, True, memory_length) + cfg.d_model * cfg.vocab_size * length)
-
-
-def real_counts(batch) -> tuple[int, int]:
-    """(non-pad tokens, examples) of a host batch of model features.
-
-    A token is real where its `*_segment_ids` is > 0 (packed), else where `encoder_input_tokens`
-    / `decoder_target_tokens` / a bi-encoder's `text<i>_input_tokens` is not 0 (decoder inputs
-    start with a 0 BOS, their targets do not);
-    examples are the filled `label_weights` slots, else each row's segments, else the rows."""
-    tokens = 0
-    for prefix, unpacked in (("encoder", "encoder_input_tokens"), ("decoder", "decoder_target_tokens")):
-        segments = batch.get(f"{prefix}_segment_ids")
-        source = segments if segments is not None else batch.get(unpacked)
-        tokens += 0 if source is None else int(np.count_nonzero(source))
-    tokens += sum(int(np.count_nonzero(v)) for k, v in batch.items()
-                  if k.startswith("text") and k.endswith("_input_tokens"))
-    if "label_weights" in batch:
-        return tokens, int(np.count_nonzero(batch["label_weights"]))
-    segments = batch.get("encoder_segment_ids", batch.get("decoder_segment_ids"))
-    if segments is not None:
-        return tokens, int(np.max(segments, axis=1).sum())
-    return tokens, len(next(iter(batch.values())))
 
 
 def best_matmul_flops(matmul: Callable[[int], Callable[[], object]], sizes: tuple[int, ...] = (512, 1024, 2048, 4096),

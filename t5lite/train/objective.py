@@ -19,8 +19,9 @@ import jax.numpy as jnp
 from t5lite import models
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, evaluation
+from t5lite.models import flops
 from t5lite.models.config import ModelConfig
-from t5lite.train import losses, mfu
+from t5lite.train import losses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +116,8 @@ class Objective:
         return metrics
 
     def train_flops_per_example(self, config: ModelConfig, feature_lengths: Mapping[str, int]) -> float:
-        """Forward + backward model FLOPs of one example (t5lite.train.mfu), for MFU."""
-        return mfu.train_flops_per_example(config, feature_lengths.get("encoder_input_tokens", 0),
+        """Forward + backward model FLOPs of one example (t5lite.models.flops), for MFU."""
+        return flops.train_flops_per_example(config, feature_lengths.get("encoder_input_tokens", 0),
                                            feature_lengths.get("decoder_input_tokens", 0))
 
     def initial_params(self, path: str, abstract_params) -> Any:

@@ -31,6 +31,7 @@ from t5lite.data.word_vocab import word_vocabulary
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer import checkpoint_reader, classify
 from t5lite.infer.evaluation import EvalResult
+from t5lite.models import flops
 from t5lite.models.awd_lstm import AWDLSTMClassifier, AWDLSTMLanguageModel
 from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticClassifier
 from t5lite.models.recurrent import BiLMLanguageModel
@@ -230,12 +231,19 @@ def _padded_table(table: np.ndarray, key, shape, dtype=jnp.float32):
 
 
 class WordClassificationEvaluator(classify.ClassificationEvaluator):
-    """Accuracy (the task's metrics) of a word-level classifier."""
+    """Accuracy (the task's metrics) of a word-level classifier; `example_flops(config, words)` counts
+    one example's forward (the objective's `forward_flops_per_example`)."""
 
-    def __init__(self, *args, chars: bool = False, **kwargs):
+    def __init__(self, *args, chars: bool = False, example_flops=None, **kwargs):
         self.converter = "word_classification_chars" if chars else "word_classification"
         self.model_inputs = ("encoder_input_tokens", "encoder_input_chars") if chars else ("encoder_input_tokens",)
+        self.example_flops = example_flops
         super().__init__(*args, **kwargs)
+
+    def forward_flops(self, module) -> float:
+        if self.example_flops is None:
+            return 0.0
+        return sum(self.example_flops(getattr(module, "config", None), n) for n in self.used_lengths)
 
 
 BACKBONES = ("awd_lstm", "elmo", "static")
@@ -295,6 +303,28 @@ class RecurrentClassificationObjective(_WordObjective):
                                           self.num_labels, self.task_model, self.hidden)
         return AWDLSTMClassifier(config, self.num_labels, self.hidden)
 
+    def _macs(self, config, length: int) -> tuple[float, float]:
+        """(backbone, own model) MACs of one example of `length` words (t5lite.models.flops): ULMFiT's
+        encoder, ELMo's biLM (char CNN, both LSTM directions) or nothing for a static table; then the
+        task model (ELMo, static: BiLSTM or none) and the pooled head. No word softmax runs."""
+        if self.backbone == "static":
+            backbone, features, task_model = 0.0, _word_vectors(self.word_vectors).vectors.shape[1], self.task_model
+        else:
+            backbone = flops.recurrent_encoder_macs_per_word(config) * length
+            features = flops.recurrent_features(config)
+            task_model = self.task_model if self.backbone == "elmo" else None
+        return backbone, flops.pooled_classifier_macs(features, length, task_model, self.hidden, self.num_labels)
+
+    def forward_flops_per_example(self, config, length: int) -> float:
+        """One example's forward over `length` words, as evaluation runs it."""
+        return 2 * sum(self._macs(config, length))
+
+    def train_flops_per_example(self, config, feature_lengths):
+        """Forward + backward of what trains (ULMFiT's encoder and every classifier's own model, 3x
+        the forward), the forward alone of a frozen backbone (ELMo's biLM, 1x)."""
+        backbone, own = self._macs(config, feature_lengths["encoder_input_tokens"])
+        return 2 * ((3 if self.backbone == "awd_lstm" else 1) * backbone + 3 * own)
+
     def init_features(self, feature_lengths):
         keys = ("encoder_input_tokens", "encoder_input_chars") if self.chars else ("encoder_input_tokens",)
         return {k: jnp.ones((1, feature_lengths[k]), jnp.int32) for k in keys}
@@ -322,4 +352,5 @@ class RecurrentClassificationObjective(_WordObjective):
         return {k: grafted[part] if k == part else None for k in abstract_params}
 
     def evaluators(self, task, split, task_feature_lengths, **kwargs):
-        return {task.name: WordClassificationEvaluator(task, split, task_feature_lengths, chars=self.chars, **kwargs)}
+        return {task.name: WordClassificationEvaluator(task, split, task_feature_lengths, chars=self.chars,
+                                                       example_flops=self.forward_flops_per_example, **kwargs)}

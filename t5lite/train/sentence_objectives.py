@@ -32,8 +32,9 @@ from t5lite.data import registry
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader
 from t5lite.infer.embedding import SentenceEvaluator
+from t5lite.models import flops
 from t5lite.models.sentence import BiEncoder
-from t5lite.train import mfu, sentence_losses as S
+from t5lite.train import sentence_losses as S
 from t5lite.train.objective import LossConfig, Objective
 
 LOSSES = {"mnrl": 2, "contrastive": 2, "triplet": 3, "softmax": 2, "cosent": 2, "cosine": 2}   # -> columns needed
@@ -134,7 +135,7 @@ class SentenceObjective(Objective):
         return out.reshape(rows, -1)
 
     def train_flops_per_example(self, config, feature_lengths):
-        return mfu.bi_encoder_train_flops_per_example(config, [n for k, n in feature_lengths.items()
+        return flops.bi_encoder_train_flops_per_example(config, [n for k, n in feature_lengths.items()
                                                                if k.endswith("_input_tokens")])
 
     def initial_params(self, path: str, abstract_params) -> dict[str, Any]:

@@ -23,8 +23,8 @@ import optax
 
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader
+from t5lite.models import flops
 from t5lite.models.skip_thought import SkipThought
-from t5lite.train import mfu
 from t5lite.train.sentence_objectives import SentenceObjective
 
 SIDES = (("previous", -1), ("next", 1))
@@ -90,8 +90,8 @@ class SkipThoughtObjective(SentenceObjective):
     def train_flops_per_example(self, config, feature_lengths):
         length = feature_lengths["text0_input_tokens"]
         layers = self.decoder_layers or config.num_encoder_layers
-        return (mfu.bi_encoder_train_flops_per_example(config, [length])
-                + 2 * mfu.conditioned_decoder_train_flops_per_example(config, layers, length - 1))
+        return (flops.bi_encoder_train_flops_per_example(config, [length])
+                + 2 * flops.conditioned_decoder_train_flops_per_example(config, layers, length - 1))
 
     def initial_params(self, path: str, abstract_params) -> dict[str, Any]:
         """The checkpoint's encoder; the decoders (None) start fresh."""

@@ -28,8 +28,8 @@ from t5lite import models
 from t5lite.data.converter_registry import get_feature_converter
 from t5lite.errors import ConfigError
 from t5lite.infer import decoding, predict
+from t5lite.models import flops
 from t5lite.models.config import ModelConfig
-from t5lite.train import mfu
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
 
@@ -294,7 +294,7 @@ def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_si
     included) with the parameters sharded by their logical axes and the batch over `data`.
 
     The report's "optimizer state" is 0; temporaries hold the cache. `model_flops` is the forward
-    pass over every input and decoded position (t5lite.train.mfu), times `num_beams` for beam search.
+    pass over every input and decoded position (t5lite.models.flops), times `num_beams` for beam search.
     The batch is filled up to a multiple of the data-parallel size, as `Predictor` fills it."""
     if method not in ("greedy", "beam"):
         raise ConfigError(f"infer.method={method!r}: compile supports 'greedy' and 'beam'")
@@ -331,7 +331,7 @@ def compile_decode(model_config: ModelConfig, partitioner: Partitioner, batch_si
                  f"max_decode_length={max_decode_length}", sizes, activations, hbm, knobs)
     encoder_length, decoder_length = ((0, input_length + max_decode_length) if decoder_only
                                       else (input_length, max_decode_length))
-    model_flops = batch_size * copies * mfu.forward_flops_per_example(model_config, encoder_length, decoder_length)
+    model_flops = batch_size * copies * flops.forward_flops_per_example(model_config, encoder_length, decoder_length)
     common = dict(mesh=dict(partitioner.mesh.shape), num_devices=partitioner.mesh.size, hbm_bytes=hbm,
                   model_flops=model_flops, scanned=model_config.scan_layers, decode_loop=True, knobs=knobs,
                   batch=f"batch {batch_size}" + (f" (infer.batch_size={given} filled up to a multiple of the "

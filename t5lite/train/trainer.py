@@ -32,7 +32,7 @@ from t5lite.data import catalog, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError, T5liteError, require_positive
 from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint, predict
-from t5lite.models import peft as peft_lib, quantization as quantization_lib
+from t5lite.models import flops, peft as peft_lib, quantization as quantization_lib
 from t5lite.models.config import ModelConfig
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
@@ -469,7 +469,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
             with trainer.mesh_context():
                 for step in range(start + 1, train_steps + 1):
                     batch, data_state = next(batches)
-                    real_tokens, examples = mfu.real_counts(batch)
+                    real_tokens, examples = flops.real_counts(batch)
                     real[0] += real_tokens * host_scale
                     real[1] += examples * host_scale
                     state, metrics = step_fn(state, partitioner.shard_batch(batch))
