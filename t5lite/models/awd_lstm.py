@@ -112,7 +112,9 @@ class AWDLSTM(nn.Module):
 
 
 class AWDLSTMLanguageModel(nn.Module):
-    """Token ids [B, T] -> logits [B, T, vocab] of the next token (decoder tied to the embedding)."""
+    """Token ids [B, T] -> logits [B, T, vocab] of the next token (decoder tied to the embedding).
+    The top layer's output is sown as `intermediates/raw_top` and, after its dropout, `dropped_top`
+    (what AWD-LSTM's activation regularisers read)."""
     config: AWDLSTMConfig
 
     @nn.compact
@@ -120,7 +122,10 @@ class AWDLSTMLanguageModel(nn.Module):
         tokens = encoder_input_tokens
         cfg = self.config
         encoder = AWDLSTM(cfg, name="encoder")
-        top = locked_dropout(self, encoder(tokens, enable_dropout)[-1], cfg.output_p, enable_dropout)
+        raw = encoder(tokens, enable_dropout)[-1]
+        top = locked_dropout(self, raw, cfg.output_p, enable_dropout)
+        self.sow("intermediates", "raw_top", raw)
+        self.sow("intermediates", "dropped_top", top)
         bias = param_with_axes(self, "decoder_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))
         if cfg.tie_weights:
             kernel = nn.unbox(encoder.variables["params"]["embedding"]).T

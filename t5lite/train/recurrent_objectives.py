@@ -121,9 +121,12 @@ class _WordLMObjective(_WordObjective):
         return out if isinstance(out, tuple) else (out,)
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
-        tokens = batch["encoder_input_tokens"]
+        return self.lm_loss(self.logits(module, params, batch, rng), batch["encoder_input_tokens"], normalizers)
+
+    def lm_loss(self, outputs, tokens, normalizers):
+        """(the normalised cross entropy, metrics) of each direction's logits in `outputs`."""
         total, correct, metrics = 0.0, 0.0, {}
-        for direction, logits in zip(self.directions, self.logits(module, params, batch, rng)):
+        for direction, logits in zip(self.directions, outputs):
             ce, right, n = lm_token_losses(logits, tokens, direction)
             total, correct = total + ce, correct + right
             if len(self.directions) > 1:
@@ -215,10 +218,55 @@ class BiLMObjective(_WordLMObjective):
         return BiLMLanguageModel(config)
 
 
+def activation_regularisers(raw_top, dropped_top, tokens):
+    """AWD-LSTM's activation regularisers (Merity et al., 2017, section 4.6; fastai's
+    `RNNRegularizer`) over each row's real steps, as (sum, count) pairs: AR, the squares of the top
+    layer's output after its dropout; TAR, the squares of its raw output's change from step t to
+    t + 1 (both in the sentence). sum / count is fastai's `.pow(2).mean()` of each."""
+    valid = (tokens != 0)[..., None]
+    pairs = valid[:, 1:] & valid[:, :-1]
+    width = raw_top.shape[-1]
+    ar = jnp.sum(jnp.where(valid, dropped_top ** 2, 0.0)), jnp.sum(valid) * width
+    tar = jnp.sum(jnp.where(pairs, (raw_top[:, 1:] - raw_top[:, :-1]) ** 2, 0.0)), jnp.sum(pairs) * width
+    return ar, tar
+
+
 @gin.configurable
 class AWDLSTMLMObjective(_WordLMObjective):
+    """The next-word cross entropy plus, in training, AWD-LSTM's activation regularisation
+    `alpha` * AR and temporal activation regularisation `beta` * TAR (`activation_regularisers`;
+    fastai's defaults 2 and 1). They keep the top LSTM's output small and smooth: without them a
+    tied-decoder LM learns the unigram distribution by driving the top layer to the same
+    saturated output for every word (gates past +-4, cells growing along the sentence), a state
+    no gradient leaves, so the LM stops at unigram perplexity and its layers carry nothing a
+    classifier can use. The logged `loss` stays the cross entropy alone."""
+
+    def __init__(self, alpha: float = 2.0, beta: float = 1.0):
+        self.alpha, self.beta = alpha, beta
+
     def __repr__(self):
-        return "AWDLSTMLMObjective()"
+        return f"AWDLSTMLMObjective(alpha={self.alpha}, beta={self.beta})"
+
+    def normalizers(self, batch, loss: LossConfig) -> dict[str, Any]:
+        tokens = batch["encoder_input_tokens"]
+        return {**super().normalizers(batch, loss),
+                "steps": jnp.maximum(jnp.sum(tokens != 0), 1).astype(jnp.float32),
+                "step_pairs": jnp.maximum(jnp.sum((tokens[:, 1:] != 0) & (tokens[:, :-1] != 0)), 1).astype(jnp.float32)}
+
+    def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        if rng is None or not (self.alpha or self.beta):
+            return super().loss_and_metrics(module, params, batch, rng, normalizers, loss)
+        tokens = batch["encoder_input_tokens"]
+        logits, state = module.apply({"params": params}, tokens, enable_dropout=True, rngs={"dropout": rng},
+                                     mutable=["intermediates"])
+        value, metrics = self.lm_loss((logits,), tokens, normalizers)
+        raw, dropped = state["intermediates"]["raw_top"][0], state["intermediates"]["dropped_top"][0]
+        (ar, ar_n), (tar, tar_n) = activation_regularisers(raw, dropped, tokens)
+        width = raw.shape[-1]   # the means are over the whole batch's steps (normalizers), as the loss's
+        value = (value + self.alpha * ar / (normalizers["steps"] * width)
+                 + self.beta * tar / (normalizers["step_pairs"] * width))
+        metrics.update(activation_reg=(ar, ar_n), temporal_activation_reg=(tar, tar_n))
+        return value, metrics
 
     def build_model(self, config):
         _check_config(config, AWDLSTMConfig, "AWDLSTMLMObjective")
