@@ -93,6 +93,9 @@ def test_a_2x2_sweep_reports_scipy_intervals_and_paired_p_values(tmp_path):
     again = sweep(write_sweep(tmp_path), out)   # finished cells are skipped, the report is the same
     assert "4 already done" in again.stdout
     assert without_wall_time(json.loads((out / "report.json").read_text())) == without_wall_time(report)
+    (out / "lm__seed1" / "pretrain.log").write_text("")   # a log without the start-up lines: the other seed's count
+    sweep(write_sweep(tmp_path), out)
+    assert json.loads((out / "report.json").read_text())["cells"]["lm"]["cost_per_seed"]["params"] == 1000 + len("lm")
 
 
 def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 from t5lite.experiments import stats
@@ -69,7 +70,7 @@ def build(spec: Spec, out: Path) -> dict:
         for column in columns:
             mean, low, high = stats.t_interval([r["scores"][column] for r in seeds.values()]) if seeds else (math.nan,) * 3
             summary[column] = {"mean": mean, "low": low, "high": high}
-        cost = {k: sum(r["cost"].get(k, 0.0) for r in seeds.values()) / max(1, len(seeds))
+        cost = {k: statistics.fmean(r["cost"][k] for r in seeds.values() if k in r["cost"])   # over the seeds that log it
                 for k in dict.fromkeys(k for r in seeds.values() for k in r["cost"])}
         cells[cell.name] = {"pretrain": list(cell.pretrain), "bindings": list(cell.bindings),
                             "finetune": list(cell.finetune), "seeds": seeds, "summary": summary,

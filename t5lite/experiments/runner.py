@@ -86,7 +86,7 @@ def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path):
     """One `t5lite train`; None on success, else (return code, last lines of its output)."""
     command = list(spec.command) or [sys.executable, "-m", "t5lite.cli"]
     argv = [*command, "train", *(f"--gin_file={f}" for f in files), *(_flag(b) for b in bindings)]
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:   # a rerun adds to it: a resumed stage keeps its first start's lines
         code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
     if code == 0:
         return None
