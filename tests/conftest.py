@@ -20,6 +20,10 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 # workers add their device count to it). TPU compiles (test_tpu_compile.py) run without it.
 FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAG}".strip()
+# transformers 4.x imports its TensorFlow side (Trainer, sentence-transformers' model cards) when
+# TensorFlow is installed, and that refuses the Keras 3 of the 'reference' extra's TensorFlow.
+# The references here are all PyTorch; 5.x has no TensorFlow side and ignores the variable.
+os.environ.setdefault("USE_TF", "0")
 
 from t5lite.models import get_config  # noqa: E402
 

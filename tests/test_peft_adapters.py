@@ -25,7 +25,7 @@ from t5lite.interop import hf  # noqa: E402
 
 V = 97
 RTOL, ATOL = 1e-4, 1e-5   # float32 forward passes of different libraries; atol only for logits near 0
-ADAPTERS_REASON = "the adapters package (1.3, which pins transformers 4.57.x: extras 'test-adapters') is the reference"
+ADAPTERS_REASON = "the adapters package (1.3, which pins transformers 4.57.x: extras 'test') is the reference"
 
 
 def _tokens(shape, low, seed):

@@ -90,6 +90,20 @@ def _torch(model, inputs):
         return model(**{k: torch.tensor(v) for k, v in inputs.items()}).logits.numpy()
 
 
+def _peft_base(model):
+    """What peft wraps: BERT's encoder alone, as peft's FEATURE_EXTRACTION task expects (AutoModel;
+    transformers 4.x's BertForMaskedLM takes no past_key_values), the other families whole."""
+    return model.bert if isinstance(model, transformers.BertForMaskedLM) else model
+
+
+def _peft_logits(model, wrapped, inputs):
+    """The logits of `wrapped`, a peft model around `_peft_base(model)`: BERT's through `model`'s MLM head."""
+    if not isinstance(model, transformers.BertForMaskedLM):
+        return _torch(wrapped, inputs)
+    with torch.no_grad():
+        return model.cls(wrapped(**{k: torch.tensor(v) for k, v in inputs.items()}).last_hidden_state).numpy()
+
+
 def _to_peft_encoder(prefix, encoder):
     """t5lite's prefix encoder tree -> peft's PrefixEncoder weights (Linear weights are [out, in]),
     leaf for leaf and shape for shape."""
@@ -111,7 +125,7 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
     plain = np.where(real, _torch(model, torch_inputs), 0)
     config = peft.PrefixTuningConfig(task_type=task, num_virtual_tokens=N, prefix_projection=projection,
                                      encoder_hidden_size=24 if projection else None)
-    peft_model = peft.get_peft_model(model, config).eval()
+    peft_model = peft.get_peft_model(_peft_base(model), config).eval()
     method = P.PrefixTuning(num_virtual_tokens=N, prefix_projection=projection,
                             encoder_hidden_size=24 if projection else None)
     trained, specs = method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
@@ -120,7 +134,7 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
     jax.tree.map(lambda x, s: len(s) == x.ndim or pytest.fail(f"{s} for {x.shape}"), trained, specs,
                  is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec))
     _to_peft_encoder(trained["prefix"], peft_model.prompt_encoder["default"])
-    ref = np.where(real, _torch(peft_model, torch_inputs), 0)
+    ref = np.where(real, _peft_logits(model, peft_model, torch_inputs), 0)
     ours = np.where(real, _apply(module, method.combine(base, trained), features), 0)
     assert not np.allclose(ref, plain, rtol=RTOL, atol=ATOL)   # the prefix shows
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
@@ -141,9 +155,9 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
     trained = jax.tree.map(lambda x: x * 0.5 + 0.1, trained)
     out = hf.save_adapter(module, method, trained, str(tmp_path / "ours_prefix"), str(tmp_path / "base"))
     fresh = type(model).from_pretrained(str(tmp_path / "base")).eval()
-    theirs = peft.PeftModel.from_pretrained(fresh, out).eval()
+    theirs = peft.PeftModel.from_pretrained(_peft_base(fresh), out).eval()
     np.testing.assert_allclose(np.where(real, _apply(module, method.combine(base, trained), features), 0),
-                               np.where(real, _torch(theirs, torch_inputs), 0), rtol=RTOL, atol=ATOL)
+                               np.where(real, _peft_logits(fresh, theirs, torch_inputs), 0), rtol=RTOL, atol=ATOL)
 
 
 def _li_liang_reference(model, trained, torch_inputs):
@@ -168,9 +182,13 @@ def _li_liang_reference(model, trained, torch_inputs):
             for j in range(i + 1):
                 cache.update(*kv(enc_rows, 2 * j), j)
             attention, forward = block.layer[0].SelfAttention, block.layer[0].SelfAttention.forward
-            # the cache argument's name differs across transformers versions ("cache" from 5.24 on)
-            name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-            attention.forward = lambda *a, _f=forward, _c=cache, _n=name, **k: _f(*a, **{**k, _n: _c})
+            # the cache argument's name differs across transformers versions ("cache" from 5.24 on);
+            # 4.x places the queries at cache_position (the stack's, from 0), 5.x after the cache
+            params = inspect.signature(forward).parameters
+            given = {"cache" if "cache" in params else "past_key_values": cache}
+            if "cache_position" in params:
+                given["cache_position"] = torch.arange(N, N + torch_inputs["input_ids"].shape[1])
+            attention.forward = lambda *a, _f=forward, _g=given, **k: _f(*a, **{**k, **_g})
         encoded = model.encoder(input_ids=torch.tensor(torch_inputs["input_ids"]), attention_mask=mask).last_hidden_state
         self_cache, cross_cache = DynamicCache(), DynamicCache()
         for i, block in enumerate(model.decoder.block):

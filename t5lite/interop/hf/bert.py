@@ -128,7 +128,7 @@ class EncoderFamily:
                     attention_probs_dropout_prob=cfg.dropout_rate, layer_norm_eps=cfg.layer_norm_epsilon,
                     max_position_embeddings=cfg.max_position_embeddings + cfg.position_offset,
                     type_vocab_size=cfg.type_vocab_size, pad_token_id=cfg.pad_token_id, initializer_range=0.02,
-                    tie_word_embeddings=True, **self.extra_hf_fields(cfg))
+                    tie_word_embeddings=True) | self.extra_hf_fields(cfg)
 
     def position_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [Rule(f"{self.names.prefix}.embeddings.position_embeddings.weight",

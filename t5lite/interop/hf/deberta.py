@@ -49,7 +49,10 @@ class DebertaV2Family(EncoderFamily):
                     c.get("max_position_embeddings", 512))
 
     def extra_hf_fields(self, cfg: ModelConfig) -> dict:
-        return dict(V3_FIELDS, pos_att_type=["p2c", "c2p"], legacy=False,
+        """The v3 MLM head multiplies by the word embeddings itself and has no output matrix to tie:
+        transformers 4.x would tie its dense layer to the embeddings under tie_word_embeddings (a model
+        that cannot load), 5.x ties nothing either way."""
+        return dict(V3_FIELDS, pos_att_type=["p2c", "c2p"], legacy=False, tie_word_embeddings=False,
                     position_buckets=cfg.relative_attention_num_buckets,
                     max_relative_positions=cfg.relative_attention_max_distance)
 
