@@ -131,19 +131,13 @@ def _t5_forward_by_hand(cfg, run, n_in, n_out) -> float:
     return 2 * (_kernel_macs(run, tokens) + attention)
 
 
-def test_t5lite_eval_counts_the_forward_flops_it_ran(tmp_path, monkeypatch):
-    """Text-to-text eval of a t5_tiny run on SST-2: scoring the target, greedy decoding (up to EOS:
-    a KV-cache step is one token's forward) and scoring each label each run the model once per
-    example; cost.json's flops are their sum, re-derived by hand from the lengths each call saw."""
-    import gin
+def _spy_forward_calls(monkeypatch, config) -> list:
+    """(input length, output length) of each example of every target scoring and greedy decoding
+    call from now on (greedy: up to and including EOS), read from the arrays each call saw."""
     import numpy as np
 
-    from conftest import shared_data_dir
-    from t5lite import cli
     from t5lite.infer import decoding, scoring
-    config = models.get_config("t5_tiny")
-    train_tiny(tmp_path, config, 1)
-    calls = []   # (input length, output length) of each example of each call
+    calls = []
     score, greedy = scoring.target_log_likelihood, decoding.greedy
 
     def spy_score(module, params, inputs, targets, lengths=None):
@@ -159,6 +153,20 @@ def test_t5lite_eval_counts_the_forward_flops_it_ran(tmp_path, monkeypatch):
         return out
     monkeypatch.setattr(scoring, "target_log_likelihood", spy_score)
     monkeypatch.setattr(decoding, "greedy", spy_greedy)
+    return calls
+
+
+def test_t5lite_eval_counts_the_forward_flops_it_ran(tmp_path, monkeypatch):
+    """Text-to-text eval of a t5_tiny run on SST-2: scoring the target, greedy decoding (up to EOS:
+    a KV-cache step is one token's forward) and scoring each label each run the model once per
+    example; cost.json's flops are their sum, re-derived by hand from the lengths each call saw."""
+    import gin
+
+    from conftest import shared_data_dir
+    from t5lite import cli
+    config = models.get_config("t5_tiny")
+    train_tiny(tmp_path, config, 1)
+    calls = _spy_forward_calls(monkeypatch, config)
     gin.clear_config()
     cli.main(["eval", f"--gin.CHECKPOINT_PATH='{tmp_path}'", "--gin.MIXTURE_OR_TASK_NAME='glue_sst2'",
               "--gin.TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 8}", "--gin.eval.max_examples=3",
@@ -200,3 +208,28 @@ def test_t5lite_eval_of_a_task_head_counts_the_encoder_it_ran(bert_tiny_sst2_run
     expected = sum(2 * (layer_macs * n + config.num_encoder_layers * 2 * n * n * width) for n in lengths)
     got = json.loads((tmp_path / "cost.json").read_text())["flops"]
     assert got == pytest.approx(expected, rel=1e-9)
+
+
+def test_training_counts_its_evaluations_forward_flops_through_a_resume(tmp_path, monkeypatch):
+    """A t5_tiny SST-2 run evaluating every 2 steps, then resumed to step 3 (its final eval):
+    cost.json's flops are the 3 steps' (3 x the FLOPs logged at step 1, before any eval) plus both
+    evals' forward passes, re-derived by hand from the lengths each call saw, counted once."""
+    from conftest import shared_data_dir
+    config = models.get_config("t5_tiny")
+    calls = _spy_forward_calls(monkeypatch, config)
+    sst2 = dict(mixture_or_task_name="glue_sst2", task_feature_lengths={"inputs": 32, "targets": 4},
+                data_dir=str(shared_data_dir() / "glue"), eval_every=2, eval_max_examples=2, eval_batch_size=1)
+    train_tiny(tmp_path, config, 2, **sst2)     # evaluates at step 2
+    first = json.loads((tmp_path / "cost.json").read_text())
+    train_tiny(tmp_path, config, 3, **sst2)     # resumes from step 2, evaluates at step 3
+    assert len(calls) == 2 * 2 * 4              # 2 evals x 2 examples x (target, decode, two labels)
+    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    per_step = records[0]["cost_flops"]
+    assert records[0]["step"] == 1 and per_step > 0
+    evals = [sum(_t5_forward_by_hand(config, str(tmp_path), int(i), int(o)) for i, o in part)
+             for part in (calls[:8], calls[8:])]
+    assert first["flops"] == pytest.approx(2 * per_step + evals[0], rel=1e-9)
+    final = json.loads((tmp_path / "cost.json").read_text())
+    assert final["flops"] == pytest.approx(3 * per_step + sum(evals), rel=1e-9)
+    last_eval = [r for r in records if "eval_accuracy" in r][-1]
+    assert last_eval["step"] == 3 and last_eval["cost_flops"] == final["flops"]

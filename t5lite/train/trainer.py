@@ -311,7 +311,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
 
     Cost (t5lite.train.cost): every log adds the cumulative FLOPs, device-hours and estimated
     energy, CO2e and cloud price (`cost_*`) to metrics.jsonl and rewrites `MODEL_DIR/cost.json`;
-    a resumed run continues those totals.
+    the FLOPs are the training steps' and every evaluation's forward passes (periodic, final and
+    a reference model's), each evaluation line carrying the totals after it; a resumed run
+    continues those totals.
 
     The input pipeline (t5lite.data.loader) preprocesses `data_block_size` records at a time in
     `data_workers` grain worker processes (0: in the training process); the block size is part of
@@ -456,7 +458,7 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
         writer = summaries.MetricsWriter(model_dir, resume_step=start)
         if evaluators and not start:
             for name, (module, params) in trainer.objective.reference_models(teacher).items():
-                _evaluate(evaluators, module, params, start, eval_split, model_dir, writer, prefix=f"{name}_")
+                _evaluate(evaluators, module, params, start, eval_split, model_dir, writer, meter, prefix=f"{name}_")
         step_fn = trainer.jit_train_step(frozen, teacher, masks)
         batches = prefetch(loader)
         pending, last = [], {}
@@ -500,8 +502,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
                                         tok_s=f"{last['real_tokens_per_sec']:.0f}/{last['tokens_per_sec']:.0f}",
                                         ex_s=f"{last['examples_per_sec']:.1f}")
                     if evaluators and (step % eval_every == 0 or step == train_steps):
-                        _evaluate(evaluators, trainer.model, trainer.model_params(state.params, frozen), step,
-                                  eval_split, model_dir, writer)
+                        last.update(_evaluate(evaluators, trainer.model, trainer.model_params(state.params, frozen),
+                                              step, eval_split, model_dir, writer, meter))
                     stopping = stop.requested(step, ckpt)
                     if stopping or step == train_steps or ckpt.due(step):
                         if not bool(finite):  # the only host sync of a step that is not logged
@@ -586,16 +588,24 @@ def _peft_base(trainer: TrainTask, method, model_dir: str, base_path: str | None
     return trainer.init_base(seed, base)
 
 
-def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str, writer, prefix: str = "") -> None:
+def _evaluate(evaluators, module, params, step: int, split: str, model_dir: str, writer, meter: cost.CostMeter,
+              prefix: str = "") -> dict[str, float]:
     """Evaluates `params`; metrics into metrics.jsonl as `eval_*` (a reference model such as a
-    distillation teacher: `teacher_eval_*`), predictions beside."""
+    distillation teacher: `teacher_eval_*`), predictions beside. The evaluation's forward FLOPs
+    (`EvalResult.flops`) are part of the run's cost: they go to `meter`, whose totals are rewritten
+    to cost.json, added to the eval line (`cost_*`) and returned."""
     results = evaluation.evaluate_all(evaluators, module, params)
     scores = evaluation.flat_metrics(results)
-    writer.write(step, {f"{prefix}eval_{k}": v for k, v in scores.items()})
+    meter.add_flops(sum(result.flops for result in results.values()))
+    totals = meter.totals()
+    meter.write(step, totals)
+    costs = {f"cost_{k}": v for k, v in totals.items()}
+    writer.write(step, {**{f"{prefix}eval_{k}": v for k, v in scores.items()}, **costs})
     if jax.process_index() == 0:
         for name, result in results.items():
             evaluation.write_result(os.path.join(model_dir, "eval", f"{prefix}{name}.{split}"), result)
     log.info("%seval at step %d (%s): %s", prefix, step, split, " ".join(f"{k}={v:.4g}" for k, v in scores.items()))
+    return costs
 
 
 def _throughput(steps: int, seconds: float, real: list, batch_size: int, tokens_per_step: int,
