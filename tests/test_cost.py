@@ -99,15 +99,13 @@ def test_t5lite_eval_writes_cost_json_beside_its_metrics(tmp_path, capsys):
         {k: got[k] for k in ("flops", "device_hours", "energy_kwh", "co2e_kg", "usd", "seconds")}
 
 
-def _kernel_macs(run, per_token) -> float:
-    """Sum of each matmul kernel's size (the run's model, built here) times the tokens it multiplies
-    (`per_token(name)`); the token embedding counts as the tied LM head."""
+def _kernel_macs(config, per_token) -> float:
+    """Sum of each matmul kernel's size (the config's model, built here) times the tokens it
+    multiplies (`per_token(name)`); the token embedding counts as the tied LM head."""
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
 
-    from t5lite.infer import predict
-    config = predict.model_config_of(run, None)
     features = {k: jnp.ones((1, 4), jnp.int32) for k in ("encoder_input_tokens", "decoder_input_tokens")
                 if config.arch != "encoder" or k.startswith("encoder")}
     params = nn.unbox(jax.eval_shape(lambda: models.build(config).init(jax.random.key(0), **features)))["params"]
@@ -116,7 +114,7 @@ def _kernel_macs(run, per_token) -> float:
                if name.endswith("['kernel']") or name == "['token_embedder']['embedding']")
 
 
-def _t5_forward_by_hand(cfg, run, n_in, n_out) -> float:
+def _t5_forward_by_hand(cfg, n_in, n_out) -> float:
     """2 x the parameter matmuls' MACs (encoder kernels over the inputs; decoder kernels over the
     outputs, but cross-attention keys and values over the inputs; the tied embedding as the LM head
     over the outputs) + 2 x the attention matmuls QK^T and AV: n_in^2 x width both per encoder
@@ -128,7 +126,7 @@ def _t5_forward_by_hand(cfg, run, n_in, n_out) -> float:
     width = cfg.num_heads * cfg.head_dim
     attention = (cfg.num_encoder_layers * 2 * n_in * n_in * width
                  + cfg.num_decoder_layers * (2 * n_out * n_out * width / 2 + 2 * n_out * n_in * width))
-    return 2 * (_kernel_macs(run, tokens) + attention)
+    return 2 * (_kernel_macs(cfg, tokens) + attention)
 
 
 def _spy_forward_calls(monkeypatch, config) -> list:
@@ -173,7 +171,7 @@ def test_t5lite_eval_counts_the_forward_flops_it_ran(tmp_path, monkeypatch):
               "--gin.eval.batch_size=1", f"--gin.eval.data_dir='{shared_data_dir() / 'glue'}'"])
     gin.clear_config()
     assert len(calls) == 3 * 4        # per example: the target, the decode, two labels
-    expected = sum(_t5_forward_by_hand(config, str(tmp_path), int(i), int(o)) for i, o in calls)
+    expected = sum(_t5_forward_by_hand(config, int(i), int(o)) for i, o in calls)
     got = json.loads((tmp_path / "eval" / "cost.json").read_text())["flops"]
     assert got == pytest.approx(expected, rel=1e-9)
 
@@ -187,7 +185,7 @@ def test_t5lite_eval_of_a_task_head_counts_the_encoder_it_ran(bert_tiny_sst2_run
 
     from conftest import shared_data_dir
     from t5lite import cli
-    from t5lite.infer import classify
+    from t5lite.infer import classify, predict
     seen = []
     apply = classify._apply
 
@@ -204,7 +202,8 @@ def test_t5lite_eval_of_a_task_head_counts_the_encoder_it_ran(bert_tiny_sst2_run
     assert len(lengths) == 5 and len(seen) > 5       # the filler rows ran, but are no examples
     config = models.get_config("bert_tiny")
     width = config.num_heads * config.head_dim
-    layer_macs = _kernel_macs(bert_tiny_sst2_run, lambda name: "['encoder']['layers_" in name)   # per token
+    layer_macs = _kernel_macs(predict.model_config_of(bert_tiny_sst2_run, None),
+                              lambda name: "['encoder']['layers_" in name)   # per token
     expected = sum(2 * (layer_macs * n + config.num_encoder_layers * 2 * n * n * width) for n in lengths)
     got = json.loads((tmp_path / "cost.json").read_text())["flops"]
     assert got == pytest.approx(expected, rel=1e-9)
@@ -226,10 +225,43 @@ def test_training_counts_its_evaluations_forward_flops_through_a_resume(tmp_path
     records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     per_step = records[0]["cost_flops"]
     assert records[0]["step"] == 1 and per_step > 0
-    evals = [sum(_t5_forward_by_hand(config, str(tmp_path), int(i), int(o)) for i, o in part)
+    evals = [sum(_t5_forward_by_hand(config, int(i), int(o)) for i, o in part)
              for part in (calls[:8], calls[8:])]
     assert first["flops"] == pytest.approx(2 * per_step + evals[0], rel=1e-9)
     final = json.loads((tmp_path / "cost.json").read_text())
     assert final["flops"] == pytest.approx(3 * per_step + sum(evals), rel=1e-9)
     last_eval = [r for r in records if "eval_accuracy" in r][-1]
     assert last_eval["step"] == 3 and last_eval["cost_flops"] == final["flops"]
+
+
+@pytest.mark.parametrize("task,lengths,data", [("sentence_stsb", {"text0": 32, "text1": 32}, "glue"),
+                                               ("sentence_squad_v1", {"text0": 16, "text1": 48}, "squad/v1.1")])
+def test_sentence_evaluation_counts_the_encoder_over_each_text_it_embeds(task, lengths, data):
+    """A bert_tiny bi-encoder: STS-B similarity embeds both texts of each pair, SQuAD retrieval
+    every question and each distinct paragraph once; each is the encoder over its own tokens,
+    2 x (layer kernels x tokens) + 2 x 2 x n^2 x width per layer (no MLM head, no pooling)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from conftest import shared_data_dir
+    from t5lite.data import catalog
+    from t5lite.infer.embedding import SentenceEvaluator
+    from t5lite.models.sentence import BiEncoder
+    config = models.get_config("bert_tiny", vocab_size=2176)
+    module = BiEncoder(config)
+    params = nn.unbox(module.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32)))["params"]
+    evaluator = SentenceEvaluator(catalog.get_task_or_mixture(task), "validation", lengths, batch_size=4,
+                                  data_dir=str(shared_data_dir() / data), max_examples=6)
+    result = evaluator.evaluate(module, params)
+    texts = {"text0": [ex["text0"] for ex in evaluator.examples]}
+    if evaluator.similarity:
+        texts["text1"] = [ex["text1"] for ex in evaluator.examples]
+    else:
+        texts["text1"] = list({ex["text1_pretokenized"]: ex["text1"] for ex in evaluator.examples}.values())
+        assert len(texts["text1"]) < len(evaluator.examples)     # questions share paragraphs
+    width = config.num_heads * config.head_dim
+    layer_macs = _kernel_macs(config, lambda name: "['encoder']['layers_" in name)   # per token
+    expected = sum(2 * (layer_macs * len(row) + config.num_encoder_layers * 2 * len(row) ** 2 * width)
+                   for rows in texts.values() for row in rows)
+    assert result.flops == pytest.approx(expected, rel=1e-9)

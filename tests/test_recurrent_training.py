@@ -225,3 +225,54 @@ def test_bilm_objective_with_sampled_softmax_gives_a_finite_loss_and_gradient(mo
                                                                    objective.normalizers(batch, loss), loss),
                               has_aux=True)(params)
     assert np.isfinite(float(metrics["loss"][0])) and float(jnp.abs(grads["softmax_kernel"]).sum()) > 0
+
+
+class _Sentences:
+    """A task stub: TEXTS as the examples of every split."""
+    name = "sentences"
+
+    def get_dataset(self, split, task_feature_lengths, data_dir=None):
+        return iter([{"targets_pretokenized": t} for t in TEXTS])
+
+
+def _lm_macs_per_word_from_shapes(params) -> float:
+    """Every kernel's size once per word (LSTM gates and projections, highway layers, the char CNN's
+    projection), a char-CNN filter at each of a word's 50 character slots, the biLM's one softmax
+    once per direction, AWD-LSTM's tied embedding once as its decoder; other lookups are free."""
+    macs = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = jax.tree_util.keystr(path)
+        if leaf.ndim < 2 or name == "['bilm']['char_cnn']['char_embed']":
+            continue
+        macs += leaf.size * (50 if "conv" in name else 2 if name == "['softmax_kernel']" else 1)
+    return macs
+
+
+@pytest.mark.parametrize("arch", ["bilm", "awd_lstm"])
+def test_perplexity_evaluation_counts_the_forward_flops_of_each_sentences_words(arch, monkeypatch):
+    """Validation perplexity runs the LM once over each sentence: 2 x its MACs per word (from the
+    parameter shapes) x the sentence's words with <S> and </S>; padding and the filler row of the
+    short last batch are not counted."""
+    import dataclasses
+
+    from t5lite.models import get_config
+    from t5lite.train.recurrent_objectives import AWDLSTMLMObjective
+    vocab = word_vocab.build(TEXTS)
+    _use_vocabulary(vocab, monkeypatch)
+    length = 12
+    if arch == "bilm":
+        objective = BiLMObjective()
+        config = BiLMConfig(filters=((1, 4), (2, 4)), char_embed_dim=4, n_highway=1, lstm_dim=8, projection_dim=4,
+                            vocab_size=vocab.vocab_size)
+        features = {"encoder_input_tokens": length, "encoder_input_chars": 50 * length}
+    else:
+        objective = AWDLSTMLMObjective()
+        config = dataclasses.replace(get_config("awd_lstm_tiny"), vocab_size=vocab.vocab_size)
+        features = {"encoder_input_tokens": length}
+    module = objective.build_model(config)
+    params = nn.unbox(module.init(jax.random.key(0), **objective.init_features(features)))["params"]
+    evaluator = objective.evaluators(_Sentences(), "validation", {"targets": length}, batch_size=2)["sentences"]
+    result = evaluator.evaluate(module, params)
+    assert math.isfinite(result.metrics["perplexity"])
+    words = sum(len(text.split()) + 2 for text in TEXTS)
+    assert result.flops == pytest.approx(2 * _lm_macs_per_word_from_shapes(params) * words, rel=1e-12)

@@ -32,6 +32,7 @@ from t5lite.data.word_vectors import RUN_VECTORS_FILE, WordVectors, load_word_ve
 from t5lite.errors import CheckpointError, ConfigError, DataError, require_positive
 from t5lite.infer import checkpoint_reader, elmo_layers, predict
 from t5lite.infer.evaluation import EvalResult
+from t5lite.models import flops
 from t5lite.models.sentence import BiEncoder
 
 BUCKET = 16   # batches are padded to a multiple of this many tokens (few compiled shapes)
@@ -83,7 +84,14 @@ class SentenceEvaluator:
         return f"SentenceEvaluator({self.task.name!r}, split={self.split!r}, examples={len(self.examples)}, {kind})"
 
     def evaluate(self, module, params) -> EvalResult:
-        embed = functools.partial(embed_tokens, module, params, batch_size=self.batch_size, normalize=True)
+        """Its FLOPs: the encoder (t5lite.models.flops.encode_flops) over each text it embeds, at the
+        text's own length (each example's two texts; retrieval: every query and each distinct text1
+        once); the pooling and the batches' padding are not counted."""
+        lengths = []
+
+        def embed(rows):
+            lengths.extend(len(row) for row in rows)
+            return embed_tokens(module, params, rows, batch_size=self.batch_size, normalize=True)
         queries = embed([ex["text0"] for ex in self.examples])
         if self.similarity:
             cosines = np.sum(queries * embed([ex["text1"] for ex in self.examples]), axis=-1)
@@ -91,7 +99,7 @@ class SentenceEvaluator:
             scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, [float(c) for c in cosines])
             records = [{"inputs": [ex["text0_pretokenized"], ex["text1_pretokenized"]], "target": t,
                         "prediction": float(c)} for ex, t, c in zip(self.examples, targets, cosines)]
-            return EvalResult(scores, records)
+            return EvalResult(scores, records, flops=_encode_flops(module, lengths))
         documents = {}   # distinct text1 -> its index in the corpus
         first = {}
         for ex in self.examples:
@@ -103,7 +111,12 @@ class SentenceEvaluator:
         scores = metrics_lib.compute_metrics(self.task.metric_fns, targets, predictions)
         records = [{"inputs": ex["text0_pretokenized"], "target": t, "prediction": p}
                    for ex, t, p in zip(self.examples, targets, predictions)]
-        return EvalResult({**scores, "corpus_size": float(len(documents))}, records)
+        return EvalResult({**scores, "corpus_size": float(len(documents))}, records,
+                          flops=_encode_flops(module, lengths))
+
+
+def _encode_flops(module, lengths) -> float:
+    return float(sum(flops.encode_flops(module.config, n) for n in lengths))
 
 
 @gin.configurable("embed", denylist=["texts"])

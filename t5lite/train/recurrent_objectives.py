@@ -142,13 +142,20 @@ class _WordLMObjective(_WordObjective):
             out[key[:-4] + "perplexity"] = jnp.exp(metrics[key])
         return out
 
+    def forward_flops_per_example(self, config, length: int) -> float:
+        """One sentence's forward over its `length` words, as evaluation runs it: the encoder and the
+        full word softmax (each direction's) at every word (t5lite.models.flops)."""
+        return 2 * flops.recurrent_lm_macs_per_word(config) * length
+
     def evaluators(self, task, split, task_feature_lengths, batch_size=32, data_dir=None, max_examples=None, **_):
         return {task.name: PerplexityEvaluator(self, task, split, task_feature_lengths, batch_size, data_dir,
                                                max_examples)}
 
 
 class PerplexityEvaluator:
-    """Validation perplexity of an LM objective over a split (each direction and overall)."""
+    """Validation perplexity of an LM objective over a split (each direction and overall); its
+    FLOPs are the objective's `forward_flops_per_example` at each sentence's words (padding and
+    the filler rows of a short batch left out)."""
 
     def __init__(self, objective: _WordLMObjective, task, split, task_feature_lengths, batch_size: int = 32,
                  data_dir=None, max_examples=None):
@@ -157,7 +164,9 @@ class PerplexityEvaluator:
                                          max_examples))
         if not examples:
             raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
-        rows = converter_registry.get_feature_converter(objective.converter).convert(examples, task_feature_lengths)
+        converter = converter_registry.get_feature_converter(objective.converter)
+        rows = list(converter.convert(examples, task_feature_lengths))
+        self.lengths = [int(np.count_nonzero(row["encoder_input_tokens"])) for row in rows]
         batches = converters.batch(rows, batch_size, drop_remainder=False)
         self.batches = [classify._fill({k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}, batch_size)
                         for b in batches]
@@ -171,7 +180,8 @@ class PerplexityEvaluator:
         for k in totals:
             if k.endswith("_loss"):
                 scores[k[:-4] + "perplexity"] = math.exp(totals[k] / per_direction)
-        return EvalResult(scores, [])
+        done = sum(self.objective.forward_flops_per_example(module.config, n) for n in self.lengths)
+        return EvalResult(scores, [], flops=done)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
