@@ -1,8 +1,8 @@
 """Int8 weight-only vs float32 (docs/guides/compression.md): size on disk, quality, speed.
 
 T5: a fine-tuned t5lite run (SST-2 text-to-text) and its `t5lite convert --quantize int8` copy:
-checkpoint bytes, SST-2 dev accuracy of free decoding (the same eval as `t5lite eval`), and greedy
-decode tokens/s on dev inputs. MiniLM (all-MiniLM-L6-v2): the float and the int8 import, STS-B dev
+checkpoint bytes, SST-2 dev accuracy of free decoding (the same eval as `t5lite eval`), how many dev
+predictions int8 changes, and greedy decode tokens/s on dev inputs. MiniLM (all-MiniLM-L6-v2): the float and the int8 import, STS-B dev
 Spearman of mean-pooled cosine similarities, and sentences/s. Float and int8 runs alternate
 (`--runs` each, medians), so machine load hits both alike. Prints a markdown table and writes
 `--out/quantized.json`.
@@ -64,6 +64,10 @@ def t5_results(run: str, q_run: str, glue_dir: str, runs: int, examples: int, ne
         size = (disk_bytes(os.path.join(path, "checkpoints")) if name == "int8"
                 else params_only_bytes(path, os.path.join(q_run, "..", "t5_float32_params")))
         out[name] = {"bytes": size, "accuracy": metrics["accuracy"]}
+    predicted = {name: [json.loads(line)["prediction"] for line in open(
+        os.path.join(q_run, "..", f"eval_{name}", "glue_sst2.validation", "predictions.jsonl"), encoding="utf-8")]
+        for name in out}
+    out["int8"]["predictions_changed"] = sum(a != b for a, b in zip(predicted["float32"], predicted["int8"]))
     task = catalog.get_task_or_mixture("glue_sst2")
     texts = [ex["inputs_pretokenized"] for ex, _ in zip(task.get_dataset("validation", data_dir=glue_dir),
                                                          range(examples))]
@@ -161,6 +165,8 @@ def main():
         for name, r in rows.items():
             quality = (f"SST-2 dev acc {r['accuracy']:.2f}" if "accuracy" in r
                        else f"STS-B dev Spearman {100 * r['stsb_spearman']:.2f}")
+            if "predictions_changed" in r:
+                quality += f" ({r['predictions_changed']} predictions changed)"
             speed = (f"{r['decode_tokens_per_sec']:.0f} decode tok/s" if "decode_tokens_per_sec" in r
                      else f"{r['sentences_per_sec']:.0f} sentences/s")
             print(f"| {model} | {name} | {r['bytes'] / 1e6:.2f} | {quality} | {speed} |")
