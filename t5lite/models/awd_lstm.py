@@ -145,25 +145,6 @@ def concat_pool(outputs, lengths):
     return jnp.concatenate([last, largest, mean], axis=-1)
 
 
-class PoolingClassifierHead(nn.Module):
-    """Concat-pooled features -> dropout -> `hidden` ReLU units -> dropout -> class logits."""
-    num_classes: int
-    hidden: int = 50
-    dropout_rate: float = 0.1
-
-    @nn.compact
-    def __call__(self, pooled, enable_dropout: bool = False):
-        x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(pooled)
-        x = nn.relu(nn.Dense(self.hidden, name="hidden",
-                             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                                      ("embed", "mlp")),
-                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x))
-        x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(x)
-        return nn.Dense(self.num_classes, name="out",
-                        kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("mlp", "classes")),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
-
-
 class BatchNorm1d(nn.Module):
     """torch.nn.BatchNorm1d over the last axis of [B, D]: in training the batch's mean and biased
     variance normalise and the running mean and unbiased variance move by `momentum` towards them;
