@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from t5lite.models.layers import param_with_axes
-from t5lite.models.running_statistics import RUNNING_STATISTICS
 from t5lite.models.recurrent import masked_scan, reverse_within_lengths
 from t5lite.models.recurrent_config import AWDLSTMConfig
+from t5lite.models.running_statistics import RUNNING_STATISTICS
 
 
 def torch_lstm_step(params: dict, hidden_kernel, carry, x):
@@ -177,8 +177,9 @@ class PoolingLinearClassifier(nn.Module):
     """fastai's classifier head (`PoolingLinearClassifier` of `LinBnDrop` blocks): concat-pooled
     features -> BatchNorm, dropout `ps[0]`, `hidden` ReLUs -> BatchNorm, dropout `ps[1]`, class
     logits; the linear layers have no bias (the BatchNorm before each has one). The BatchNorm is what
-    lets the head learn from an LM's pooled features: their spread across sentences is a tenth of
-    their offset, so without it dropout noise swamps them and the ReLUs die."""
+    lets the head learn from an LM's pooled features: they vary across sentences by a small fraction
+    of their size, so without it every unit's pre-activation is nearly constant, dropout noise
+    swamps the rest, and the ReLUs die."""
     num_classes: int
     hidden: int = 50
     ps: tuple[float, float] = (0.4, 0.1)
