@@ -19,6 +19,7 @@ from t5lite.data.converter_registry import get_feature_converter
 from t5lite.data.word_vectors import WordVectors, save_word2vec
 from t5lite.interop import elmo
 from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
+from t5lite.models.running_statistics import RUNNING_STATISTICS, with_running_statistics
 from t5lite.train import recurrent_objectives
 from t5lite.train.recurrent_objectives import RecurrentClassificationObjective, WordClassificationEvaluator
 
@@ -74,10 +75,13 @@ def _overfit(objective, config, data_dir, steps: int, learning_rate: float = 1e-
 
     @jax.jit
     def step(params, state, rng):
-        grads, _ = jax.grad(lambda p: objective.loss_and_metrics(module, p, batch, rng, normalizers, None),
-                            has_aux=True)(params)
+        grads, sums = jax.grad(lambda p: objective.loss_and_metrics(module, p, batch, rng, normalizers, None),
+                               has_aux=True)(params)
         updates, state = tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
+        params = optax.apply_updates(params, updates)
+        if RUNNING_STATISTICS in sums:     # the AWD-LSTM head's BatchNorm, as the trainer stores it
+            params = with_running_statistics(params, sums[RUNNING_STATISTICS])
+        return params, state
 
     for i in range(steps):
         params, state = step(params, state, jax.random.key(i + 1))

@@ -14,9 +14,14 @@ from jax.sharding import PartitionSpec as P
 
 from conftest import shared_data_dir
 from t5lite.errors import ConfigError
-from t5lite.models.awd_lstm import AWDLSTM, AWDLSTMClassifier, AWDLSTMLanguageModel, concat_pool
+from t5lite.data import word_vocab
+from t5lite.models.awd_lstm import (AWDLSTM, AWDLSTMClassifier, AWDLSTMLanguageModel, PoolingLinearClassifier,
+                                     concat_pool)
 from t5lite.models.recurrent_config import AWDLSTMConfig
+from t5lite.models.running_statistics import RUNNING_STATISTICS, sown_values, with_running_statistics
 from t5lite.train import optimizers, recurrent_objectives
+from t5lite.train.partitioning import Partitioner
+from t5lite.train.trainer import TrainTask
 
 TINY = AWDLSTMConfig(vocab_size=50, emb_dim=6, hidden_dim=10, n_layers=3)
 
@@ -128,6 +133,64 @@ def test_lm_decoder_is_tied_and_classifier_shapes():
     assert clf.apply({"params": _init(clf, tokens)}, tokens).shape == (2, 3)
 
 
+
+
+def test_classifier_head_equals_fastai_linbndrop_in_torch():
+    """fastai's PoolingLinearClassifier head without dropout — BatchNorm1d, Linear (no bias), ReLU,
+    BatchNorm1d, Linear — in torch on the same weights: training-mode outputs over three batches,
+    the running mean and variance they leave, then the evaluation-mode output."""
+    torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference BatchNorm1d")
+    rng = np.random.default_rng(0)
+    # An LM's pooled features: an offset ten times their spread across sentences.
+    batches = [rng.normal(0.3, 0.03, size=(8, 12)).astype(np.float32) for _ in range(4)]
+    head = PoolingLinearClassifier(3, hidden=5, ps=(0.0, 0.0))
+    params = _init(head, batches[0])
+    params = {**params, "bn_0": {**params["bn_0"], "scale": jnp.asarray(rng.uniform(0.5, 2, 12), jnp.float32),
+                                 "bias": jnp.asarray(rng.normal(size=12), jnp.float32)}}
+    ref = torch.nn.Sequential(torch.nn.BatchNorm1d(12), torch.nn.Linear(12, 5, bias=False), torch.nn.ReLU(),
+                              torch.nn.BatchNorm1d(5), torch.nn.Linear(5, 3, bias=False))
+    with torch.no_grad():
+        for k, (bn, linear) in enumerate(((ref[0], ref[1]), (ref[3], ref[4]))):
+            bn.weight.copy_(torch.tensor(np.asarray(params[f"bn_{k}"]["scale"])))
+            bn.bias.copy_(torch.tensor(np.asarray(params[f"bn_{k}"]["bias"])))
+            linear.weight.copy_(torch.tensor(np.asarray(params[f"linear_{k}"]["kernel"]).T))
+    ref.train()
+    for x in batches[:3]:
+        out, state = head.apply({"params": params}, x, enable_dropout=True, mutable=[RUNNING_STATISTICS])
+        np.testing.assert_allclose(np.asarray(out), ref(torch.tensor(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+        params = with_running_statistics(params, sown_values(state[RUNNING_STATISTICS]))
+    for k, bn in enumerate((ref[0], ref[3])):
+        np.testing.assert_allclose(np.asarray(params[f"bn_{k}"]["running_mean"]), bn.running_mean.numpy(), rtol=1e-5,
+                                   atol=1e-7)
+        np.testing.assert_allclose(np.asarray(params[f"bn_{k}"]["running_var"]), bn.running_var.numpy(), rtol=1e-5)
+    ref.eval()
+    np.testing.assert_allclose(np.asarray(head.apply({"params": params}, batches[3])),
+                               ref(torch.tensor(batches[3])).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_train_step_stores_the_heads_running_statistics(monkeypatch):
+    """The trainer writes the BatchNorm statistics of the step's batch (torch's momentum 0.1,
+    unbiased variance) over the head's params; no gradient moves them (learning rate 0 here)."""
+    monkeypatch.setattr(recurrent_objectives, "word_vocabulary",
+                        lambda: word_vocab.build(["a b c"], size=TINY.vocab_size))
+    config = TINY.replace(embed_p=0.0, input_p=0.0, weight_p=0.0, hidden_p=0.0, output_p=0.0)
+    tokens = np.concatenate([_tokens(), _tokens()[:, ::-1]])
+    tokens[2:, :2] = 0
+    tokens = np.stack([np.concatenate([r[r > 0], r[r == 0]]) for r in tokens])    # padding at the end
+    batch = {"encoder_input_tokens": jnp.asarray(tokens), "label": jnp.asarray([[0], [1], [1], [0]])}
+    schedule = optax.constant_schedule(0.0)
+    task = TrainTask(config, optax.sgd(schedule), schedule, Partitioner(), {"encoder_input_tokens": tokens.shape[1]},
+                     objective=recurrent_objectives.RecurrentClassificationObjective())
+    state = task.init_state(0)
+    with task.mesh_context():
+        new, _ = jax.jit(task.train_step)(state, batch)
+    params = jax.device_get(state.params)
+    top = AWDLSTM(config).apply({"params": params["encoder"]}, tokens)[-1]
+    pooled = np.asarray(concat_pool(top, jnp.asarray((tokens > 0).sum(1))))
+    stored = jax.device_get(new.params)["head"]["bn_0"]
+    np.testing.assert_allclose(stored["running_mean"], 0.1 * pooled.mean(0), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(stored["running_var"], 0.9 + 0.1 * pooled.var(0, ddof=1), rtol=1e-4)
+    np.testing.assert_array_equal(stored["scale"], params["head"]["bn_0"]["scale"])
 
 # --- The LM objective's activation regularisers (AR and TAR).
 

@@ -5,9 +5,9 @@ dropout with one mask per sequence on the embeddings, between layers and on the 
 weight dropout (DropConnect) on each LSTM's hidden-to-hidden matrix, one mask per forward pass.
 
 `AWDLSTMLanguageModel` adds the decoder (tied to the embedding) for LM pre-training and target-domain
-fine-tuning; `AWDLSTMClassifier` the concat-pooling classifier ([last, max, mean] of the top layer ->
-50 -> classes; fastai's BatchNorm layers are left out). Both keep the encoder in `params["encoder"]`
-so a fine-tuned LM's encoder starts the classifier.
+fine-tuning; `AWDLSTMClassifier` fastai's concat-pooling classifier ([last, max, mean] of the top layer
+-> BatchNorm, dropout, 50 ReLUs -> BatchNorm, dropout, classes). Both keep the encoder in
+`params["encoder"]` so a fine-tuned LM's encoder starts the classifier.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from t5lite.models.layers import param_with_axes
 from t5lite.models.recurrent import masked_scan, reverse_within_lengths
 from t5lite.models.recurrent_config import AWDLSTMConfig
+from t5lite.models.running_statistics import RUNNING_STATISTICS
 
 
 def torch_lstm_step(params: dict, hidden_kernel, carry, x):
@@ -144,27 +145,62 @@ def concat_pool(outputs, lengths):
     return jnp.concatenate([last, largest, mean], axis=-1)
 
 
-class PoolingClassifierHead(nn.Module):
-    """Concat-pooled features -> dropout -> `hidden` ReLU units -> dropout -> class logits."""
+class BatchNorm1d(nn.Module):
+    """torch.nn.BatchNorm1d over the last axis of [B, D]: in training the batch's mean and biased
+    variance normalise and the running mean and unbiased variance move by `momentum` towards them;
+    evaluation normalises with the running ones. Those are params no gradient reaches: the training
+    forward pass sows their new values in the `running_statistics` collection and the trainer
+    stores them after the step (`t5lite.models.running_statistics`)."""
+    momentum: float = 0.1
+    epsilon: float = 1e-5
+    axis_name: str = "embed"
+
+    @nn.compact
+    def __call__(self, x, training: bool = False):
+        axes = (self.axis_name,)
+        scale = param_with_axes(self, "scale", nn.initializers.ones, (x.shape[-1],), axes)
+        bias = param_with_axes(self, "bias", nn.initializers.zeros, (x.shape[-1],), axes)
+        running_mean = param_with_axes(self, "running_mean", nn.initializers.zeros, (x.shape[-1],), axes)
+        running_var = param_with_axes(self, "running_var", nn.initializers.ones, (x.shape[-1],), axes)
+        if training:
+            mean, var = jnp.mean(x, 0), jnp.var(x, 0)
+            unbiased = jax.lax.stop_gradient(var) * x.shape[0] / max(x.shape[0] - 1, 1)
+            m = self.momentum
+            self.sow(RUNNING_STATISTICS, "running_mean", (1 - m) * running_mean + m * jax.lax.stop_gradient(mean))
+            self.sow(RUNNING_STATISTICS, "running_var", (1 - m) * running_var + m * unbiased)
+        else:
+            mean, var = running_mean, running_var
+        return (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale + bias
+
+
+class PoolingLinearClassifier(nn.Module):
+    """fastai's classifier head (`PoolingLinearClassifier` of `LinBnDrop` blocks): concat-pooled
+    features -> BatchNorm, dropout `ps[0]`, `hidden` ReLUs -> BatchNorm, dropout `ps[1]`, class
+    logits; the linear layers have no bias (the BatchNorm before each has one). The BatchNorm is what
+    lets the head learn from an LM's pooled features: they vary across sentences by a small fraction
+    of their size, so without it every unit's pre-activation is nearly constant, dropout noise
+    swamps the rest, and the ReLUs die."""
     num_classes: int
     hidden: int = 50
-    dropout_rate: float = 0.1
+    ps: tuple[float, float] = (0.4, 0.1)
 
     @nn.compact
     def __call__(self, pooled, enable_dropout: bool = False):
-        x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(pooled)
-        x = nn.relu(nn.Dense(self.hidden, name="hidden",
-                             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                                      ("embed", "mlp")),
-                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x))
-        x = nn.Dropout(self.dropout_rate, deterministic=not enable_dropout)(x)
-        return nn.Dense(self.num_classes, name="out",
-                        kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("mlp", "classes")),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))(x)
+        x = pooled
+        dims = ((self.hidden, ("embed", "mlp")), (self.num_classes, ("mlp", "classes")))
+        for k, ((width, axes), rate) in enumerate(zip(dims, self.ps)):
+            x = BatchNorm1d(axis_name=axes[0], name=f"bn_{k}")(x, enable_dropout)
+            x = nn.Dropout(rate, deterministic=not enable_dropout)(x)
+            x = nn.Dense(width, use_bias=False, name=f"linear_{k}",
+                         kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), axes))(x)
+            if k == 0:
+                x = nn.relu(x)
+        return x
 
 
 class AWDLSTMClassifier(nn.Module):
-    """ULMFiT's classifier: token ids [B, T] -> logits [B, classes] (concat pooling of the top layer)."""
+    """ULMFiT's classifier: token ids [B, T] -> logits [B, classes]. As fastai's, the encoder's top
+    layer is pooled without dropout; the head's dropouts are `output_p` and 0.1."""
     config: AWDLSTMConfig
     num_classes: int = 2
     hidden: int = 50
@@ -174,6 +210,6 @@ class AWDLSTMClassifier(nn.Module):
         tokens = encoder_input_tokens
         cfg = self.config
         top = AWDLSTM(cfg, name="encoder")(tokens, enable_dropout)[-1]
-        top = locked_dropout(self, top, cfg.output_p, enable_dropout)
         pooled = concat_pool(top, lengths_of(tokens))
-        return PoolingClassifierHead(self.num_classes, self.hidden, cfg.output_p, name="head")(pooled, enable_dropout)
+        return PoolingLinearClassifier(self.num_classes, self.hidden, (cfg.output_p, 0.1), name="head")(
+            pooled, enable_dropout)

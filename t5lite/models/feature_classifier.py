@@ -1,6 +1,7 @@
 """Feature-based classifiers: frozen word features (never updated: gradients stop at them) feed a
 small task model — a BiLSTM (`task_model="bilstm"`) or nothing (`"linear"`), then concat pooling
-and a 50-unit classifier.
+and ULMFiT's 50-unit BatchNorm head (`PoolingLinearClassifier`: pooled frozen features vary across
+sentences by a fraction of their size, and without BatchNorm most of its ReLUs die).
 
 - `FrozenELMoClassifier`: ELMo's layers mixed by a learned scalar mix (Peters et al., 2018,
   section 3.3); the biLM's params are `params["bilm"]`, as in the LM run they come from.
@@ -15,7 +16,7 @@ import flax.linen as nn
 import jax
 
 from t5lite.errors import ConfigError
-from t5lite.models.awd_lstm import PoolingClassifierHead, WeightDropLSTM, bidirectional, concat_pool, lengths_of
+from t5lite.models.awd_lstm import PoolingLinearClassifier, WeightDropLSTM, bidirectional, concat_pool, lengths_of
 from t5lite.models.layers import param_with_axes
 from t5lite.models.recurrent import BiLM, bilm_inputs
 from t5lite.models.recurrent_config import BiLMConfig
@@ -40,8 +41,8 @@ class FeatureTaskModel(nn.Module):
             x = bidirectional(WeightDropLSTM(x.shape[-1], self.hidden, name="forward_lstm"),
                               WeightDropLSTM(x.shape[-1], self.hidden, name="backward_lstm"), x, lengths)
         pooled = concat_pool(x, lengths)
-        return PoolingClassifierHead(self.num_classes, self.hidden, self.dropout_rate, name="head")(
-            pooled, enable_dropout)
+        return PoolingLinearClassifier(self.num_classes, self.hidden, (self.dropout_rate, self.dropout_rate),
+                                       name="head")(pooled, enable_dropout)
 
 
 class FrozenELMoClassifier(nn.Module):

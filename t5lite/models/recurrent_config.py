@@ -64,7 +64,7 @@ class AWDLSTMConfig(Replaceable):
     (the last one `emb_dim` wide so the decoder can tie to the embedding) and five dropouts:
     `embed_p` (whole embedding rows), `input_p` (variational, on the embeddings), `weight_p`
     (DropConnect on the hidden-to-hidden weights), `hidden_p` (variational, between layers) and
-    `output_p` (variational, before the decoder or classifier)."""
+    `output_p` (variational, before the decoder; the classifier head's first dropout, as fastai)."""
     vocab_size: int = 60_000
     emb_dim: int = 400
     hidden_dim: int = 1152

@@ -36,6 +36,7 @@ from t5lite.models.awd_lstm import AWDLSTMClassifier, AWDLSTMLanguageModel
 from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticClassifier
 from t5lite.models.recurrent import BiLMLanguageModel
 from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
+from t5lite.models.running_statistics import RUNNING_STATISTICS, sown_values
 from t5lite.train.objective import LossConfig, Objective
 
 
@@ -392,13 +393,16 @@ class RecurrentClassificationObjective(_WordObjective):
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
         inputs = {k: batch[k] for k in self.init_features(dict.fromkeys(batch, 0))}
-        logits = module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng})
+        logits, state = module.apply({"params": params}, **inputs, enable_dropout=True, rngs={"dropout": rng},
+                                     mutable=[RUNNING_STATISTICS])
         labels = batch["label"].reshape(-1)
         per_example = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         n = jnp.asarray(labels.shape[0], jnp.float32)
         correct = jnp.sum(jnp.argmax(logits, -1) == labels).astype(jnp.float32)
-        return jnp.sum(per_example) / normalizers["examples"], {"loss": (jnp.sum(per_example), n),
-                                                                 "accuracy": (correct, n), "examples": n}
+        metrics = {"loss": (jnp.sum(per_example), n), "accuracy": (correct, n), "examples": n}
+        if state.get(RUNNING_STATISTICS):     # the head's BatchNorm statistics (the trainer stores them)
+            metrics[RUNNING_STATISTICS] = sown_values(state[RUNNING_STATISTICS])
+        return jnp.sum(per_example) / normalizers["examples"], metrics
 
     def initial_params(self, path, abstract_params):
         if self.backbone == "static":

@@ -34,6 +34,7 @@ from t5lite.errors import ConfigError, T5liteError, require_positive
 from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint, predict
 from t5lite.models import flops, peft as peft_lib, quantization as quantization_lib
 from t5lite.models.config import ModelConfig
+from t5lite.models.running_statistics import RUNNING_STATISTICS, with_running_statistics
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
 # Imported so that gin knows their objectives (train.objective = @...()).
 from t5lite.train import (distillation, electra, encoder_objectives, finetune_objectives,  # noqa: F401
@@ -188,8 +189,11 @@ class TrainTask:
                                            state.params, jax.tree.map(lambda x: self._microbatch(x, 0), batch))
             zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (state.params, abstract_sums))
             (grads, sums), _ = jax.lax.scan(accumulate, zeros, jnp.arange(self.num_microbatches))
+        running = sums.pop(RUNNING_STATISTICS, None)     # BatchNorm's running averages, no gradient's
         updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        if running:
+            params = with_running_statistics(params, jax.tree.map(lambda x: x / self.num_microbatches, running))
         if masks is not None:
             params = pruning_lib.apply_masks(params, masks)
         metrics = {**self.objective.derived_metrics(ratio_metrics(sums)), "learning_rate": self.schedule(state.step),
