@@ -192,6 +192,22 @@ def test_a_train_step_stores_the_heads_running_statistics(monkeypatch):
     np.testing.assert_allclose(stored["running_var"], 0.9 + 0.1 * pooled.var(0, ddof=1), rtol=1e-4)
     np.testing.assert_array_equal(stored["scale"], params["head"]["bn_0"]["scale"])
 
+
+def test_a_peft_run_of_a_batchnorm_head_is_refused_with_the_fix(monkeypatch):
+    """BitFit trains the BatchNorm biases but not their running statistics, which no PEFT tree
+    holds: the step says so as a ConfigError naming the fix, not a KeyError."""
+    from t5lite.models import peft
+    monkeypatch.setattr(recurrent_objectives, "word_vocabulary",
+                        lambda: word_vocab.build(["a b c"], size=TINY.vocab_size))
+    tokens = _tokens()
+    batch = {"encoder_input_tokens": jnp.asarray(tokens), "label": jnp.asarray([[0], [1]])}
+    schedule = optax.constant_schedule(0.0)
+    task = TrainTask(TINY, optax.sgd(schedule), schedule, Partitioner(), {"encoder_input_tokens": tokens.shape[1]},
+                     objective=recurrent_objectives.RecurrentClassificationObjective(), peft=peft.BitFit())
+    state = task.init_state(0)
+    with task.mesh_context(), pytest.raises(ConfigError, match="without train.peft"):
+        task.train_step(state, batch, frozen=task.init_base(0, None))
+
 # --- The LM objective's activation regularisers (AR and TAR).
 
 def _ar_tar_reference(raw, dropped, tokens):

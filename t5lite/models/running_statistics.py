@@ -8,6 +8,8 @@ from typing import Any
 
 from flax import traverse_util
 
+from t5lite.errors import ConfigError
+
 RUNNING_STATISTICS = "running_statistics"
 
 
@@ -22,6 +24,7 @@ def with_running_statistics(params: Any, statistics: Any) -> Any:
     flat = traverse_util.flatten_dict(dict(params))
     for path, value in traverse_util.flatten_dict(dict(statistics)).items():
         if path not in flat:
-            raise KeyError(f"running statistic {'/'.join(path)} is not a parameter of the model")
+            raise ConfigError(f"running statistic {'/'.join(path)} is not among the trained params (a PEFT run "
+                              "trains only its method's): train this model without train.peft")
         flat[path] = value.astype(flat[path].dtype)
     return traverse_util.unflatten_dict(flat)
