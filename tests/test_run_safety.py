@@ -64,14 +64,36 @@ def _logged_steps(model_dir):
     return len(logged_losses(model_dir)) if os.path.exists(path) else 0
 
 
+class _Received(logging.Handler):
+    """Sets `event` when the trainer logs that a signal was received (its handler has run)."""
+
+    def __init__(self):
+        super().__init__()
+        self.event = threading.Event()
+
+    def emit(self, record):
+        if "received" in record.getMessage():
+            self.event.set()
+
+
 def _signal_after_logged_step(model_dir, signum, times=1, step=2):
-    """Sends `signum` to this process (`times` times) from a thread once `step` is logged."""
+    """Sends `signum` to this process (`times` times) from a thread once `step` is logged; each
+    next one once the handler has run for the one before (signals that arrive while the main
+    thread is inside a computation are merged into one, as the OS delivers them)."""
+    received = _Received()
+    logger = logging.getLogger("t5lite")
+
     def send():
         while _logged_steps(model_dir) < step:
             time.sleep(0.05)
-        for _ in range(times):
-            os.kill(os.getpid(), signum)
-            time.sleep(0.01)
+        logger.addHandler(received)
+        try:
+            for k in range(times):
+                os.kill(os.getpid(), signum)
+                if k + 1 < times:
+                    received.event.wait(timeout=60)
+        finally:
+            logger.removeHandler(received)
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
     return thread
