@@ -1,8 +1,9 @@
 """A stand-in for `python -m t5lite.cli` in the sweep tests: `train` writes the metrics.jsonl a real
 run would (pre-training losses, or a fine-tuning run's eval metric) in no time, from a hash of the
 cell's bindings and seed, so the harness, resume and report can be tested without training.
-FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way; a binding of a name it
-does not know fails the run as the real CLI does."""
+FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way; FAKE_STOP_AT (a step) ends
+a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does; a binding of a name
+it does not know fails the run as the real CLI does."""
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ def main(argv):
     key = "|".join(f"{n}={v}" for n, v in sorted(bindings.items()) if n not in ("MODEL_DIR", "INITIAL_CHECKPOINT_PATH"))
     digest = int(hashlib.sha256(f"{cell}|{key}".encode()).hexdigest()[:8], 16)
     steps = int(bindings["TRAIN_STEPS"])
+    if "EVAL_EVERY" not in bindings and "FAKE_STOP_AT" in os.environ:
+        steps = min(steps, int(os.environ["FAKE_STOP_AT"]))
     print("INFO t5lite: model Fake: 1.0M params; 1e+06 FLOPs/step; peak 1e+11 FLOP/s/device")
     print(f"INFO t5lite: trainable params: {1000 + len(cell)} || all params: {1000 + len(cell)} || trainable%: 100")
     if "EVAL_EVERY" not in bindings:   # a pre-training run's cost report

@@ -98,6 +98,21 @@ def test_a_2x2_sweep_reports_scipy_intervals_and_paired_p_values(tmp_path):
     assert json.loads((out / "report.json").read_text())["cells"]["lm"]["cost_per_seed"]["params"] == 1000 + len("lm")
 
 
+def test_a_stage_a_signal_stopped_leaves_its_cell_unfinished_and_a_rerun_finishes_it(tmp_path):
+    """`t5lite train` stopped by SIGTERM exits 0 with a checkpoint: the cell must not go on to
+    fine-tune from that early step nor be marked done; the rerun resumes it."""
+    gin_file = write_sweep(tmp_path)
+    whole = tmp_path / "whole"
+    assert sweep(gin_file, whole).returncode == 0
+    out = tmp_path / "stopped"
+    first = sweep(gin_file, out, env={"FAKE_STOP_AT": "1"})
+    assert first.stdout.count(": stopped in pretrain at step 1 of") == 4, first.stdout
+    assert not list(out.glob("*/done.json")) and not list(out.glob("*/finetune_*"))
+    assert sweep(gin_file, out).returncode == 0
+    assert (without_wall_time(json.loads((out / "report.json").read_text()))
+            == without_wall_time(json.loads((whole / "report.json").read_text())))
+
+
 def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):
     gin_file = write_sweep(tmp_path)
     whole = tmp_path / "whole"

@@ -4,7 +4,8 @@ pre-train, then fine-tune on each task from the pre-trained checkpoint (evaluati
 Each (cell, seed) is a folder of normal run directories under the sweep's folder. `done.json`,
 written atomically last, marks it finished, so a rerun skips it; a killed run resumes its run
 directories (`t5lite train` resumes from its latest checkpoint). A failing stage writes
-`error.json` with its output's last lines and stops that cell only.
+`error.json` with its output's last lines and stops that cell only; a stage that a signal stopped
+before its last step (it exits 0, with a checkpoint) stops its cell unfinished, not done.
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int) -> str:
         if result is not None:
             write_json_atomic(folder / "error.json", {"stage": stage, "returncode": result[0], "tail": result[1]})
             return f"FAILED in {stage} (see {folder / 'error.json'})"
+        wanted = steps if stage == "pretrain" else spec.finetune_steps
+        if (reached := _last_logged_step(run_dir)) < wanted:
+            return f"stopped in {stage} at step {reached} of {wanted} (a signal; run the sweep again to resume)"
     write_json_atomic(folder / "done.json", {
         "cell": cell.name, "seed": seed, "pretrain_steps": steps, "pretrain_tokens_budget": spec.pretrain_tokens,
         "pretrain_tokens": steps * spec.batch_size * cell.tokens_per_row, "batch_size": spec.batch_size,
@@ -91,6 +95,22 @@ def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path):
     if code == 0:
         return None
     return code, log_path.read_text(errors="replace").splitlines()[-ERROR_TAIL_LINES:]
+
+
+def _last_logged_step(run_dir: Path) -> int:
+    """The last step a run logged: `t5lite train` logs its final step, and exits 0 also when a
+    SIGTERM or SIGINT stopped it earlier (with a checkpoint to resume from)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    steps = []
+    for line in lines:
+        try:
+            steps.append(int(json.loads(line).get("step", 0)))
+        except (ValueError, AttributeError):   # a line cut short by a kill
+            continue
+    return max(steps, default=0)
 
 
 def _flag(binding: str) -> str:
