@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from t5lite.experiments import stats
-from t5lite.experiments.runner import cell_dir, write_json_atomic
+from t5lite.experiments.runner import cell_dir, read_metrics, write_json_atomic
 from t5lite.experiments.spec import Spec
 
 # The trainer's start-up lines in a run's log: "model EncoderDecoder: 1.2M params; 2.23e+09 FLOPs/step; ..."
@@ -18,11 +18,6 @@ from t5lite.experiments.spec import Spec
 FLOPS_LINE = re.compile(r"model \w+: [\d.]+M params; ([\d.e+-]+) FLOPs/step")
 PARAMS_LINE = re.compile(r"\|\| all params: (\d+)")
 COST_KEYS = ("cost_flops", "cost_device_hours", "cost_energy_kwh", "cost_co2e_kg", "cost_price_usd")
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def seed_result(spec: Spec, folder: Path) -> dict:

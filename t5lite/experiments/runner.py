@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from t5lite.experiments.spec import Cell, Spec
+from t5lite.train import summaries
 
 ERROR_TAIL_LINES = 15
 
@@ -97,20 +98,16 @@ def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path):
     return code, log_path.read_text(errors="replace").splitlines()[-ERROR_TAIL_LINES:]
 
 
+def read_metrics(run_dir: Path) -> list[dict]:
+    """A run directory's metrics (t5lite.train.summaries.read_metrics); none before it logs."""
+    path = run_dir / "metrics.jsonl"
+    return summaries.read_metrics(str(path)) if path.exists() else []
+
+
 def _last_logged_step(run_dir: Path) -> int:
     """The last step a run logged: `t5lite train` logs its final step, and exits 0 also when a
     SIGTERM or SIGINT stopped it earlier (with a checkpoint to resume from)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return 0
-    steps = []
-    for line in lines:
-        try:
-            steps.append(int(json.loads(line).get("step", 0)))
-        except (ValueError, AttributeError):   # a line cut short by a kill
-            continue
-    return max(steps, default=0)
+    return max((int(m.get("step", 0)) for m in read_metrics(run_dir)), default=0)
 
 
 def _flag(binding: str) -> str:

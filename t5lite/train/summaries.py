@@ -73,7 +73,14 @@ class _EpathEventFiles:
 
 
 def read_metrics(path: str) -> list[dict]:
-    return [json.loads(line) for line in epath.Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """metrics.jsonl's records; a line cut short by a kill is left out."""
+    records = []
+    for line in epath.Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 def plot_loss_curve(metrics_path: str, out_path: str) -> str:
