@@ -149,7 +149,8 @@ def _recurrent_macs_from_shapes(params, length):
         name = jax.tree_util.keystr(path)
         if leaf.ndim < 2 or "embed" in name:
             continue
-        macs = leaf.size * (1 if "['head']" in name else 50 * length if "conv" in name else length)
+        macs = leaf.size * (1 if "['head']" in name else (50 - leaf.shape[0] + 1) * length if "conv" in name
+                             else length)
         if name.startswith("['bilm']"):
             frozen += macs
         else:

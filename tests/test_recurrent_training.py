@@ -237,14 +237,14 @@ class _Sentences:
 
 def _lm_macs_per_word_from_shapes(params) -> float:
     """Every kernel's size once per word (LSTM gates and projections, highway layers, the char CNN's
-    projection), a char-CNN filter at each of a word's 50 character slots, the biLM's one softmax
+    projection), a char-CNN filter of width w at each of its 50 - w + 1 positions, the biLM's one softmax
     once per direction, AWD-LSTM's tied embedding once as its decoder; other lookups are free."""
     macs = 0
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         name = jax.tree_util.keystr(path)
         if leaf.ndim < 2 or name == "['bilm']['char_cnn']['char_embed']":
             continue
-        macs += leaf.size * (50 if "conv" in name else 2 if name == "['softmax_kernel']" else 1)
+        macs += leaf.size * (50 - leaf.shape[0] + 1 if "conv" in name else 2 if name == "['softmax_kernel']" else 1)
     return macs
 
 

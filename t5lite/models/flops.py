@@ -96,10 +96,10 @@ def lstm_macs(input_dim: int, hidden_dim: int, projection_dim: int = 0) -> int:
 
 
 def _bilm_encoder_macs(cfg) -> float:
-    """ELMo per word: char CNN (filters of width w over 50 characters), highway layers and their
-    projection, then both directions' LSTM stacks."""
+    """ELMo per word: char CNN (a filter of width w at each of the 50 - w + 1 positions it fits in a
+    word's 50 characters), highway layers and their projection, then both directions' LSTM stacks."""
     n_filters = sum(n for _, n in cfg.filters)
-    cnn = sum(w * cfg.char_embed_dim * n * 50 for w, n in cfg.filters)
+    cnn = sum(w * cfg.char_embed_dim * n * (50 - w + 1) for w, n in cfg.filters)
     highway = cfg.n_highway * 2 * n_filters ** 2 + n_filters * cfg.projection_dim
     lstm = 2 * cfg.n_layers * lstm_macs(cfg.projection_dim, cfg.lstm_dim, cfg.projection_dim)
     return cnn + highway + lstm
