@@ -2,7 +2,8 @@
 run would (pre-training losses, or a fine-tuning run's eval metric) in no time, from a hash of the
 cell's bindings and seed, so the harness, resume and report can be tested without training.
 FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way; FAKE_STOP_AT (a step) ends
-a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does; a binding of a name
+a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does (its cost.json
+seconds, like the trainer's, add up over resumes); a binding of a name
 it does not know fails the run as the real CLI does."""
 import hashlib
 import json
@@ -12,6 +13,7 @@ import time
 
 KNOWN = ("MODEL_DIR", "TRAIN_STEPS", "BATCH_SIZE", "MIXTURE_OR_TASK_NAME", "INITIAL_CHECKPOINT_PATH", "EVAL_EVERY",
          "DATA_DIR", "train.", "model_config.")
+RUN_SECONDS = 100.0   # the wall time a fake pre-training run reports in its cost.json
 
 
 def main(argv):
@@ -32,9 +34,11 @@ def main(argv):
         steps = min(steps, int(os.environ["FAKE_STOP_AT"]))
     print("INFO t5lite: model Fake: 1.0M params; 1e+06 FLOPs/step; peak 1e+11 FLOP/s/device")
     print(f"INFO t5lite: trainable params: {1000 + len(cell)} || all params: {1000 + len(cell)} || trainable%: 100")
-    if "EVAL_EVERY" not in bindings:   # a pre-training run's cost report
-        with open(os.path.join(model_dir, "cost.json"), "w") as f:
-            json.dump({"flops": 2e6 * steps, "device_hours": 0.5, "device": "fake"}, f)
+    if "EVAL_EVERY" not in bindings:   # a pre-training run's cost report; a resumed run adds to its seconds
+        cost_path = os.path.join(model_dir, "cost.json")
+        earlier = json.load(open(cost_path))["seconds"] if os.path.exists(cost_path) else 0.0
+        with open(cost_path, "w") as f:
+            json.dump({"flops": 2e6 * steps, "device_hours": 0.5, "device": "fake", "seconds": earlier + RUN_SECONDS}, f)
     with open(os.path.join(model_dir, "metrics.jsonl"), "w") as f:
         for step in range(1, steps + 1):
             f.write(json.dumps({"step": step, "loss": 5.0 / step + digest % 100 / 1000}) + "\n")

@@ -50,9 +50,9 @@ def sweep(gin_file, out, *flags, **kwargs):
 
 def without_wall_time(report):
     for cell in report["cells"].values():
-        cell["cost_per_seed"].pop("wall_hours", None)
-        for result in cell["seeds"].values():
-            result["cost"].pop("wall_hours", None)
+        for cost in (cell["cost_per_seed"], *(result["cost"] for result in cell["seeds"].values())):
+            cost.pop("wall_hours", None)
+            cost.pop("cost_seconds", None)
     return report
 
 
@@ -109,8 +109,12 @@ def test_a_stage_a_signal_stopped_leaves_its_cell_unfinished_and_a_rerun_finishe
     assert first.stdout.count(": stopped in pretrain at step 1 of") == 4, first.stdout
     assert not list(out.glob("*/done.json")) and not list(out.glob("*/finetune_*"))
     assert sweep(gin_file, out).returncode == 0
-    assert (without_wall_time(json.loads((out / "report.json").read_text()))
-            == without_wall_time(json.loads((whole / "report.json").read_text())))
+    report = json.loads((out / "report.json").read_text())
+    for cell in ("good_enc_dec", "lm"):   # the pre-training's wall time counts both of its calls
+        done = json.loads((out / f"{cell}__seed0" / "done.json").read_text())
+        finetuning = sum(s for stage, s in done["wall_seconds"].items() if stage != "pretrain")
+        assert report["cells"][cell]["seeds"]["0"]["cost"]["wall_hours"] * 3600 == pytest.approx(200.0 + finetuning)
+    assert without_wall_time(report) == without_wall_time(json.loads((whole / "report.json").read_text()))
 
 
 def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):

@@ -30,7 +30,8 @@ def seed_result(spec: Spec, folder: Path) -> dict:
     scores["glue_average"] = sum(scores.values()) / len(scores)
     pretrain = read_metrics(folder / "pretrain")
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
-            "wall_hours": sum(done["wall_seconds"].values()) / 3600}
+            "wall_hours": sum(_stage_seconds(folder / stage, seconds)
+                              for stage, seconds in done["wall_seconds"].items()) / 3600}
     log = (folder / "pretrain.log").read_text(errors="replace")
     flops, params = FLOPS_LINE.search(log), PARAMS_LINE.search(log)
     if flops:   # the trainer's own FLOPs per step (t5lite.train.mfu) and parameter count
@@ -47,6 +48,17 @@ def seed_result(spec: Spec, folder: Path) -> dict:
                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
     curve = [(r["step"], r["loss"]) for r in pretrain if "loss" in r]
     return {"seed": done["seed"], "scores": scores, "cost": cost, "curve": curve}
+
+
+def _stage_seconds(run_dir: Path, last_call_seconds: float) -> float:
+    """A stage's wall time: its cost.json `seconds`, which a resumed run adds to, else (no cost
+    report) the runner's timing of its last call, which for a resumed stage is only the rest."""
+    cost_file = run_dir / "cost.json"
+    if cost_file.exists():
+        seconds = json.loads(cost_file.read_text()).get("seconds")
+        if isinstance(seconds, (int, float)):
+            return float(seconds)
+    return last_call_seconds
 
 
 def build(spec: Spec, out: Path) -> dict:
