@@ -468,9 +468,16 @@ def cmd_attention(args, gin_files, gin_bindings) -> None:
 def cmd_sweep(args, gin_files, gin_bindings) -> None:
     """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json."""
     from t5lite.experiments import report, runner, spec
+    from t5lite.train.run_dir import RunLock
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
-    runner.run_sweep(sweep, Path(args.out), args.parallel)
-    report.write(sweep, Path(args.out))
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: {e.strerror}; choose a folder that can be written") from None
+    with RunLock(str(out), flag="--out"):   # a second sweep on the folder would rerun its cells
+        runner.run_sweep(sweep, out, args.parallel)
+        report.write(sweep, out)
     print(f"wrote {Path(args.out) / 'report.md'} and report.json")
 
 

@@ -137,6 +137,36 @@ def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):
             == without_wall_time(json.loads((whole / "report.json").read_text())))
 
 
+def test_a_second_sweep_on_the_same_out_is_refused_and_the_first_finishes(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SLEEP": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "t5lite.cli", "sweep", f"--gin_file={gin_file}",
+                              "--gin.SWEEP_SCALE='ci'", f"--out={out}"], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(out.glob("*/pretrain.log")) and time.time() < deadline:
+        time.sleep(0.2)
+    second = sweep(gin_file, out)
+    assert second.returncode == 2
+    message, = second.stderr.strip().splitlines()
+    assert f"{out} is in use by another t5lite run" in message and "use another --out" in message
+    stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    report = json.loads((out / "report.json").read_text())
+    assert all(len(cell["seeds"]) == 2 and not cell["errors"] for cell in report["cells"].values())
+    assert sweep(gin_file, out).returncode == 0   # the lock went with the first sweep
+
+
+def test_an_out_that_is_a_file_is_a_one_line_error(tmp_path):
+    out = tmp_path / "taken"
+    out.write_text("not a folder")
+    result = sweep(write_sweep(tmp_path), out)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"t5lite: error: --out {out}: File exists; choose a folder that can be written"]
+    assert out.read_text() == "not a folder"
+
+
 def test_a_failing_cell_is_reported_and_the_rest_finish(tmp_path):
     out = tmp_path / "out"
     result = sweep(write_sweep(tmp_path, extra=", 'bindings': ['modle_config.d_model = 3']"), out)

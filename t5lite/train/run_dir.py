@@ -2,8 +2,8 @@
 
 - `ensure_writable` fails at start naming the path (orbax would otherwise fail the first save
   and then wait minutes for a directory that never appears).
-- `RunLock` is a file `MODEL_DIR/RUN_LOCK` holding the host and pid of the run using the
-  directory; a second run refuses at once, and a lock whose process is gone (same host, pid not
+- `RunLock` is a file `MODEL_DIR/RUN_LOCK` (a sweep's `--out/RUN_LOCK`) holding the host and pid
+  of the run using the directory; a second run refuses at once, and a lock whose process is gone (same host, pid not
   alive) is taken over. Multi-host: process 0 takes it for the whole slice. It is created only if
   absent, on a gs:// MODEL_DIR too (`storage.create_if_absent`).
 - `check_model_config` refuses to resume with a different model config unless the change is
@@ -48,8 +48,9 @@ def ensure_writable(path: str) -> None:
 class RunLock:
     """Holds `MODEL_DIR/RUN_LOCK` while a run uses the directory (a context manager)."""
 
-    def __init__(self, model_dir: str):
+    def __init__(self, model_dir: str, flag: str = "MODEL_DIR"):
         self.path = os.path.join(model_dir, LOCK_FILE)
+        self.flag = flag   # what the refusal tells the user to change
         self.owner = {"host": socket.gethostname(), "pid": os.getpid()}
         self.held = False
 
@@ -76,7 +77,7 @@ class RunLock:
                 if holder is not None and not self._is_stale(holder):
                     return (f"{os.path.dirname(self.path)} is in use by another t5lite run (host "
                             f"{holder.get('host')}, pid {holder.get('pid')}); wait for it, stop it, or use another "
-                            f"MODEL_DIR. If that run is gone (another host was deleted), remove {self.path}")
+                            f"{self.flag}. If that run is gone (another host was deleted), remove {self.path}")
                 log.warning("taking over the lock %s left by a run that is gone: %s", self.path, holder)
                 self._remove()
                 continue
