@@ -190,6 +190,23 @@ def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize("old, new, message", [
+    ("'lm': {{", "'../lm': {{", "cell '../lm': a name becomes a folder name"),
+    ("'rte': 'accuracy'", "'rte/../../x': 'accuracy'", "task 'rte/../../x': a name becomes a folder name"),
+    ("'tokens_per_row': 256", "'tokens_per_row': 0", "cell 'lm' 'tokens_per_row' is 0; give a whole number >= 1"),
+    ("sweep.name = 'toy'", "sweep.name = 'toy'\nsweep.scales = {{'ci': {{'seeds': 0}}}}", "'seeds' is 0"),
+    ("sweep.name = 'toy'", "sweep.name = 'toy'\nsweep.scales = {{'ci': {{'batch_size': -4}}}}", "'batch_size' is -4"),
+])
+def test_names_that_escape_the_folder_and_sizes_below_one_are_one_line_errors(tmp_path, old, new, message):
+    gin_file = tmp_path / "toy.gin"
+    text = SWEEP.replace(old, new).format(command=json.dumps(FAKE), extra="")
+    assert text != SWEEP.format(command=json.dumps(FAKE), extra="")
+    gin_file.write_text(text)
+    result = sweep(gin_file, tmp_path / "out")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("claim, message", [
     ("'good_enc_dec', 'gpt', 'glue_average'", "no cell named 'gpt'"),
     ("'good_enc_dec', 'lm', 'mnli'", "column 'mnli' is neither a task"),

@@ -4,6 +4,7 @@ gin file at one scale (`SWEEP_SCALE`: ci, cpu or tpu; same gin, different sizes 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 
 import gin
@@ -13,6 +14,9 @@ from t5lite.errors import ConfigError
 CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row"}
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
               "eval_max_examples", "bindings", "parallel", "tasks"}
+POSITIVE_SCALE_KEYS = {"pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size", "eval_max_examples",
+                       "parallel"}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,9 +78,22 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
                           f"pass --gin.SWEEP_SCALE=\"'{next(iter(scales), 'ci')}'\"")
     size = dict(scales[scale])
     _check_keys(f"sweep {name!r} scale {scale!r}", size, SCALE_KEYS)
+    for key in POSITIVE_SCALE_KEYS & set(size):
+        if size[key] is not None:   # eval_max_examples None: the whole dev set
+            _check_positive(f"sweep {name!r} scale {scale!r} {key!r}", size[key])
+    seeds = size.get("seeds", 2)
+    if isinstance(seeds, int):
+        _check_positive(f"sweep {name!r} scale {scale!r} 'seeds'", seeds)
+        seeds = range(seeds)
+    elif not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ConfigError(f"sweep {name!r} scale {scale!r} 'seeds' is {seeds!r}; give a count or a list of seeds >= 0")
+    for task in tasks:
+        _check_name(f"sweep {name!r} task {task!r}", task)
     parsed = []
     for cell_name, cell in cells.items():
+        _check_name(f"sweep {name!r} cell {cell_name!r}", cell_name)
         _check_keys(f"sweep {name!r} cell {cell_name!r}", cell, CELL_KEYS)
+        _check_positive(f"sweep {name!r} cell {cell_name!r} 'tokens_per_row'", cell.get("tokens_per_row", 1))
         if not cell.get("pretrain") or not cell.get("finetune"):
             raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files")
         fields = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in cell.items()}
@@ -99,15 +116,25 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
     if unknown:
         raise ConfigError(f"sweep {name!r} scale {scale!r}: tasks {unknown} are not in sweep.tasks {sorted(tasks)}")
     tasks = {t: m for t, m in tasks.items() if t in size.get("tasks", tasks)}   # a scale may run fewer
-    seeds = size.get("seeds", 2)
-    return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks),
-                seeds=tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds),
+    return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), seeds=tuple(seeds),
                 pretrain_tokens=int(size.get("pretrain_tokens", 4096)), batch_size=int(size.get("batch_size", 8)),
                 finetune_steps=int(size.get("finetune_steps", 4)),
                 finetune_batch_size=int(size.get("finetune_batch_size", size.get("batch_size", 8))),
                 eval_max_examples=size.get("eval_max_examples"), scale_bindings=tuple(size.get("bindings", ())),
                 parallel=int(size.get("parallel", 2)), claims=claims_, command=tuple(command),
                  data_dir=data_dir)
+
+
+def _check_name(where: str, name) -> None:
+    """Cell and task names become folder names (`<cell>__seed<k>/finetune_<task>`) and gin strings."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ConfigError(f"{where}: a name becomes a folder name; use letters, digits, '_', '-' and '.', "
+                          "starting with a letter or digit")
+
+
+def _check_positive(where: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} is {value!r}; give a whole number >= 1")
 
 
 def _check_keys(where: str, given: Mapping, allowed: set[str]) -> None:
