@@ -478,7 +478,7 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     with RunLock(str(out), flag="--out"):   # a second sweep on the folder would rerun its cells
         runner.run_sweep(sweep, out, args.parallel)
         report.write(sweep, out)
-    print(f"wrote {Path(args.out) / 'report.md'} and report.json")
+    print(f"wrote {out / 'report.md'} and report.json")
 
 
 def _add_text_inputs(parser: argparse.ArgumentParser, text_help: str) -> None:

@@ -42,23 +42,24 @@ def seed_result(spec: Spec, folder: Path) -> dict:
         values = [r[key] for r in pretrain if key in r]
         if values:
             cost[key] = values[-1]
-    cost_file = folder / "pretrain" / "cost.json"   # the run's cost report, where one is written
-    if cost_file.exists():
-        cost.update({f"cost_{k}": v for k, v in json.loads(cost_file.read_text()).items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    cost.update({f"cost_{k}": v for k, v in _cost_report(folder / "pretrain").items()})
     curve = [(r["step"], r["loss"]) for r in pretrain if "loss" in r]
     return {"seed": done["seed"], "scores": scores, "cost": cost, "curve": curve}
 
 
-def _stage_seconds(run_dir: Path, last_call_seconds: float) -> float:
-    """A stage's wall time: its cost.json `seconds`, which a resumed run adds to, else (no cost
-    report) the runner's timing of its last call, which for a resumed stage is only the rest."""
+def _cost_report(run_dir: Path) -> dict:
+    """The numbers of a run's cost.json (the trainer's cost report, added to over resumes); {} without one."""
     cost_file = run_dir / "cost.json"
-    if cost_file.exists():
-        seconds = json.loads(cost_file.read_text()).get("seconds")
-        if isinstance(seconds, (int, float)):
-            return float(seconds)
-    return last_call_seconds
+    if not cost_file.exists():
+        return {}
+    return {k: v for k, v in json.loads(cost_file.read_text()).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _stage_seconds(run_dir: Path, last_call_seconds: float) -> float:
+    """A stage's wall time: its cost report's `seconds`, else (no cost report) the runner's timing
+    of its last call, which for a resumed stage is only the rest."""
+    return float(_cost_report(run_dir).get("seconds", last_call_seconds))
 
 
 def build(spec: Spec, out: Path) -> dict:
