@@ -178,6 +178,8 @@ def test_a_failing_cell_is_reported_and_the_rest_finish(tmp_path):
     markdown = (out / "report.md").read_text()
     assert "## Failed cells" in markdown and "modle_config" in markdown
     assert report["claims"][0]["verdict"] == "inconclusive at this size"
+    claim_row = next(line for line in markdown.splitlines() if line.startswith(f"| {report['claims'][0]['claim']}"))
+    assert claim_row.endswith("| – | – | inconclusive at this size |"), claim_row
 
 
 @pytest.mark.parametrize("flag, message", [

@@ -102,8 +102,9 @@ def _fmt(summary: dict) -> str:
     return f"{summary['mean']:.1f} [{summary['low']:.1f}, {summary['high']:.1f}]"
 
 
-def _num(value) -> str:
-    return "–" if value is None else f"{value:.3g}"
+def _num(value, spec: str = ".3g") -> str:
+    """value formatted, or a dash where there is none (a cell with no finished seed)."""
+    return "–" if value is None or math.isnan(value) else format(value, spec)
 
 
 def markdown(report: dict) -> str:
@@ -125,8 +126,8 @@ def markdown(report: dict) -> str:
                      f"{len(cell['seeds'])} |")
     lines += ["", "## Claims", "", "| claim | difference | p (paired t) | verdict |", "|---|---|---|---|"]
     for c in report["claims"]:
-        lines.append(f"| {c['claim']} ({c['better']} vs {c['worse']}, {c['column']}) | {c['difference']:+.2f} | "
-                     f"{c['p_value']:.3g} | {c['verdict']} |")
+        lines.append(f"| {c['claim']} ({c['better']} vs {c['worse']}, {c['column']}) | {_num(c['difference'], '+.2f')} | "
+                     f"{_num(c['p_value'])} | {c['verdict']} |")
     failed = [(name, e) for name, cell in report["cells"].items() for e in cell["errors"]]
     if failed:
         lines += ["", "## Failed cells", ""]
