@@ -96,6 +96,12 @@ def test_a_2x2_sweep_reports_scipy_intervals_and_paired_p_values(tmp_path):
     (out / "lm__seed1" / "pretrain.log").write_text("")   # a log without the start-up lines: the other seed's count
     sweep(write_sweep(tmp_path), out)
     assert json.loads((out / "report.json").read_text())["cells"]["lm"]["cost_per_seed"]["params"] == 1000 + len("lm")
+    before = json.loads((out / "report.json").read_text())
+    done = out / "lm__seed0" / "done.json"   # cut short (a copy or a full disk): that seed runs again
+    done.write_text(done.read_text()[:20])
+    again = sweep(write_sweep(tmp_path), out)
+    assert again.returncode == 0 and "3 already done" in again.stdout, again.stdout + again.stderr
+    assert without_wall_time(json.loads((out / "report.json").read_text())) == without_wall_time(before)
 
 
 def test_a_stage_a_signal_stopped_leaves_its_cell_unfinished_and_a_rerun_finishes_it(tmp_path):

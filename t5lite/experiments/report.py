@@ -3,14 +3,13 @@ pre-training cost, paired comparisons for the claims with a verdict each, and PN
 pre-training curves and the table. Read only from the run directories, so it can be rebuilt."""
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
 from pathlib import Path
 
 from t5lite.experiments import stats
-from t5lite.experiments.runner import cell_dir, read_metrics, write_json_atomic
+from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
 from t5lite.experiments.spec import Spec
 
 # The trainer's start-up lines in a run's log: "model EncoderDecoder: 1.2M params; 2.23e+09 FLOPs/step; ..."
@@ -20,9 +19,9 @@ PARAMS_LINE = re.compile(r"\|\| all params: (\d+)")
 COST_KEYS = ("cost_flops", "cost_device_hours", "cost_energy_kwh", "cost_co2e_kg", "cost_price_usd")
 
 
-def seed_result(spec: Spec, folder: Path) -> dict:
-    """One (cell, seed): each task's last logged eval metric, the GLUE average, the cost."""
-    done = json.loads((folder / "done.json").read_text())
+def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
+    """One finished (cell, seed), `done` its done.json: each task's last logged eval metric, the
+    GLUE average, the cost."""
     scores = {}
     for task, metric in spec.tasks.items():
         evals = [r for r in read_metrics(folder / f"finetune_{task}") if f"eval_{metric}" in r]
@@ -48,12 +47,12 @@ def seed_result(spec: Spec, folder: Path) -> dict:
 
 
 def _cost_report(run_dir: Path) -> dict:
-    """The numbers of a run's cost.json (the trainer's cost report, added to over resumes); {} without one."""
-    cost_file = run_dir / "cost.json"
-    if not cost_file.exists():
+    """The numbers of a run's cost.json (the trainer's cost report, added to over resumes); {} without
+    a readable one."""
+    cost = read_json(run_dir / "cost.json")
+    if not isinstance(cost, dict):
         return {}
-    return {k: v for k, v in json.loads(cost_file.read_text()).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {k: v for k, v in cost.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _stage_seconds(run_dir: Path, last_call_seconds: float) -> float:
@@ -70,10 +69,11 @@ def build(spec: Spec, out: Path) -> dict:
         seeds, errors = {}, []
         for seed in spec.seeds:
             folder = cell_dir(out, cell, seed)
-            if (folder / "done.json").exists():
-                seeds[seed] = seed_result(spec, folder)
-            elif (folder / "error.json").exists():
-                errors.append({"seed": seed, **json.loads((folder / "error.json").read_text())})
+            done, error = read_json(folder / "done.json"), read_json(folder / "error.json")
+            if isinstance(done, dict):
+                seeds[seed] = seed_result(spec, folder, done)
+            elif isinstance(error, dict):
+                errors.append({"seed": seed, **error})
         summary = {}
         for column in columns:
             mean, low, high = stats.t_interval([r["scores"][column] for r in seeds.values()]) if seeds else (math.nan,) * 3

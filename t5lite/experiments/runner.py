@@ -34,11 +34,24 @@ def write_json_atomic(path: Path, value) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: Path):
+    """A JSON file's value; None when it is missing or cut short (a copy or a disk that stopped
+    mid-file), so a damaged `done.json` means "run again", not a crash."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def is_done(out: Path, cell: Cell, seed: int) -> bool:
+    return isinstance(read_json(cell_dir(out, cell, seed) / "done.json"), dict)
+
+
 def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=print) -> None:
     """Runs every unfinished (cell, seed), `parallel` (default: the scale's) at a time."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(cell, seed) for cell in spec.cells for seed in spec.seeds]
-    todo = [(c, s) for c, s in jobs if not (cell_dir(out, c, s) / "done.json").exists()]
+    todo = [(c, s) for c, s in jobs if not is_done(out, c, s)]
     log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done")
     with ThreadPoolExecutor(max_workers=max(1, parallel or spec.parallel)) as pool:
         for cell, seed, status in pool.map(lambda job: (*job, run_cell(spec, out, *job)), todo):
