@@ -469,6 +469,8 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json."""
     from t5lite.experiments import report, runner, spec
     from t5lite.train.run_dir import RunLock
+    if args.parallel is not None and args.parallel < 1:
+        raise ConfigError(f"--parallel {args.parallel}: give the number of cells to run at once, a whole number >= 1")
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
     out = Path(args.out)
     try:

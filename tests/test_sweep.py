@@ -191,6 +191,7 @@ def test_a_failing_cell_is_reported_and_the_rest_finish(tmp_path):
 @pytest.mark.parametrize("flag, message", [
     ("--gin.sweep.cellz={}", "sweep gin error"),
     ("--gin.SWEEP_SCALE='gpu'", "is not one of ['ci', 'cpu', 'tpu']"),
+    ("--parallel=0", "--parallel 0: give the number of cells to run at once, a whole number >= 1"),
 ])
 def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     result = sweep(write_sweep(tmp_path), tmp_path / "out", flag)
