@@ -69,10 +69,9 @@ def build(spec: Spec, out: Path) -> dict:
         seeds, errors = {}, []
         for seed in spec.seeds:
             folder = cell_dir(out, cell, seed)
-            done, error = read_json(folder / "done.json"), read_json(folder / "error.json")
-            if isinstance(done, dict):
+            if isinstance(done := read_json(folder / "done.json"), dict):
                 seeds[seed] = seed_result(spec, folder, done)
-            elif isinstance(error, dict):
+            elif isinstance(error := read_json(folder / "error.json"), dict):
                 errors.append({"seed": seed, **error})
         summary = {}
         for column in columns:
