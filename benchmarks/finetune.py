@@ -36,7 +36,7 @@ from t5lite.infer import classify  # noqa: E402
 from t5lite.interop import hf  # noqa: E402
 from t5lite.models import flops  # noqa: E402
 from t5lite.train import mfu, optimizers  # noqa: E402
-from t5lite.train.finetune_objectives import ClassificationObjective, TaggingObjective  # noqa: E402
+from t5lite.objectives.finetune import ClassificationObjective, TaggingObjective  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
 from t5lite.train.trainer import TrainTask  # noqa: E402
 

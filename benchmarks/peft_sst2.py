@@ -63,7 +63,7 @@ def worker(spec: str, args, conn) -> None:
     from t5lite.infer import evaluation
     from t5lite.models import get_config, peft
     from t5lite.train import optimizers
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     from t5lite.train.partitioning import Partitioner
     from t5lite.train.trainer import TrainTask
 

@@ -384,7 +384,7 @@ def test_an_electra_run_is_read_as_its_discriminator(tmp_path, capsys):
     from t5lite import models
     from t5lite.analysis import forward, loading
     from t5lite.infer import checkpoint_reader
-    from t5lite.train import electra
+    from t5lite.objectives import electra
     config = models.get_config("electra_tiny", vocab_size=2176, dropout_rate=0.0)
     objective = electra.ElectraObjective("electra_tiny_generator")
     run = tmp_path / "electra"

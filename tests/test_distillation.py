@@ -17,10 +17,10 @@ from t5lite import models
 from t5lite.data import TaskRegistry, get_task
 from t5lite.infer import predict
 from t5lite.errors import ConfigError
-from t5lite.train import distillation
-from t5lite.train.distillation import DistillationObjective
-from t5lite.train.encoder_objectives import MlmObjective
-from t5lite.train.objective import LossConfig
+from t5lite.objectives import distillation
+from t5lite.objectives.distillation import DistillationObjective
+from t5lite.objectives.encoder import MlmObjective
+from t5lite.objectives.base import LossConfig
 
 
 def _np_log_softmax(x):
@@ -230,7 +230,7 @@ def test_student_layers_from_a_checkpoint_feed_the_student(tmp_path):
 def test_sequence_level_distillation_task_trains_on_the_teachers_beam_outputs(tmp_path):
     from conftest import shared_data_dir
     from t5lite.data import vocab
-    from t5lite.train import sequence_distillation
+    from t5lite.objectives import sequence_distillation
     data_dir = os.path.join(shared_data_dir(), "summarization", "cnn_dailymail")
     teacher_cfg = models.get_config("t5_tiny", dropout_rate=0.0)
     train_tiny(tmp_path / "teacher", teacher_cfg, 1)
@@ -269,7 +269,7 @@ def test_distillation_gin_presets_are_distilberts(files, expected):
     from conftest import REPO
     from t5lite import cli
     from t5lite.train import trainer
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     gin.clear_config()
     try:
         finetune = "sst2" in files[0]
@@ -297,8 +297,8 @@ def _kd_numpy(s, t, weights, T):
 def test_soft_targets_of_every_family_equal_numpy(family):
     """LM (decoder-only), text-to-text (encoder-decoder) and a GLUE head: the KD term over the
     distilled positions equals the formula on each model's own logits."""
-    from t5lite.train.finetune_objectives import ClassificationObjective
-    from t5lite.train.objective import Objective
+    from t5lite.objectives.finetune import ClassificationObjective
+    from t5lite.objectives.base import Objective
     rng = np.random.default_rng(4)
     if family == "bert_tiny_classifier":
         wrapped, teacher_cfg, student_cfg = ClassificationObjective(num_labels=3), _tiny_bert(2), _tiny_bert(1)

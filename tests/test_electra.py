@@ -1,4 +1,4 @@
-"""ELECTRA pre-training (t5lite.train.electra) against independent references: Hugging Face
+"""ELECTRA pre-training (t5lite.objectives.electra) against independent references: Hugging Face
 `ElectraForMaskedLM` / `ElectraForPreTraining` losses on the same weights, sklearn's ROC AUC,
 a chi-square test of the sampler against the generator's softmax, numpy for the total."""
 import json
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from t5lite import models
-from t5lite.train import electra
-from t5lite.train.objective import LossConfig, ratio_metrics
+from t5lite.objectives import electra
+from t5lite.objectives.base import LossConfig, ratio_metrics
 from conftest import assert_close
 
 V, MASK = 97, 4
@@ -214,7 +214,7 @@ def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path
 def test_electra_mlm_task_masks_15_percent_of_tokens_85_percent_with_mask_and_never_random():
     import itertools
     from t5lite.data import get_task
-    from t5lite.data.objectives.masking import special_ids
+    from t5lite.data.corruption.masking import special_ids
     task = get_task("embedded_docs_electra_mlm")
     mask_id = special_ids(task.output_features["inputs"].vocabulary)["mask"]
     chosen = as_mask = changed_other = 0

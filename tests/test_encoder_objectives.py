@@ -10,8 +10,8 @@ import pytest
 import scipy.special
 
 from t5lite import models
-from t5lite.train.encoder_objectives import MlmNspObjective, MlmObjective, MlmSboObjective, MlmSopObjective
-from t5lite.train.objective import LossConfig
+from t5lite.objectives.encoder import MlmNspObjective, MlmObjective, MlmSboObjective, MlmSopObjective
+from t5lite.objectives.base import LossConfig
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
 from conftest import assert_close

@@ -20,8 +20,8 @@ from t5lite.data.word_vectors import WordVectors, save_word2vec
 from t5lite.interop import elmo
 from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
 from t5lite.models.running_statistics import RUNNING_STATISTICS, with_running_statistics
-from t5lite.train import recurrent_objectives
-from t5lite.train.recurrent_objectives import RecurrentClassificationObjective, WordClassificationEvaluator
+from t5lite.objectives import recurrent as recurrent_objectives
+from t5lite.objectives.recurrent import RecurrentClassificationObjective, WordClassificationEvaluator
 
 ELMO = shared_data_dir() / "elmo"
 LENGTHS = {"inputs": 24}

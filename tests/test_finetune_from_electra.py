@@ -9,8 +9,8 @@ from conftest import train_tiny
 
 from t5lite import models
 from t5lite.infer import checkpoint_reader
-from t5lite.train import electra
-from t5lite.train.finetune_objectives import ClassificationObjective
+from t5lite.objectives import electra
+from t5lite.objectives.finetune import ClassificationObjective
 
 
 def test_a_classifier_starts_from_the_electra_runs_discriminator(tmp_path):

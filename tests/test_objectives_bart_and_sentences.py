@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from objectives_helpers import PieceVocabulary, assert_binomial, features
-from t5lite.data.objectives import bart_noise as B
-from t5lite.data.objectives import sentence_pairs as S
-from t5lite.data.objectives.masking import special_ids
+from t5lite.data.corruption import bart_noise as B
+from t5lite.data.corruption import sentence_pairs as S
+from t5lite.data.corruption.masking import special_ids
 
 VOCAB = PieceVocabulary()
 FEATURES = features(VOCAB)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from objectives_helpers import PieceVocabulary, assert_binomial, features
-from t5lite.data.objectives import denoise as D
+from t5lite.data.corruption import denoise as D
 
 VOCAB = PieceVocabulary()
 FEATURES = features(VOCAB)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from objectives_helpers import PieceVocabulary, assert_binomial, features
-from t5lite.data.objectives import masking as M
+from t5lite.data.corruption import masking as M
 
 VOCAB = PieceVocabulary()
 FEATURES = features(VOCAB)

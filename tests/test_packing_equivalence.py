@@ -5,7 +5,7 @@ import numpy as np
 
 from t5lite.data.converters import EncDecFeatureConverter
 from t5lite.models import build, get_config
-from t5lite.train.losses import cross_entropy
+from t5lite.objectives.losses import cross_entropy
 
 from conftest import random_tokens
 

@@ -279,7 +279,7 @@ def test_lora_training_keeps_base_frozen_and_resumes(tmp_path, micro_config):
 
 def test_lora_with_task_head_counts_like_peft_seq_cls(tmp_path):
     """The head trains too (peft's modules_to_save for SEQ_CLS: the classifier)."""
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     config = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=64, max_position_embeddings=40, num_labels=3)
     model = transformers.BertForSequenceClassification(config)
@@ -349,7 +349,7 @@ def test_bitfit_train_steps_update_only_biases_and_head(tmp_path):
     and 2 accumulated microbatches give the gradient of the whole batch."""
     import optax
     from flax.traverse_util import flatten_dict
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     from t5lite.train.partitioning import Partitioner
     from t5lite.train.trainer import TrainTask
     _, _, backbone, base, _, _ = _setup("bert", tmp_path)

@@ -198,7 +198,7 @@ def test_adapters_training_keeps_the_base_frozen(tmp_path):
     """Houlsby adapters on a BERT classifier through TrainTask: AdamW's state is two moments per
     adapter or head leaf, the base stays bit-identical, every adapter leaf and the head move."""
     import optax
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     from t5lite.train.partitioning import Partitioner
     from t5lite.train.trainer import TrainTask
     _, backbone, base = _setup("bert", tmp_path)

@@ -320,7 +320,7 @@ def test_int8_task_head_run_converts_evaluates_and_keeps_its_classifier_float(be
     weights (to 1e-4 of the largest) and lie within 5% of the largest float32 logit of float32's."""
     from t5lite import cli
     from t5lite.infer.checkpoint_reader import restore_params
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     out = str(tmp_path / "int8")
     cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int8", "--out", out])
     config = load_config(os.path.join(out, "model_config.json"))
@@ -433,7 +433,7 @@ def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert
     q * scale, and `t5lite eval` scores it."""
     from t5lite import cli
     from t5lite.infer.checkpoint_reader import restore_params, stored_params
-    from t5lite.train.finetune_objectives import ClassificationObjective
+    from t5lite.objectives.finetune import ClassificationObjective
     out = str(tmp_path / "int4")
     cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int4", "--out", out])
     config = load_config(os.path.join(out, "model_config.json"))

@@ -16,7 +16,7 @@ from t5lite.data import catalog
 from t5lite.data.loader import Loader
 from t5lite.data.sentence_texts import encode_text
 from t5lite.data.vocab import DEFAULT_VOCABULARY
-from t5lite.train.quick_thought import quick_thought_loss
+from t5lite.objectives.quick_thought import quick_thought_loss
 
 CONFIG = str(REPO / "configs/local/bert_tiny_quick_thought.gin")
 pytestmark = pytest.mark.usefixtures("clean_gin_state")

@@ -24,8 +24,8 @@ from t5lite.errors import ConfigError
 from t5lite.interop import elmo
 from t5lite.models.recurrent import BiLMLanguageModel
 from t5lite.models.recurrent_config import BiLMConfig
-from t5lite.train.objective import LossConfig
-from t5lite.train.recurrent_objectives import BiLMObjective
+from t5lite.objectives.base import LossConfig
+from t5lite.objectives.recurrent import BiLMObjective
 
 ELMO = shared_data_dir() / "elmo"
 TEXTS = ["the cat sat on the mat .", "the dog sat .", "a cat ran"]
@@ -40,7 +40,7 @@ def clean_gin():
 
 def _use_vocabulary(vocabulary, monkeypatch):
     from t5lite.data import word_converters
-    from t5lite.train import recurrent_objectives
+    from t5lite.objectives import recurrent as recurrent_objectives
     for module in (word_converters, recurrent_objectives):
         monkeypatch.setattr(module, "word_vocabulary", lambda: vocabulary)
 
@@ -183,7 +183,7 @@ def test_a_trained_run_written_as_bilm_files_embeds_as_the_run(tmp_path):
 def test_sampled_softmax_matches_the_tf_formula_in_numpy():
     """tf.nn.sampled_softmax_loss (Jean et al., 2015) with given samples: logits of the true word and
     the samples, each minus log(expected count), accidental hits removed, cross entropy on the true."""
-    from t5lite.train import recurrent_objectives as R
+    from t5lite.objectives import recurrent as R
     rng = np.random.default_rng(0)
     vocab, dim, k = 50, 6, 5
     hidden = rng.normal(size=(2, 3, dim)).astype(np.float32)
@@ -256,7 +256,7 @@ def test_perplexity_evaluation_counts_the_forward_flops_of_each_sentences_words(
     import dataclasses
 
     from t5lite.models import get_config
-    from t5lite.train.recurrent_objectives import AWDLSTMLMObjective
+    from t5lite.objectives.recurrent import AWDLSTMLMObjective
     vocab = word_vocab.build(TEXTS)
     _use_vocabulary(vocab, monkeypatch)
     length = 12

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from objectives_helpers import PieceVocabulary, assert_binomial
-from t5lite.data.objectives import denoise as D
+from t5lite.data.corruption import denoise as D
 
 t5 = pytest.importorskip("t5", reason="the t5 reference needs the `reference` extra")
 tf = pytest.importorskip("tensorflow", reason="the t5 reference needs the `reference` extra")

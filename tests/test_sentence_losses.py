@@ -7,7 +7,7 @@ from conftest import assert_close
 
 from t5lite.models.heads import pool
 from t5lite.models.sentence import classifier_features
-from t5lite.train import sentence_losses as S
+from t5lite.objectives import sentence_losses as S
 
 torch = pytest.importorskip("torch", reason="sentence-transformers runs on PyTorch")
 st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses",

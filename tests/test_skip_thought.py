@@ -19,9 +19,9 @@ from conftest import REPO, assert_close, assert_embed_reads_run, shared_data_dir
 from t5lite import cli
 from t5lite.data import catalog
 from t5lite.models.config import PRESETS
-from t5lite.train.objective import LossConfig
-from t5lite.train.quick_thought import QuickThoughtObjective
-from t5lite.train.skip_thought import SkipThoughtObjective, neighbour_targets
+from t5lite.objectives.base import LossConfig
+from t5lite.objectives.quick_thought import QuickThoughtObjective
+from t5lite.objectives.skip_thought import SkipThoughtObjective, neighbour_targets
 
 CONFIG = str(REPO / "configs/local/bert_tiny_skip_thought.gin")
 pytestmark = pytest.mark.usefixtures("clean_gin_state")

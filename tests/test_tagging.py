@@ -77,7 +77,7 @@ def test_a_head_of_the_wrong_size_is_a_config_error():
     import jax
     from t5lite import models
     from t5lite.errors import ConfigError
-    from t5lite.train.finetune_objectives import TaggingObjective
+    from t5lite.objectives.finetune import TaggingObjective
     from t5lite.data import get_task
     objective = TaggingObjective(num_tags=5)
     module = objective.build_model(models.get_config("bert_tiny", vocab_size=2176))

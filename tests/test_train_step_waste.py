@@ -13,7 +13,7 @@ import numpy as np
 
 from t5lite.models import build, get_config
 from t5lite.models import layers as L
-from t5lite.train import losses
+from t5lite.objectives import losses
 
 
 def test_cross_entropy_gradient_scatters_nothing():

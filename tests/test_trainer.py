@@ -8,7 +8,8 @@ import optax
 import pytest
 from conftest import TINY_LENGTHS, TINY_TASK, logged_losses, train_tiny
 
-from t5lite.train import checkpoints, losses, optimizers
+from t5lite.train import checkpoints, optimizers
+from t5lite.objectives import losses
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import NonFiniteLossError, TrainTask
 

@@ -19,7 +19,8 @@ from t5lite.models.awd_lstm import (AWDLSTM, AWDLSTMClassifier, AWDLSTMLanguageM
                                      concat_pool)
 from t5lite.models.recurrent_config import AWDLSTMConfig
 from t5lite.models.running_statistics import RUNNING_STATISTICS, sown_values, with_running_statistics
-from t5lite.train import optimizers, recurrent_objectives
+from t5lite.train import optimizers
+from t5lite.objectives import recurrent as recurrent_objectives
 from t5lite.train.partitioning import Partitioner
 from t5lite.train.trainer import TrainTask
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from t5lite.data import byte_bpe, corpus, vocab
 from t5lite.data.byte_vocab import ByteVocabulary
-from t5lite.data.objectives import masking
+from t5lite.data.corruption import masking
 from t5lite.errors import CheckpointError, ConfigError
 
 TEXTS = ["Return the value of the attribute.", "naïve café façade", "Καλημέρα κόσμε", "你好世界，今天天气很好",

@@ -20,7 +20,7 @@ from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.data.word_vectors import load_word_vectors
 from t5lite.errors import ConfigError
 from t5lite.models import get_config
-from t5lite.train import word2vec
+from t5lite.objectives import word2vec
 
 TEXT = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the end"]
 

@@ -41,7 +41,7 @@ def _vocabulary(path: str | None, folder: str | None):
 def load(path: str, vocabulary: str | None = None, name: str | None = None) -> Subject:
     """A Hugging Face model folder (config.json + weights, its tokenizer beside them) or a t5lite
     run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one); of a
-    fine-tuned run, the backbone without its task head; of an ELECTRA run (t5lite.train.electra),
+    fine-tuned run, the backbone without its task head; of an ELECTRA run (t5lite.objectives.electra),
     the discriminator; of an ELMo run (pre-trained or converted with `t5lite convert --from_elmo`),
     the biLM.
     `name` labels the results (default: the folder's name)."""

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from t5lite.data import vocab as vocab_lib
-from t5lite.data.objectives.masking import special_ids
+from t5lite.data.corruption.masking import special_ids
 from t5lite.data.sources import Conll, Malformed
 from t5lite.errors import DataError, DataNotFoundError
 

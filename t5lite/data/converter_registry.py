@@ -45,7 +45,7 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     "decoder_classification" / "decoder_classification_both_orders" (a decoder-only model's last-token
     classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "sentence_texts"
     (bi-encoders: each text on its own); "consecutive_sentences" (a text's sentences in order,
-    for Quick-Thought); "word2vec" (word ids of text lines for t5lite.train.word2vec)."""
+    for Quick-Thought); "word2vec" (word ids of text lines for t5lite.objectives.word2vec)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

@@ -33,7 +33,7 @@ import numpy as np
 
 from t5lite.data import vocab as vocab_lib
 from t5lite.data.converters import EXAMPLES_KEY, FeatureConverter, Row, _length, pack as pack_rows
-from t5lite.data.objectives.masking import special_ids
+from t5lite.data.corruption.masking import special_ids
 from t5lite.data.registry import Example
 from t5lite.errors import ConfigError, DataError
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from t5lite.data.converters import EXAMPLES_KEY, FeatureConverter, Row, _stack
 from t5lite.data.finetune_converters import _build
-from t5lite.data.objectives.masking import special_ids
+from t5lite.data.corruption.masking import special_ids
 from t5lite.data.registry import Example
 from t5lite.errors import ConfigError
 

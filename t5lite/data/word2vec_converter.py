@@ -5,7 +5,7 @@ outside t5lite.data.word2vec_vocab's vocabulary (gin `word2vec_vocabulary`) are 
 word2vec.c does, and the ids fill `encoder_input_tokens` rows of the `targets` length, 0 after the
 line's end; a longer line continues on the next rows (word2vec.c cuts its sentences at 1000
 words). A line is one window context: rows are never packed. Subsampling and windows are drawn at
-train time (t5lite.train.word2vec), so the rows are the same every epoch.
+train time (t5lite.objectives.word2vec), so the rows are the same every epoch.
 """
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
         path = os.path.join(run, RUN_VECTORS_FILE)
         if not epath.Path(path).exists():
             raise CheckpointError(f"{path} does not exist (the run writes it at its last step); write it from the "
-                                  "latest checkpoint with t5lite.train.word2vec.export_vectors(run_dir)")
+                                  "latest checkpoint with t5lite.objectives.word2vec.export_vectors(run_dir)")
         return _pooled_word_vectors(load_word_vectors(path), texts, pooling, normalize)
     if model.arch == "bilm":
         module, variables = elmo_layers.load_run(checkpoint_path)

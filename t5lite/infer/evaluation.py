@@ -311,7 +311,7 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     `model` defaults to the run's saved config. With `fewshot` (a `t5lite.infer.fewshot.FewShot`,
     which builds on this module; gin: `eval.fewshot = @FewShot()`) a decoder-only model is
     evaluated in context, with demonstrations. `objective` is the run's training objective
-    (`t5lite.train.objective.Objective`; `t5lite eval` takes the config's `train.objective`): it
+    (`t5lite.objectives.base.Objective`; `t5lite eval` takes the config's `train.objective`): it
     builds the module trained and the evaluators training used, so a classification or span
     head is scored as during training (accuracy, F1, SQuAD EM/F1). None: text-to-text.
 

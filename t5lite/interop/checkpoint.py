@@ -161,7 +161,7 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
 
 def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> ModelConfig:
     """Exports a t5lite run (its latest checkpoint) as a Hugging Face model folder; of an ELECTRA
-    run, the discriminator (the run's model; t5lite.train.electra); of a LoRA, prefix- or
+    run, the discriminator (the run's model; t5lite.objectives.electra); of a LoRA, prefix- or
     prompt-tuning run, the base folder
     `OUT/base` and the peft adapter folder `OUT/adapter` (`peft.PeftModel.from_pretrained` loads it
     onto the base)."""
@@ -189,7 +189,7 @@ def _restore_params(step_dir: str, config: ModelConfig, source: str):
     that does not fit `config` is a CheckpointError that says where the config came from."""
     from t5lite import models
     from t5lite.infer.checkpoint_reader import restore_params, stored_param_names, stored_params
-    from t5lite.train import electra
+    from t5lite.objectives import electra
 
     module = models.build(config.replace(scan_layers=False))
     abstract = jax.eval_shape(lambda: nn.unbox(module.init(jax.random.key(0), **_dummy_features(config))))["params"]

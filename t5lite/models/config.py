@@ -193,7 +193,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     # all-MiniLM-L6-v2 (sentence-transformers): BERT's layout at 6 x 384, no pre-training heads.
     "minilm_l6_h384": lambda: ModelConfig(**{**_BERT, "d_model": 384, "head_dim": 32, "d_ff": 1536,
                                              "num_encoder_layers": 6, "encoder_head": "none", "sentence_head": False}),
-    # Its 3-layer student (t5lite.train.distillation: every other layer, [0, 2, 4]).
+    # Its 3-layer student (t5lite.objectives.distillation: every other layer, [0, 2, 4]).
     "minilm_l3_h384": lambda: PRESETS["minilm_l6_h384"]().replace(num_encoder_layers=3),
     "roberta_base": lambda: ModelConfig(**_ROBERTA),
     "roberta_large": lambda: ModelConfig(**{**_ROBERTA, "d_model": 1024, "num_heads": 16, "d_ff": 4096,

@@ -2,7 +2,7 @@
 output vectors (`syn1neg`, what a word is as a context or negative sample), both [vocab, embed].
 
 Initialised as word2vec.c does: input rows uniform in [-0.5, 0.5) / dim, output rows zero. The
-losses over them (skip-gram, CBOW with negative sampling) are t5lite.train.word2vec's."""
+losses over them (skip-gram, CBOW with negative sampling) are t5lite.objectives.word2vec's."""
 from __future__ import annotations
 
 import flax.linen as nn

@@ -11,7 +11,7 @@ from t5lite.models.replaceable import Replaceable
 class Word2VecConfig(Replaceable):
     """The tables' shape: `dim`-wide vectors for `vocab_size` ids (the pad id 0 included). The
     vocabulary's size depends on the corpus and its min_count, so 0 means "the run's word2vec
-    vocabulary's size", filled in when training starts (t5lite.train.word2vec); the run's
+    vocabulary's size", filled in when training starts (t5lite.objectives.word2vec); the run's
     `model_config.json` records the real one."""
     dim: int = 100
     vocab_size: int = 0

@@ -36,10 +36,8 @@ from t5lite.models import flops, peft as peft_lib, quantization as quantization_
 from t5lite.models.config import ModelConfig
 from t5lite.models.running_statistics import RUNNING_STATISTICS, with_running_statistics
 from t5lite.train import checkpoints, cost, mfu, preemption, pruning as pruning_lib, run_dir, summaries
-# Imported so that gin knows their objectives (train.objective = @...()).
-from t5lite.train import (distillation, electra, encoder_objectives, finetune_objectives,  # noqa: F401
-                          quick_thought, recurrent_objectives, sentence_objectives, skip_thought, word2vec)
-from t5lite.train.objective import LossConfig, Objective, ratio_metrics
+from t5lite.objectives import families  # noqa: F401  (gin knows every objective: train.objective = @...())
+from t5lite.objectives.base import LossConfig, Objective, ratio_metrics
 from t5lite.train.optimizers import OptimizerFactory
 from t5lite.train.partitioning import Partitioner
 
@@ -70,7 +68,7 @@ class TrainTask:
                  peft: peft_lib.Method | None = None, quantization: str | None = None):
         """`optimizer` is an optax transformation or a function of the params' logical axis names
         returning one (t5lite's `adafactor` and `adamw`); `objective` says which module is trained
-        and on what loss (t5lite.train.objective; token cross entropy by default).
+        and on what loss (t5lite.objectives.base; token cross entropy by default).
 
         With `peft` (t5lite.models.peft), the train state's params (and optimizer state and
         checkpoint) are only the trained tree; the frozen base params are an input of the step
@@ -308,9 +306,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     gradients summed).
     The logged `loss` is always the per-real-token mean.
 
-    `objective` (t5lite.train.objective) is the module trained and its loss; the default is token
+    `objective` (t5lite.objectives.base) is the module trained and its loss; the default is token
     cross entropy over the model's logits (span corruption, LM, MLM). An objective's frozen arrays
-    (a distillation teacher, t5lite.train.distillation) are loaded once and passed to every step;
+    (a distillation teacher, t5lite.objectives.distillation) are loaded once and passed to every step;
     its reference models (the teacher) are evaluated once at step 0 (`teacher_eval_*`).
 
     Cost (t5lite.train.cost): every log adds the cumulative FLOPs, device-hours and estimated

@@ -5,7 +5,7 @@ from t5lite.data.tasks import squad  # noqa: F401
 from t5lite.data.tasks import wmt  # noqa: F401
 from t5lite.data.tasks import summarization  # noqa: F401
 from t5lite.data.tasks import superglue  # noqa: F401
-from t5lite.data.tasks import objectives  # noqa: F401
+from t5lite.data.tasks import family_pretraining  # noqa: F401
 from t5lite.data.tasks import bert_finetune  # noqa: F401
 from t5lite.data.tasks import tagging  # noqa: F401
 from t5lite.data.tasks import text  # noqa: F401

@@ -1,5 +1,5 @@
 """GLUE for decoder-only models fine-tuned as GPT-1 was: `gpt_glue_<task>`, a classifier on the
-last (extract) token plus the auxiliary LM loss (t5lite.train.finetune_objectives.
+last (extract) token plus the auxiliary LM loss (t5lite.objectives.finetune.
 GptClassificationObjective).
 
 Each reuses the source of the text-to-text task of the same data (`glue_<task>`), as the

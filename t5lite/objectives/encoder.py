@@ -20,8 +20,8 @@ from t5lite import models
 from t5lite.errors import ConfigError
 from t5lite.models.config import ModelConfig
 from t5lite.models.heads import SpanBoundaryHead
-from t5lite.train import losses
-from t5lite.train.objective import LossConfig, Objective, token_metrics
+from t5lite.objectives import losses
+from t5lite.objectives.base import LossConfig, Objective, token_metrics
 
 
 def _count(weights) -> jnp.ndarray:

@@ -37,7 +37,7 @@ from t5lite.models.feature_classifier import FrozenELMoClassifier, FrozenStaticC
 from t5lite.models.recurrent import BiLMLanguageModel
 from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
 from t5lite.models.running_statistics import RUNNING_STATISTICS, sown_values
-from t5lite.train.objective import LossConfig, Objective
+from t5lite.objectives.base import LossConfig, Objective
 
 
 def _check_config(config, expected: type, objective: str):

@@ -21,7 +21,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, evaluation
 from t5lite.models import flops
 from t5lite.models.config import ModelConfig
-from t5lite.train import losses
+from t5lite.objectives import losses
 
 
 @dataclasses.dataclass(frozen=True)

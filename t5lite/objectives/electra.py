@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from t5lite import models
 from t5lite.errors import ConfigError
 from t5lite.models.config import ModelConfig
-from t5lite.train import losses
-from t5lite.train.objective import LossConfig, Objective, target_segment_ids, token_metrics
+from t5lite.objectives import losses
+from t5lite.objectives.base import LossConfig, Objective, target_segment_ids, token_metrics
 
 # Param paths (inside an Encoder) the generator takes from the discriminator.
 SHARED_EMBEDDINGS = (("token_embedder",), ("encoder", "position_embedder"), ("encoder", "token_type_embedder"),

@@ -1,6 +1,6 @@
 """Sentence-BERT training: a bi-encoder (t5lite.models.sentence.BiEncoder, any encoder or T5's)
 embeds each text column of the batch (`text0_input_tokens`, `text1_...`, from the
-`sentence_texts` converter) and a sentence-transformers loss (t5lite.train.sentence_losses)
+`sentence_texts` converter) and a sentence-transformers loss (t5lite.objectives.sentence_losses)
 compares them:
 
     loss         columns                                  label
@@ -34,8 +34,8 @@ from t5lite.infer import checkpoint_reader
 from t5lite.infer.embedding import SentenceEvaluator
 from t5lite.models import flops
 from t5lite.models.sentence import BiEncoder
-from t5lite.train import sentence_losses as S
-from t5lite.train.objective import LossConfig, Objective
+from t5lite.objectives import sentence_losses as S
+from t5lite.objectives.base import LossConfig, Objective
 
 LOSSES = {"mnrl": 2, "contrastive": 2, "triplet": 3, "softmax": 2, "cosent": 2, "cosine": 2}   # -> columns needed
 DEFAULT_MARGINS = {"contrastive": 0.5, "triplet": 5.0}

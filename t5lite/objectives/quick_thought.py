@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader
 from t5lite.models.sentence import TwoEncoders
-from t5lite.train.sentence_objectives import SentenceObjective
+from t5lite.objectives.sentence import SentenceObjective
 
 
 def neighbour_mask(k: int, paragraph=None):

@@ -40,7 +40,7 @@ from t5lite.infer import checkpoint_reader, predict
 from t5lite.models import flops
 from t5lite.models.config import ModelConfig
 from t5lite.models.transformer import Stack, TransformerLayer, scan_params, unscan_params
-from t5lite.train.objective import LossConfig, Objective, target_keys
+from t5lite.objectives.base import LossConfig, Objective, target_keys
 
 log = logging.getLogger("t5lite")
 

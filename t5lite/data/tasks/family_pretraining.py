@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from t5lite.data import preprocessors as P
-from t5lite.data.objectives import bart_noise, denoise, masking, sentence_pairs
+from t5lite.data.corruption import bart_noise, denoise, masking, sentence_pairs
 from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
 from t5lite.data.tasks.pretraining import FEATURES, embedded_docs
 from t5lite.data.vocab import DEFAULT_VOCABULARY

@@ -33,7 +33,7 @@ from t5lite.infer import checkpoint_reader, classify
 from t5lite.models import heads as H
 from t5lite.models.config import ModelConfig
 from t5lite.models.with_head import DecoderClassifier, WithHead
-from t5lite.train.objective import LossConfig, Objective
+from t5lite.objectives.base import LossConfig, Objective
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
 PACKED_INPUTS = ("encoder_segment_ids", "encoder_positions")   # a packed batch's

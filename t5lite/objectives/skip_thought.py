@@ -25,7 +25,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader
 from t5lite.models import flops
 from t5lite.models.skip_thought import SkipThought
-from t5lite.train.sentence_objectives import SentenceObjective
+from t5lite.objectives.sentence import SentenceObjective
 
 SIDES = (("previous", -1), ("next", 1))
 

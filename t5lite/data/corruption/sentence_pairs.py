@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from t5lite.data.objectives.masking import special_ids
+from t5lite.data.corruption.masking import special_ids
 from t5lite.errors import ConfigError
 
 Example = dict[str, Any]

@@ -33,7 +33,7 @@ from t5lite.infer import checkpoint_reader
 from t5lite.models.config import load_config
 from t5lite.models.static import Word2Vec
 from t5lite.models.static_config import Word2VecConfig
-from t5lite.train.objective import LossConfig, Objective
+from t5lite.objectives.base import LossConfig, Objective
 
 log = logging.getLogger("t5lite")
 

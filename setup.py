@@ -1,0 +1,3 @@
+"""For tools that predate pyproject.toml, where all the metadata lives."""
+from setuptools import setup
+setup()

@@ -1,0 +1,7 @@
+"""Every objective family, imported so gin knows their names (`train.objective = @...()`).
+
+The names are gin's short ones (`ElectraObjective`), which every shipped config and every run's
+operative `config.gin` use, so they do not depend on the module an objective lives in.
+"""
+from t5lite.objectives import (distillation, electra, encoder, finetune, quick_thought, recurrent,  # noqa: F401
+                               sentence, skip_thought, word2vec)
