@@ -1,0 +1,61 @@
+"""`t5lite convert`: Hugging Face, PEFT and ELMo weights to and from t5lite runs, and quantised runs."""
+from __future__ import annotations
+
+import os
+
+from t5lite import writable
+from t5lite.errors import ConfigError
+
+
+def _convert_quantized(args) -> None:
+    from t5lite.interop import checkpoint
+    if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge or args.peft_adapter:
+        raise ConfigError(f"t5lite convert --quantize {args.quantize}: give exactly one source, --from_hf HF_DIR or --from_run "
+                          "RUN_DIR, and --out DIR")
+    writable.ensure_new_dir(args.out, "--out")
+    config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
+    print(f"wrote the {args.quantize} weight-only quantised run {args.out} ({config.arch}); every command loads it, "
+          "fine-tuning from it dequantises it")
+
+
+def cmd_convert(args, gin_files, gin_bindings) -> None:
+    from t5lite.interop import checkpoint
+    if args.quantize:
+        return _convert_quantized(args)
+    if args.from_run:
+        raise ConfigError("t5lite convert: --from_run RUN_DIR goes with --quantize int8")
+    if sum(map(bool, (args.from_hf, args.to_hf, args.merge, args.from_elmo, args.to_elmo))) != 1:
+        raise ConfigError("t5lite convert: give exactly one of --from_hf HF_DIR, --to_hf RUN_DIR, --merge RUN_DIR, "
+                          "--from_elmo WEIGHTS_HDF5 or --to_elmo RUN_DIR, and --out DIR")
+    if bool(args.from_elmo) != bool(args.elmo_options):
+        raise ConfigError("t5lite convert: --from_elmo WEIGHTS_HDF5 needs --elmo_options OPTIONS_JSON (and only it)")
+    if args.peft_adapter and not args.from_hf:
+        raise ConfigError("t5lite convert: --peft_adapter DIR goes with --from_hf BASE_DIR (the adapter's base)")
+    writable.ensure_new_dir(args.out, "--out")
+    if args.from_hf:
+        config = checkpoint.hf_to_t5lite(args.from_hf, args.out, args.peft_adapter)
+        if os.path.exists(os.path.join(args.out, "peft.json")):
+            print(f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; "
+                  "evaluate or infer with the run")
+        else:
+            print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
+                  f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+    elif args.from_elmo or args.to_elmo:
+        _convert_elmo(args)
+    elif args.merge:
+        checkpoint.merge_peft_run(args.merge, args.out)
+        print(f"wrote the merged full checkpoint {args.out}")
+    else:
+        checkpoint.t5lite_to_hf(args.to_hf, args.out, preset=args.preset)
+        print(f"wrote Hugging Face folder {args.out}")
+
+
+def _convert_elmo(args) -> None:
+    from t5lite.interop import elmo
+    if args.from_elmo:
+        elmo.to_run(args.elmo_options, args.from_elmo, args.out)
+        print(f"wrote t5lite ELMo run {args.out}; use it with --gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+    else:
+        os.makedirs(args.out, exist_ok=True)
+        elmo.from_run(args.to_elmo, os.path.join(args.out, "options.json"), os.path.join(args.out, "weights.hdf5"))
+        print(f"wrote {args.out}/options.json and {args.out}/weights.hdf5")

@@ -1,0 +1,17 @@
+"""`t5lite eval` (a module named so as not to shadow the builtin `eval`)."""
+from __future__ import annotations
+
+from t5lite.cli.gin_flags import check_task_name, model_from_run_unless_given, objective_from_training_config, parse_gin
+
+
+def cmd_eval(args, gin_files, gin_bindings) -> None:
+    from t5lite.infer.evaluation import evaluate
+    parse_gin(gin_files, gin_bindings, required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
+    model_from_run_unless_given("eval")
+    objective_from_training_config()
+    check_task_name("eval")
+    from t5lite.train import cost
+    meter = cost.CostMeter(None)   # this call's cost, written to the eval folder's cost.json
+    metrics = evaluate(meter=meter)
+    print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    print("cost (estimated):", cost.summary(meter.totals()))

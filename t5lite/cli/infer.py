@@ -1,0 +1,29 @@
+"""`t5lite infer`."""
+from __future__ import annotations
+
+import json
+
+from t5lite import writable
+from t5lite.cli.gin_flags import model_from_run_unless_given, parse_gin
+from t5lite.cli.inputs import read_inputs
+from t5lite.errors import ConfigError
+
+
+def cmd_infer(args, gin_files, gin_bindings) -> None:
+    from t5lite.infer.evaluation import write_predictions
+    from t5lite.infer.predict import infer
+    texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
+    if not texts:
+        raise ConfigError("nothing to decode: give texts as arguments or --input_file=FILE (one input per line, "
+                          "or JSON lines)")
+    if args.output:
+        writable.ensure_writable_file(args.output, "--output")
+    parse_gin(gin_files, gin_bindings, required_macros=(), entry=("infer", infer), base_file="gin/infer.gin")
+    model_from_run_unless_given("infer")
+    records = infer(texts)
+    if not args.output:
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False), flush=True)
+        return
+    write_predictions(args.output, records)
+    print(f"wrote {len(texts)} predictions to {args.output}")

@@ -1,0 +1,69 @@
+"""What a command reads besides gin: a file of input texts (infer, embed), a task or mixture by name."""
+from __future__ import annotations
+
+import json
+import logging
+
+from t5lite.errors import ConfigError, DataError
+
+
+def _numbered_lines(path: str) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of a UTF-8 file; a bad byte is reported by line
+    and file offset. Blank lines are skipped with a warning naming them (the outputs then number
+    fewer than the file's lines), and a file without a non-blank line is an error."""
+    from etils import epath
+    try:
+        data = epath.Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"--input_file {path}: cannot read it ({e.strerror or e})") from e
+    lines, offset = [], 0
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"--input_file {path}: line {number} is not UTF-8 (byte {offset + e.start} of the file, "
+                            f"{raw[e.start:e.start + 1]!r}); save the file as UTF-8, e.g. "
+                            f"`iconv -f latin1 -t utf-8 {path} > inputs.utf8.txt`") from None
+        offset += len(raw) + 1
+        if line.strip():
+            lines.append((number, line.rstrip("\r")))
+    if not lines:
+        raise DataError(f"--input_file {path} is empty (no non-blank line); write one input per line")
+    last = len(data.split(b"\n")) - (1 if data.endswith(b"\n") else 0)   # a final newline ends a line
+    blank = sorted(set(range(1, last + 1)) - {number for number, _ in lines})
+    if blank:
+        shown = ", ".join(map(str, blank[:10])) + (", ..." if len(blank) > 10 else "")
+        logging.getLogger("t5lite.infer").warning("--input_file %s: skipped %d blank line(s) (line %s); each non-blank "
+                                                  "line is one input", path, len(blank), shown)
+    return lines
+
+
+def read_inputs(path: str, field: str | None = None) -> list[str]:
+    """The inputs of a prompts file: one per non-blank line, or, for JSON lines (a `.jsonl` file or
+    a `field` given), each line's `field` ("input" by default)."""
+    lines = _numbered_lines(path)
+    if field is None and not path.endswith(".jsonl"):
+        return [text for _, text in lines]
+    field = field or "input"
+    texts = []
+    for number, text in lines:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"--input_file {path}: line {number} is not valid JSON ({e.msg}, column {e.colno}); "
+                            f"write one object per line, e.g. {{\"{field}\": \"a prompt\"}}") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            found = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise DataError(f"--input_file {path}: line {number} has no string field {field!r} (found {found}); "
+                            "name the input field with --field")
+        texts.append(record[field])
+    return texts
+
+
+def get_task_or_mixture(name: str):
+    """The catalog's task or mixture; an unknown name is a user error (one line, exit code 2)."""
+    from t5lite.data import catalog
+    try:
+        return catalog.get_task_or_mixture(name)
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None

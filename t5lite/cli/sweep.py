@@ -1,0 +1,26 @@
+"""`t5lite sweep`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from t5lite.cli.gin_flags import REPO_ROOT
+from t5lite.errors import ConfigError
+
+
+def cmd_sweep(args, gin_files, gin_bindings) -> None:
+    """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json."""
+    from t5lite.experiments import report, runner, spec
+    from t5lite.train.run_dir import RunLock
+    if args.parallel is not None and args.parallel < 1:
+        raise ConfigError(f"--parallel {args.parallel}: give the number of cells to run at once, a whole number >= 1")
+    sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: {e.strerror}; choose a folder that can be written") from None
+    with RunLock(str(out), flag="--out"):   # a second sweep on the folder would rerun its cells
+        runner.run_sweep(sweep, out, args.parallel)
+        report.write(sweep, out)
+    print(f"wrote {out / 'report.md'} and report.json")

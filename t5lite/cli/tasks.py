@@ -1,0 +1,34 @@
+"""`t5lite tasks list | show`."""
+from __future__ import annotations
+
+from t5lite.cli.inputs import get_task_or_mixture
+from t5lite.errors import ConfigError
+
+
+def cmd_tasks(args, gin_files, gin_bindings) -> None:
+    from t5lite.data import catalog
+    if args.action == "list":
+        tasks, mixtures = catalog.names()
+        for name in tasks:
+            print(name)
+        for name in mixtures:
+            print(f"{name} (mixture)")
+        return
+    if not args.name:
+        raise ConfigError("usage: t5lite tasks show NAME [--split S] [--data_dir D] [-n N]")
+    if args.num_examples < 1:
+        raise ConfigError(f"-n {args.num_examples}: show at least 1 example, e.g. -n 3")
+    from t5lite.data.tasks_show import show_examples
+    task = get_task_or_mixture(args.name)
+    lengths = parse_lengths(args.sequence_length) if args.sequence_length else None
+    print(task)
+    show_examples(task, args.split, args.num_examples, data_dir=args.data_dir, sequence_length=lengths)
+
+
+def parse_lengths(text: str) -> dict[str, int]:
+    """`inputs=512,targets=114` as {"inputs": 512, "targets": 114}."""
+    try:
+        return {name.strip(): int(length) for name, length in (kv.split("=") for kv in text.split(","))}
+    except ValueError:
+        raise ConfigError(f"--sequence_length {text!r}: write FEATURE=LENGTH pairs, "
+                          "e.g. inputs=512,targets=114") from None

@@ -1,0 +1,17 @@
+"""`t5lite train`."""
+from __future__ import annotations
+
+from t5lite.cli.gin_flags import check_task_name, parse_gin
+
+
+def cmd_train(args, gin_files, gin_bindings) -> None:
+    import gin
+    from t5lite.train.trainer import train
+    if args.prune_heads is not None:   # Michel et al.'s head pruning of the starting params
+        gin_bindings = [*gin_bindings, "train.pruning = @HeadPruning()", f"HeadPruning.fraction = {args.prune_heads}"]
+    parse_gin(gin_files, gin_bindings, entry=("train", train))
+    check_task_name("train")
+    metrics = train()
+    if metrics:  # empty when the run was already at TRAIN_STEPS (train() says so)
+        print("final:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    print("model dir:", gin.query_parameter("%MODEL_DIR"))
