@@ -44,6 +44,7 @@ class RunDir:
     metrics = property(lambda self: self._file("metrics.jsonl"))
     tensorboard = property(lambda self: self._file("tensorboard"))
     loss_plot = property(lambda self: self._file("loss.png"))
+    perplexity_plot = property(lambda self: self._file("perplexity.png"))
     config_gin = property(lambda self: self._file("config.gin"))
     model_config = property(lambda self: self._file("model_config.json"))
     config_history = property(lambda self: self._file("config_history"))
@@ -55,6 +56,7 @@ class RunDir:
     head_pruning = property(lambda self: self._file("head_pruning.json"))
     lock = property(lambda self: self._file("RUN_LOCK"))
     word_vectors = property(lambda self: self._file("vectors.txt"))
+    evaluations = property(lambda self: self._file("eval"))
 
     def history(self, step: int, name: str) -> epath.Path:
         """The copy of `name` (config.gin, model_config.json) kept for the (re)start at `step`."""
@@ -62,4 +64,4 @@ class RunDir:
 
     def eval_output(self, name: str, split: str) -> epath.Path:
         """Where an evaluation of `name` on `split` writes its predictions and metrics."""
-        return self._file("eval") / f"{name}.{split}"
+        return self.evaluations / f"{name}.{split}"

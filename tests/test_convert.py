@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers", reason="the Hugging Face refe
 
 from t5lite.interop import hf  # noqa: E402
 from t5lite.infer.checkpoint_reader import restore_params  # noqa: E402
+from t5lite.run_layout import RunDir  # noqa: E402
 
 SMALL = dict(vocab_size=97)
 
@@ -75,7 +76,7 @@ def test_convert_imports_minilm(tmp_path):
     # The run carries MiniLM's own tokenizer: with no vocabulary given, commands on it use that one.
     from t5lite.data import vocab as vocab_lib
     assert (tmp_path / "minilm" / "tokenizer" / "vocab.txt").is_file()
-    assert (tmp_path / "minilm" / vocab_lib.IDENTITY_FILE).is_file()
+    assert RunDir(tmp_path / "minilm").vocabulary.is_file()
     reference = transformers.AutoTokenizer.from_pretrained(path)
     try:
         vocab_lib.use_run_vocabulary(None, str(tmp_path / "minilm"))

@@ -4,7 +4,6 @@ rewinding restores the early step's kept weights; head importance equal to a tor
 of Michel et al.'s head mask on a Hugging Face BERT."""
 import json
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +12,7 @@ import pytest
 
 from t5lite.infer.checkpoint_reader import restore_params
 from t5lite.infer.predict import abstract_params
+from t5lite.run_layout import RunDir
 from t5lite.train import optimizers, pruning
 from tests.conftest import assert_close, train_tiny
 
@@ -216,7 +216,7 @@ def test_magnitude_pruning_a_task_head_run_prunes_the_backbone_and_keeps_the_hea
         np.testing.assert_array_equal(pruned[path], np.where(mask, source[path], 0))
     for path in (p for p in source if p[0] == "head"):
         np.testing.assert_array_equal(pruned[path], source[path])
-    report = json.loads(open(os.path.join(out, pruning.SPARSITY_FILE)).read())
+    report = json.loads(RunDir(out).sparsity.read_text())
     assert not any(name.startswith("head/") for name in report["layers"])
     assert_close(report["total"], 0.5, rtol=1e-3)
 
@@ -275,7 +275,7 @@ def test_head_pruning_masks_the_least_important_heads_and_they_stay_zero(tmp_pat
     out = tmp_path / "pruned"
     train_tiny(out, config, 3, initial_checkpoint_path=str(dense), async_checkpoints=False,
                pruning=pruning.HeadPruning(fraction=0.3, batches=2))
-    record = json.loads((out / pruning.HEAD_PRUNING_FILE).read_text())["rounds"]
+    record = json.loads(RunDir(out).head_pruning.read_text())["rounds"]
     assert len(record) == 1
     importance = record[0]["importance"]
     assert sum(map(len, importance.values())) == 16
@@ -323,7 +323,7 @@ def test_prune_heads_flag_prunes_a_task_head_run_that_eval_reports(bert_tiny_sst
               f"--gin.MODEL_DIR='{out}'", f"--gin.INITIAL_CHECKPOINT_PATH='{bert_tiny_sst2_run}'",
               f"--gin.DATA_DIR='{glue}'", "--gin.TRAIN_STEPS=1", "--gin.EVAL_EVERY=0", "--gin.BATCH_SIZE=8",
               "--gin.warmup_cosine.peak_learning_rate=0.0", "--gin.HeadPruning.batches=2"])
-    record = json.loads((out / pruning.HEAD_PRUNING_FILE).read_text())["rounds"][0]
+    record = json.loads(RunDir(out).head_pruning.read_text())["rounds"][0]
     assert sum(map(len, record["pruned"].values())) == 2
     assert sorted((p, h) for p, hs in record["pruned"].items() for h in hs) == \
         _michel_heads(record["importance"], 0.25)

@@ -25,6 +25,7 @@ from conftest import TINY_LENGTHS, TINY_TASK, logged_losses, shared_data_dir, tr
 from t5lite import cli
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.infer import checkpoint_reader
+from t5lite.run_layout import RunDir
 from t5lite.train import checkpoints, run_dir
 from t5lite.train.trainer import NonFiniteLossError
 
@@ -110,14 +111,14 @@ def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, mi
     assert _steps_on_disk(str(tmp_path))[-1] == reached
     name = signal.Signals(signum).name
     assert any(f"stopped by {name} at step {reached}" in r.getMessage() for r in caplog.records)
-    assert signal.getsignal(signum) is handler_before and not (tmp_path / run_dir.LOCK_FILE).exists()
+    assert signal.getsignal(signum) is handler_before and not RunDir(tmp_path).lock.exists()
 
 
 def test_a_second_sigint_aborts_at_once(tmp_path, micro_config):
     _signal_after_logged_step(str(tmp_path), signal.SIGINT, times=2)
     with pytest.raises(KeyboardInterrupt):
         train_tiny(tmp_path, micro_config, 10_000, checkpoint_every=1000)
-    assert not (tmp_path / run_dir.LOCK_FILE).exists()
+    assert not RunDir(tmp_path).lock.exists()
 
 
 @pytest.mark.slow
@@ -220,7 +221,7 @@ def test_loading_a_checkpoint_logs_no_missing_metadata_warning(tmp_path, caplog)
 
 def _write_lock(model_dir, host, pid):
     os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, run_dir.LOCK_FILE), "w") as f:
+    with RunDir(model_dir).lock.open("w") as f:
         json.dump({"host": host, "pid": pid}, f)
 
 
@@ -242,7 +243,7 @@ def test_a_stale_lock_is_taken_over_and_released_at_the_end(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     _write_lock(tmp_path, socket.gethostname(), dead.pid)
-    lock_path = tmp_path / run_dir.LOCK_FILE
+    lock_path = RunDir(tmp_path).lock
     with run_dir.RunLock(str(tmp_path)):
         assert json.loads(lock_path.read_text()) == {"host": socket.gethostname(), "pid": os.getpid()}
     assert not lock_path.exists()
@@ -260,7 +261,7 @@ def test_a_second_run_on_the_same_model_dir_is_refused_while_the_first_finishes(
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-3000:]
     assert _steps_on_disk(run)[-1] == 150 and sorted(logged_losses(run)) == list(range(1, 151))
-    assert not os.path.exists(os.path.join(run, run_dir.LOCK_FILE))
+    assert not RunDir(run).lock.exists()
 
 
 # --- 4. a changed model config on resume ---------------------------------------------------------

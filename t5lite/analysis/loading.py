@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from t5lite import models
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import ConfigError, DataNotFoundError
+from t5lite.run_layout import RunDir
 
 # What reading the layers needs; none of these changes a parameter's shape or an output.
 READABLE = dict(scan_layers=False, remat_policy="none", attention_impl="einsum", dropout_rate=0.0)
@@ -61,7 +62,7 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
     if config.arch == "bilm":     # ELMo reads characters: no vocabulary
         module, variables = elmo_layers.load_run(path)
         return Subject(module, variables, None, name or os.path.basename(os.path.normpath(run)))
-    vocab = _vocabulary(vocabulary, os.path.join(run, vocab_lib.TOKENIZER_DIR)) or vocab_lib.DEFAULT_VOCABULARY
+    vocab = _vocabulary(vocabulary, str(RunDir(run).tokenizer)) or vocab_lib.DEFAULT_VOCABULARY
     # Fine-tuned: the backbone, not the head. ELECTRA: the discriminator (the run's model), not the generator.
     part = next((p for p in ("backbone", "discriminator") if p in checkpoint_reader.stored_param_names(step_dir)), None)
     if part is not None:

@@ -31,6 +31,7 @@ from etils import epath
 from t5lite.data.cache import default_cache_dir
 from t5lite.data.corpus import embedded_documents
 from t5lite.errors import CheckpointError, ConfigError, DataNotFoundError, T5liteError
+from t5lite.run_layout import RunDir
 from t5lite.storage import write_atomically
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -374,8 +375,6 @@ DEFAULT_VOCABULARY = DefaultVocabulary()
 
 # --- identity: which vocabulary a run was trained with.
 
-IDENTITY_FILE = "vocabulary.json"
-
 
 def identity(vocabulary) -> dict:
     """Kind, size, special ids and a hash of every piece: equal exactly when two vocabularies map
@@ -390,7 +389,7 @@ def identity(vocabulary) -> dict:
 def record_identity(model_dir: str, vocabulary) -> None:
     """Writes `MODEL_DIR/vocabulary.json`, which resuming, fine-tuning, eval and infer check."""
     epath.Path(model_dir).mkdir(parents=True, exist_ok=True)
-    write_atomically(os.path.join(model_dir, IDENTITY_FILE), json.dumps(identity(vocabulary), indent=1).encode())
+    write_atomically(RunDir(model_dir).vocabulary, json.dumps(identity(vocabulary), indent=1).encode())
 
 
 def check_trainable(vocabulary) -> None:
@@ -413,8 +412,7 @@ def check_identity(model_dir: str | None, vocabulary, model_vocab_size: int | No
                           f"{model_vocab_size} rows ({resolved(vocabulary)!r}); use a preset or "
                           f"`model_config.vocab_size` of at least {padded_vocab_size(vocabulary.vocab_size)}, or "
                           "the vocabulary the model was made for")
-    path = epath.Path(model_dir or "", IDENTITY_FILE)
-    if model_dir is None or not path.exists():
+    if model_dir is None or not (path := RunDir(model_dir).vocabulary).exists():
         return
     recorded = json.loads(path.read_text(encoding="utf-8"))
     current = identity(vocabulary)
@@ -434,7 +432,6 @@ def check_identity(model_dir: str | None, vocabulary, model_vocab_size: int | No
 
 # --- a run's own tokenizer: a converted Hugging Face model carries the one it was made with.
 
-TOKENIZER_DIR = "tokenizer"
 TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
                    "tokenizer_config.json", "special_tokens_map.json")
 
@@ -456,7 +453,7 @@ def record_tokenizer(model_dir: str, hf_dir: str) -> str | None:
     Returns the vocabulary file, or None (with a warning) when there is none t5lite can read."""
     if tokenizer_file(hf_dir) is None:
         return None
-    target = os.path.join(model_dir, TOKENIZER_DIR)
+    target = str(RunDir(model_dir).tokenizer)
     os.makedirs(target, exist_ok=True)
     for name in TOKENIZER_FILES:
         if os.path.isfile(os.path.join(hf_dir, name)):
@@ -479,7 +476,7 @@ def use_run_vocabulary(vocabulary_path: str | None, model_dir: str | None) -> st
     if vocabulary_path is not None:
         set_default_vocabulary(vocabulary_path)
         return None
-    own = tokenizer_file(os.path.join(model_dir, TOKENIZER_DIR)) if model_dir else None
+    own = tokenizer_file(str(RunDir(model_dir).tokenizer)) if model_dir else None
     named = vocabulary_settings().path is not None or (DefaultVocabulary._explicit is not None
                                                        and not DefaultVocabulary._from_run)
     if own is None or named:

@@ -14,7 +14,6 @@ from etils import epath
 from t5lite.errors import DataError
 
 FORMATS = ("auto", "word2vec", "word2vec_binary", "glove")
-RUN_VECTORS_FILE = "vectors.txt"   # where a word2vec run (t5lite.objectives.word2vec) writes its vectors
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from t5lite import storage
 from t5lite.errors import CheckpointError, CheckpointMismatchError, CheckpointNotFoundError
 from t5lite.models import quantization
+from t5lite.run_layout import RunDir
 
 
 def step_directory(path: str) -> str:
@@ -25,8 +26,9 @@ def step_directory(path: str) -> str:
     path = storage.absolute(path)
     if epath.Path(path, "state").is_dir():
         return path
-    if epath.Path(path, "checkpoints").is_dir():
-        path = os.path.join(path, "checkpoints")
+    checkpoints = RunDir(path).checkpoints
+    if checkpoints.is_dir():
+        path = str(checkpoints)
     folder = epath.Path(path)
     steps = sorted((int(d.name) for d in folder.iterdir() if d.name.isdigit() and _complete(d)),
                    reverse=True) if folder.is_dir() else []

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 from typing import Mapping, Sequence
 
 import gin
@@ -28,12 +27,13 @@ from etils import epath
 from t5lite import metrics as metrics_lib
 from t5lite.data import vocab as vocab_lib
 from t5lite.data.sentence_texts import encode_text
-from t5lite.data.word_vectors import RUN_VECTORS_FILE, WordVectors, load_word_vectors
+from t5lite.data.word_vectors import WordVectors, load_word_vectors
 from t5lite.errors import CheckpointError, ConfigError, DataError, require_positive
 from t5lite.infer import checkpoint_reader, elmo_layers, predict
 from t5lite.infer.evaluation import EvalResult
 from t5lite.models import flops
 from t5lite.models.sentence import BiEncoder
+from t5lite.run_layout import RunDir
 
 BUCKET = 16   # batches are padded to a multiple of this many tokens (few compiled shapes)
 
@@ -138,8 +138,8 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
     run = predict.run_dir(checkpoint_reader.step_directory(checkpoint_path))
     model = predict.model_config_of(checkpoint_path, model)
     if model.arch == "word2vec":
-        path = os.path.join(run, RUN_VECTORS_FILE)
-        if not epath.Path(path).exists():
+        path = RunDir(run).word_vectors
+        if not path.exists():
             raise CheckpointError(f"{path} does not exist (the run writes it at its last step); write it from the "
                                   "latest checkpoint with t5lite.objectives.word2vec.export_vectors(run_dir)")
         return _pooled_word_vectors(load_word_vectors(path), texts, pooling, normalize)

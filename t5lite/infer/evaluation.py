@@ -33,6 +33,7 @@ from t5lite.data import catalog, converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, predict, scoring
 from t5lite.models import flops
+from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
 
@@ -325,7 +326,7 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     model = predict.model_config_of(checkpoint_path, model)
     module = models.build(model) if objective is None else objective.build_model(model)
     params, step, step_dir = predict.load_params(model, checkpoint_path, module=module)
-    output_dir = output_dir or os.path.join(predict.run_dir(step_dir), "eval")
+    output_dir = output_dir or str(RunDir.of_step(step_dir).evaluations)
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = catalog.get_task_or_mixture(mixture_or_task_name)
     if fewshot is not None:

@@ -17,8 +17,7 @@ import numpy as np
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.infer import checkpoint_reader
 from t5lite.models import peft
-
-FILE = "peft.json"
+from t5lite.run_layout import RunDir
 
 
 def fingerprint(params) -> str:
@@ -42,11 +41,10 @@ def _bit_sums(x):
 
 
 def read(run_dir: str) -> dict | None:
-    path = os.path.join(run_dir, FILE)
-    if not os.path.exists(path):
+    path = RunDir(run_dir).peft
+    if not path.exists():
         return None
-    with open(path) as f:
-        return json.load(f)
+    return json.loads(path.read_text())
 
 
 def method_of(record: dict) -> peft.Method:
@@ -77,8 +75,7 @@ def check_or_record(model_dir: str, method, base_path: str | None, base_params, 
         _refuse_other_base(model_dir, stored, base_path, record["base_fingerprint"])
         return stored
     if jax.process_index() == 0:
-        with open(os.path.join(model_dir, FILE), "w") as f:
-            json.dump(record, f, indent=2)
+        RunDir(model_dir).peft.write_text(json.dumps(record, indent=2))
     return record
 
 

@@ -27,22 +27,21 @@ import numpy as np
 from etils import epath
 from tqdm.auto import tqdm
 
-from t5lite import models, storage
+from t5lite import models
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, peft_checkpoint, scoring
 from t5lite.models.config import ModelConfig, load_config
+from t5lite.run_layout import RunDir
 
 log = logging.getLogger(__name__)
 
 METHODS = ("greedy", "beam", "sample")
-MODEL_CONFIG_FILE = "model_config.json"   # what training and `t5lite convert --from_hf` write beside checkpoints/
 
 
 def run_dir(step_dir: str) -> str:
     """The run directory a step directory belongs to (`<run>/checkpoints/<step>` -> `<run>`)."""
-    parent = os.path.dirname(storage.absolute(step_dir))
-    return os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent
+    return str(RunDir.of_step(step_dir))
 
 
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
@@ -50,13 +49,13 @@ def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelCon
     Hugging Face models imported with `t5lite convert --from_hf` have one). A quantised run
     (`t5lite convert --quantize`) keeps its `weight_quantization` under a gin model too, so the
     training gin evaluates it as the int8 model it is."""
-    path = os.path.join(run_dir(checkpoint_reader.step_directory(checkpoint_path)), MODEL_CONFIG_FILE)
-    exists = epath.Path(path).exists()
+    path = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path)).model_config
+    exists = path.exists()
     if model is not None:
         quantizable = exists and hasattr(model, "weight_quantization")   # Transformer configs (not recurrent ones)
         return model.replace(weight_quantization=_saved_weight_quantization(path)) if quantizable else model
     if not exists:
-        raise CheckpointError(f"{checkpoint_path}: no {MODEL_CONFIG_FILE} in its run directory and no model in gin; "
+        raise CheckpointError(f"{checkpoint_path}: no {path.name} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
     return load_config(path)
 

@@ -18,18 +18,18 @@ from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.models import quantization
 from t5lite.models.config import ModelConfig, get_config, load_config, save_config
+from t5lite.run_layout import RunDir
 
-CONFIG_FILE = "model_config.json"
 HEAD_RUN_PARAMS = ("backbone", "head")   # the params of a task-head model (t5lite.models.with_head)
 
 
 def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
     """The run's saved config, or a preset when the run has none (runs from before it was saved)."""
-    path = os.path.join(run_dir, CONFIG_FILE)
-    if epath.Path(path).exists():
+    path = RunDir(run_dir).model_config
+    if path.exists():
         return load_config(path)
     if preset is None:
-        raise CheckpointError(f"{run_dir} has no {CONFIG_FILE}; name the model with --preset (e.g. --preset t5_small)")
+        raise CheckpointError(f"{run_dir} has no {path.name}; name the model with --preset (e.g. --preset t5_small)")
     try:
         return get_config(preset)
     except KeyError as e:
@@ -89,7 +89,7 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
         if config.weight_quantization != "none":
             raise CheckpointError(f"{run_dir} is quantised already ({config.weight_quantization}); quantise its "
                                   "float source instead")
-        params, note = _restore_params(step_dir, config, CONFIG_FILE), {"quantized_from": step_dir}
+        params, note = _restore_params(step_dir, config, RunDir(source).model_config.name), {"quantized_from": step_dir}
     qconfig = config.replace(weight_quantization=scheme, scan_layers=False)
     abstract = predict.abstract_params(qconfig.replace(weight_quantization="int8"))   # which weights, which scales
     if set(params) == set(HEAD_RUN_PARAMS):   # a task-head run: its backbone quantised, the head kept float
@@ -107,21 +107,21 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
 
 def _copy_vocabulary(source: str, out_dir: str) -> None:
     """The run's tokenizer folder and vocabulary record, where it has them."""
-    tokenizer = epath.Path(source, vocab_lib.TOKENIZER_DIR)
-    if tokenizer.is_dir():
-        shutil.copytree(str(tokenizer), os.path.join(out_dir, vocab_lib.TOKENIZER_DIR))
-    identity = epath.Path(source, vocab_lib.IDENTITY_FILE)
-    if identity.exists():
-        epath.Path(out_dir, vocab_lib.IDENTITY_FILE).write_text(identity.read_text())
+    src, out = RunDir(source), RunDir(out_dir)
+    if src.tokenizer.is_dir():
+        shutil.copytree(str(src.tokenizer), str(out.tokenizer))
+    if src.vocabulary.exists():
+        out.vocabulary.write_text(src.vocabulary.read_text())
 
 
 def _write_run(module, variables, out_dir: str, note: dict) -> ModelConfig:
     from t5lite.train.checkpoints import Checkpointer
     epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
-    ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"), save_every=1, async_save=False)
+    run = RunDir(out_dir)
+    ckpt = Checkpointer(str(run.checkpoints), save_every=1, async_save=False)
     ckpt.save(0, {"params": variables["params"]}, note, force=True)
     ckpt.close()
-    save_config(module.config, os.path.join(out_dir, CONFIG_FILE))
+    save_config(module.config, run.model_config)
     return module.config
 
 
@@ -148,7 +148,8 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
     step_dir = _step_dir(run_dir, "--merge")
     record = _peft_record(step_dir)
     if record is None:
-        raise CheckpointError(f"{run_dir} is not a PEFT run (no {peft_checkpoint.FILE}); its checkpoint is full already")
+        raise CheckpointError(f"{run_dir} is not a PEFT run (no {RunDir(run_dir).peft.name}); its checkpoint is full "
+                              "already")
     if not peft_checkpoint.method_of(record).merges:
         raise CheckpointError(f"{run_dir} is a {record['method']} run: what it trains (a prompt, a prefix, bottleneck "
                               "adapters) is not a weight of the base, so it does not merge; evaluate and infer with the "
@@ -173,11 +174,12 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
         return _lora_run_to_hf(step_dir, record, out_dir)
     from t5lite.infer.predict import run_dir as run_of
     run_dir = run_of(step_dir)   # a step directory's config lives in its run directory
-    from_preset = not os.path.exists(os.path.join(run_dir, CONFIG_FILE))
+    saved_config = RunDir(run_dir).model_config
+    from_preset = not saved_config.exists()
     config = read_model_config(run_dir, preset)
     try:
         hf.export_config(config)      # most models HF cannot express fail here, before the checkpoint is read
-        params = _restore_params(step_dir, config, f"--preset {preset}" if from_preset else CONFIG_FILE)
+        params = _restore_params(step_dir, config, f"--preset {preset}" if from_preset else saved_config.name)
         hf.save(config.replace(scan_layers=False), {"params": params}, out_dir)
     except hf.HFConversionError as e:
         raise hf.HFConversionError(f"{run_dir} cannot be written as a Hugging Face model: {e}") from None

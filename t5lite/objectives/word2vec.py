@@ -18,7 +18,6 @@ the mean per pair. `export_vectors` writes the input table as a word2vec text fi
 from __future__ import annotations
 
 import logging
-import os
 
 import flax.linen as nn
 import gin
@@ -27,13 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5lite.data.word2vec_vocab import PAD_ID, Word2VecVocabulary, word2vec_vocabulary
-from t5lite.data.word_vectors import RUN_VECTORS_FILE, WordVectors, save_word2vec
+from t5lite.data.word_vectors import WordVectors, save_word2vec
 from t5lite.errors import ConfigError, require_positive
 from t5lite.infer import checkpoint_reader
 from t5lite.models.config import load_config
 from t5lite.models.static import Word2Vec
 from t5lite.models.static_config import Word2VecConfig
 from t5lite.objectives.base import LossConfig, Objective
+from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
 
@@ -165,8 +165,9 @@ class Word2VecObjective(Objective):
     def finish(self, model_dir: str, params) -> None:
         """The trained vectors as MODEL_DIR/vectors.txt (word2vec text format)."""
         if jax.process_index() == 0:
-            save_vectors(params, self.vocabulary, os.path.join(model_dir, RUN_VECTORS_FILE))
-            log.info("wrote %s", os.path.join(model_dir, RUN_VECTORS_FILE))
+            path = RunDir(model_dir).word_vectors
+            save_vectors(params, self.vocabulary, path)
+            log.info("wrote %s", path)
 
 
 def word_vectors(params, vocabulary: Word2VecVocabulary) -> WordVectors:
@@ -185,9 +186,10 @@ def export_vectors(model_dir: str, objective: Word2VecObjective | None = None, p
     `model_config.json` says the tables' size; `objective` gives the vocabulary, default gin's
     `Word2VecObjective()`) to `path` (default MODEL_DIR/vectors.txt)."""
     objective = objective or Word2VecObjective()
-    module = objective.build_model(load_config(os.path.join(model_dir, "model_config.json")))
+    run = RunDir(model_dir)
+    module = objective.build_model(load_config(run.model_config))
     abstract = jax.eval_shape(lambda: module.init(jax.random.key(0), jnp.ones((1, 1), jnp.int32)))
     params = checkpoint_reader.restore_params(model_dir, nn.unbox(abstract)["params"])
-    path = path or os.path.join(model_dir, RUN_VECTORS_FILE)
+    path = path or str(run.word_vectors)
     save_vectors(params, objective.vocabulary, path)
     return path

@@ -37,6 +37,7 @@ from jax.experimental import multihost_utils
 
 from t5lite import storage
 from t5lite.errors import CheckpointError
+from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
 
@@ -137,7 +138,7 @@ class Checkpointer:
 
     def _set_aside(self, step: int) -> None:
         """Moves a damaged step out of orbax's way (a later save of that step would be skipped)."""
-        target = epath.Path(self.directory).parent / "damaged_checkpoints" / f"{step}-{int(time.time())}"
+        target = RunDir(epath.Path(self.directory).parent).damaged_checkpoints / f"{step}-{int(time.time())}"
         if jax.process_index() == 0:
             storage.rename(epath.Path(self.directory, str(step)), target)
             log.warning("moved the damaged step %d to %s", step, target)

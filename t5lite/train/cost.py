@@ -29,10 +29,10 @@ import jax
 from etils import epath
 
 from t5lite.errors import ConfigError
+from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
 
-COST_FILE = "cost.json"
 FORMULA = ("energy_kwh = device_power_watts * devices * hours * pue / 1000; co2e_kg = energy_kwh * "
            "grid_kg_co2e_per_kwh; usd = price_per_device_hour * devices * hours (Strubell et al. 2019)")
 
@@ -142,7 +142,7 @@ class CostMeter:
 
     def __init__(self, model_dir: str | None, model: CostModel | None = None):
         self.model = model or cost_model()
-        self.path = os.path.join(model_dir, COST_FILE) if model_dir else None
+        self.path = str(RunDir(model_dir).cost) if model_dir else None
         self.start = time.perf_counter()
         self.base_flops = self.base_seconds = 0.0
         if self.path and epath.Path(self.path).exists():
@@ -166,7 +166,7 @@ class CostMeter:
         and returns its record."""
         record = {**(totals or self.totals()), **({"step": step} if step is not None else {}),
                   **{k: v for k, v in dataclasses.asdict(self.model).items()}, "formula": FORMULA}
-        path = os.path.join(folder, COST_FILE) if folder else self.path
+        path = RunDir(folder).cost if folder else self.path   # another folder (an evaluation's) has it as a run does
         if path and jax.process_index() == 0:
             epath.Path(path).write_text(json.dumps(record, indent=1), encoding="utf-8")
         return record

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from typing import Any, Callable, Iterable
 
 import gin
@@ -30,10 +29,9 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 
 from t5lite.errors import ConfigError
 from t5lite.models.layers import HEAD_GATES
+from t5lite.run_layout import RunDir
 
 SCOPES = ("global", "layer")
-SPARSITY_FILE = "sparsity.json"
-HEAD_PRUNING_FILE = "head_pruning.json"
 
 
 def prunable(path: tuple[str, ...]) -> bool:
@@ -98,13 +96,13 @@ def sparsity(params) -> dict:
 
 
 def write_sparsity(model_dir: str, report: dict) -> None:
-    with open(os.path.join(model_dir, SPARSITY_FILE), "w", encoding="utf-8") as f:
+    with RunDir(model_dir).sparsity.open("w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
 
 
 def write_head_pruning(model_dir: str, record: list[dict]) -> None:
     """`HeadPruning`'s rounds: each one's head importance and the heads pruned after it."""
-    with open(os.path.join(model_dir, HEAD_PRUNING_FILE), "w", encoding="utf-8") as f:
+    with RunDir(model_dir).head_pruning.open("w", encoding="utf-8") as f:
         json.dump({"rounds": record}, f, indent=1)
 
 

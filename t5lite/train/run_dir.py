@@ -26,10 +26,9 @@ from t5lite import storage
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.models.config import ModelConfig, config_changes, load_config, save_config
+from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
-
-LOCK_FILE = "RUN_LOCK"
 
 
 def ensure_writable(path: str) -> None:
@@ -49,7 +48,7 @@ class RunLock:
     """Holds `MODEL_DIR/RUN_LOCK` while a run uses the directory (a context manager)."""
 
     def __init__(self, model_dir: str, flag: str = "MODEL_DIR"):
-        self.path = os.path.join(model_dir, LOCK_FILE)
+        self.path = str(RunDir(model_dir).lock)   # a sweep's --out folder is locked the same way
         self.flag = flag   # what the refusal tells the user to change
         self.owner = {"host": socket.gethostname(), "pid": os.getpid()}
         self.held = False
@@ -116,8 +115,8 @@ class RunLock:
 def check_model_config(model_dir: str, config: ModelConfig, step: int, allow_config_change: bool) -> None:
     """Resuming (`step` > 0) with a model config that differs from the run's `model_config.json`
     is refused, naming each changed field, unless `allow_config_change` (then it is logged)."""
-    current = os.path.join(model_dir, "model_config.json")
-    if step == 0 or not epath.Path(current).exists():
+    current = RunDir(model_dir).model_config
+    if step == 0 or not current.exists():
         return
     changes = config_changes(load_config(current), config)
     listed = ", ".join(f"{name}: {old!r} -> {new!r}" for name, (old, new) in changes.items())
@@ -137,8 +136,9 @@ def record_config(model_dir: str, config: ModelConfig, gin_config: str, step: in
         return
     if vocabulary is not None:
         vocab_lib.record_identity(model_dir, vocabulary)
-    history = os.path.join(model_dir, "config_history")
-    epath.Path(history).mkdir(parents=True, exist_ok=True)
-    for directory, prefix in ((model_dir, ""), (history, f"{step}-")):
-        save_config(config, os.path.join(directory, f"{prefix}model_config.json"))
-        epath.Path(directory, f"{prefix}config.gin").write_text(gin_config, encoding="utf-8")
+    run = RunDir(model_dir)
+    run.config_history.mkdir(parents=True, exist_ok=True)
+    operative = (run.model_config, run.config_gin)
+    for model_config, config_gin in (operative, tuple(run.history(step, file.name) for file in operative)):
+        save_config(config, model_config)
+        config_gin.write_text(gin_config, encoding="utf-8")

@@ -10,6 +10,7 @@ import jax
 from etils import epath
 
 from t5lite import storage
+from t5lite.run_layout import RunDir
 
 
 class MetricsWriter:
@@ -17,7 +18,8 @@ class MetricsWriter:
 
     def __init__(self, model_dir: str, resume_step: int = 0):
         self.active = jax.process_index() == 0
-        self.path = os.path.join(model_dir, "metrics.jsonl")
+        run = RunDir(model_dir)
+        self.path = str(run.metrics)
         self._tb = None
         if not self.active:
             return
@@ -28,7 +30,7 @@ class MetricsWriter:
             file.write_text("".join(kept), encoding="utf-8")
         from tensorboardX import SummaryWriter, record_writer
         record_writer.register_writer_factory("gs", _EpathEventFiles())
-        self._tb = SummaryWriter(os.path.join(model_dir, "tensorboard"))
+        self._tb = SummaryWriter(str(run.tensorboard))
 
     def write(self, step: int, metrics: dict) -> None:
         if not self.active:
@@ -91,7 +93,7 @@ def plot_loss_curve(metrics_path: str, out_path: str) -> str:
     _plot(records, ("loss", "eval_loss"), "cross entropy per target token", title, out_path)
     if any("perplexity" in r for r in records):
         _plot(records, ("perplexity", "eval_perplexity", "eval_forward_perplexity", "eval_backward_perplexity"),
-              "perplexity", title, os.path.join(os.path.dirname(out_path), "perplexity.png"))
+              "perplexity", title, RunDir(epath.Path(out_path).parent).perplexity_plot)
     return out_path
 
 
