@@ -149,7 +149,7 @@ def test_t5lite_errors_are_one_line_with_exit_code_2_and_a_traceback_only_on_req
 def test_unexpected_errors_keep_their_traceback(monkeypatch):
     def broken(*args):
         raise RuntimeError("a bug")
-    monkeypatch.setattr(cli, "cmd_tasks", broken)
+    monkeypatch.setattr("t5lite.cli.tasks.cmd_tasks", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["tasks", "list"])
 

@@ -1,8 +1,57 @@
 """`t5lite probe` and `t5lite attention`: the two commands that analyse a frozen model on UD sentences."""
 from __future__ import annotations
 
+import argparse
+
 from t5lite import writable
 from t5lite.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite probe` and `t5lite attention` subcommands: the model flags they share, then each one's own."""
+    model_flags = argparse.ArgumentParser(add_help=False)
+    model_flags.add_argument("--model", required=True,
+                             help="a Hugging Face model folder (config.json + weights + tokenizer) or a t5lite run / "
+                                  "checkpoint directory")
+    model_flags.add_argument("--vocabulary", default=None,
+                             help="the model's vocabulary file, if its folder or run does not record one")
+    model_flags.add_argument("--name", default=None, help="the model's name in the results (default: its folder's)")
+    model_flags.add_argument("--data_dir", default=None,
+                             help="the folder with en_ewt/*.conllu (UD English-EWT) and uner_en_ewt/*.iob2")
+    model_flags.add_argument("--out", required=True, help="the folder to write the JSON and PNG into")
+    probe = subparsers.add_parser("probe", parents=[common, model_flags],
+                                  help="per-layer linear (POS, NER) and structural (dependency distance) probes of "
+                                       "a frozen model against its untrained control; or, with --neighbours, a "
+                                       "word's contextual nearest neighbours")
+    probe.add_argument("--probes", default="pos,structural",
+                       help="comma-separated: pos, ner, ner_spans (entity type of each gold span), structural")
+    probe.add_argument("--span_pooling", default="mean", choices=["mean", "endpoint"],
+                       help="ner_spans: a span's vector is its subwords' mean or [first; last]")
+    probe.add_argument("--train_sentences", type=int, default=500, help="sentences the probes train on")
+    probe.add_argument("--test_sentences", type=int, default=200, help="sentences the probes are scored on")
+    probe.add_argument("--rank", type=int, default=32, help="the structural probe's rank k")
+    probe.add_argument("--epochs", type=int, default=30, help="the structural probe's epochs")
+    probe.add_argument("--l2", type=float, default=1e-3, help="the linear probes' L2 weight")
+    probe.add_argument("--no_control", action="store_true", help="skip the untrained control model")
+    probe.add_argument("--seed", type=int, default=0, help="the control's initialisation and the probes' seed")
+    probe.add_argument("--neighbours", default=None, metavar="WORD",
+                       help="instead of probing: each occurrence of WORD in --corpus and its nearest neighbours")
+    probe.add_argument("--corpus", default=None,
+                       help="with --neighbours: a CoNLL-U file or plain text (sentences cut after . ! ?)")
+    probe.add_argument("--corpus_sentences", type=int, default=None, help="with --neighbours: read only this many")
+    probe.add_argument("--layer", type=int, default=-1,
+                       help="with --neighbours: the layer (0 = embeddings, negative from the top)")
+    probe.add_argument("--k", type=int, default=5, help="with --neighbours: neighbours per occurrence")
+    probe.add_argument("--pool", default="same", choices=["same", "all"],
+                       help="with --neighbours: among the word's other occurrences, or among all words")
+    probe.set_defaults(fn=cmd_probe)
+    attention = subparsers.add_parser("attention", parents=[common, model_flags],
+                                      help="per-head attention statistics (Clark et al. 2019), dependency heads and "
+                                           "heatmaps of a frozen model on UD sentences")
+    attention.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="the UD split to read")
+    attention.add_argument("--sentences", type=int, default=200, help="the first N sentences of the split")
+    attention.add_argument("--example", type=int, default=0, help="which of them the heatmaps show")
+    attention.set_defaults(fn=cmd_attention)
 
 
 def _subject(args, needs: str | None):

@@ -1,10 +1,36 @@
 """`t5lite convert`: Hugging Face, PEFT and ELMo weights to and from t5lite runs, and quantised runs."""
 from __future__ import annotations
 
+import argparse
 import os
 
 from t5lite import writable
 from t5lite.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite convert` subcommand and its flags."""
+    parser = subparsers.add_parser("convert", parents=[common], help="Hugging Face folder <-> t5lite checkpoint")
+    parser.add_argument("--from_hf", help="a Hugging Face model folder (config.json + weights) to import")
+    parser.add_argument("--to_hf", help="a t5lite run directory (or step directory) to export")
+    parser.add_argument("--out", required=True, help="the directory to write: new or empty (never overwritten)")
+    parser.add_argument("--peft_adapter", default=None,
+                        help="with --from_hf: a peft LoRA adapter folder (adapter_config.json + "
+                             "adapter_model.safetensors) to merge into the imported base, or a prefix- or "
+                             "prompt-tuning one: OUT is then a PEFT run on OUT/base")
+    parser.add_argument("--merge", default=None,
+                        help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
+    parser.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
+    parser.add_argument("--quantize", default=None, choices=["int8", "int4"],
+                        help="write a weight-only quantised run (int8: kernels and tables with per-output-channel "
+                             "scales; int4: packed int4 kernels, scales per 128 inputs) of --from_hf HF_DIR or "
+                             "--from_run RUN_DIR")
+    parser.add_argument("--from_run", default=None, help="with --quantize: a t5lite run directory to quantise")
+    parser.add_argument("--from_elmo", default=None, help="an original ELMo weights .hdf5 to import as a t5lite run")
+    parser.add_argument("--elmo_options", default=None, help="with --from_elmo: its options.json")
+    parser.add_argument("--to_elmo", default=None,
+                        help="a t5lite ELMo run to write as OUT/options.json + OUT/weights.hdf5")
+    parser.set_defaults(fn=cmd_convert)
 
 
 def _convert_quantized(args) -> None:

@@ -1,10 +1,22 @@
 """`t5lite embed`."""
 from __future__ import annotations
 
+import argparse
+
 from t5lite import writable
 from t5lite.cli.gin_flags import model_from_run_unless_given, objective_from_training_config, parse_gin
-from t5lite.cli.inputs import read_inputs
+from t5lite.cli.inputs import add_text_inputs, read_inputs
 from t5lite.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite embed` subcommand and its flags."""
+    parser = subparsers.add_parser("embed", parents=[common],
+                                   help="sentence embeddings of texts with an encoder's checkpoint, .npy out (gin: "
+                                        "CHECKPOINT_PATH, embed.pooling, embed.normalize; gin/embed.gin)")
+    add_text_inputs(parser, "input texts")
+    parser.add_argument("--output", required=True, help="the .npy file to write: [inputs, dim] float32, in input order")
+    parser.set_defaults(fn=cmd_embed)
 
 
 def cmd_embed(args, gin_files, gin_bindings) -> None:

@@ -1,7 +1,18 @@
 """`t5lite eval` (a module named so as not to shadow the builtin `eval`)."""
 from __future__ import annotations
 
+import argparse
+
 from t5lite.cli.gin_flags import check_task_name, model_from_run_unless_given, objective_from_training_config, parse_gin
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite eval` subcommand: gin flags only."""
+    parser = subparsers.add_parser("eval", parents=[common],
+                                   help="evaluate a checkpoint on a task split (gin: MODEL_DIR for its latest "
+                                        "checkpoint or CHECKPOINT_PATH, MIXTURE_OR_TASK_NAME, eval.split, "
+                                        "eval.data_dir, eval.output_dir)")
+    parser.set_defaults(fn=cmd_eval)
 
 
 def cmd_eval(args, gin_files, gin_bindings) -> None:

@@ -1,12 +1,23 @@
 """`t5lite infer`."""
 from __future__ import annotations
 
+import argparse
 import json
 
 from t5lite import writable
 from t5lite.cli.gin_flags import model_from_run_unless_given, parse_gin
-from t5lite.cli.inputs import read_inputs
+from t5lite.cli.inputs import add_text_inputs, read_inputs
 from t5lite.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite infer` subcommand and its flags."""
+    parser = subparsers.add_parser("infer", parents=[common],
+                                   help="decode texts with a checkpoint, JSON lines out (gin: CHECKPOINT_PATH, "
+                                        "infer.method; gin/infer.gin)")
+    add_text_inputs(parser, "input texts, e.g. \"sst2 sentence: a fine film\"")
+    parser.add_argument("--output", default=None, help="write the JSON lines to this file instead of stdout")
+    parser.set_defaults(fn=cmd_infer)
 
 
 def cmd_infer(args, gin_files, gin_bindings) -> None:

@@ -1,10 +1,20 @@
-"""What a command reads besides gin: a file of input texts (infer, embed), a task or mixture by name."""
+"""What a command reads besides gin: input texts or a file of them (infer, embed: the flags and the file), a task
+or mixture by name."""
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 
 from t5lite.errors import ConfigError, DataError
+
+
+def add_text_inputs(parser: argparse.ArgumentParser, text_help: str) -> None:
+    """The input flags `t5lite infer` and `t5lite embed` share: texts, or a file of them."""
+    parser.add_argument("text", nargs="*", help=text_help)
+    parser.add_argument("--input_file", default=None,
+                        help="a UTF-8 file with one input text per line, or JSON lines (.jsonl or --field)")
+    parser.add_argument("--field", default=None, help="the input field of JSON lines (default: input)")
 
 
 def _numbered_lines(path: str) -> list[tuple[int, str]]:

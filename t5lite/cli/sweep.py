@@ -1,11 +1,23 @@
 """`t5lite sweep`."""
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 from t5lite.cli.gin_flags import REPO_ROOT
 from t5lite.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite sweep` subcommand and its flags."""
+    parser = subparsers.add_parser("sweep", parents=[common],
+                                   help="run a grid of pre-train + fine-tune cells over seeds "
+                                        "(--gin_file=configs/sweeps/NAME.gin) and report them")
+    parser.add_argument("--out", required=True, help="the sweep's folder: a run directory per cell and seed, report.md")
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="cells run at once (default: the scale's `parallel`)")
+    parser.set_defaults(fn=cmd_sweep)
 
 
 def cmd_sweep(args, gin_files, gin_bindings) -> None:

@@ -1,8 +1,23 @@
 """`t5lite tasks list | show`."""
 from __future__ import annotations
 
+import argparse
+
 from t5lite.cli.inputs import get_task_or_mixture
 from t5lite.errors import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The `t5lite tasks` subcommand and its flags."""
+    parser = subparsers.add_parser("tasks", parents=[common], help="list tasks or show preprocessed examples of one")
+    parser.add_argument("action", choices=["list", "show"])
+    parser.add_argument("name", nargs="?")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--data_dir", default=None)
+    parser.add_argument("-n", "--num_examples", type=int, default=3)
+    parser.add_argument("--sequence_length", default="inputs=512,targets=114",
+                        help="feature lengths for preprocessing, e.g. inputs=512,targets=114")
+    parser.set_defaults(fn=cmd_tasks)
 
 
 def cmd_tasks(args, gin_files, gin_bindings) -> None:
