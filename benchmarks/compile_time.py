@@ -21,7 +21,7 @@ import jax, jax.numpy as jnp
 from t5lite.models import get_config
 from t5lite.train import optimizers
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 depth, scan = {depth}, {scan}
 cfg = get_config("t5_1_1_tiny", num_encoder_layers=depth, num_decoder_layers=depth, scan_layers=scan)
 lengths = dict(encoder_input_tokens=64, decoder_input_tokens=16, decoder_target_tokens=16, decoder_loss_weights=16)

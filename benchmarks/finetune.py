@@ -38,7 +38,7 @@ from t5lite.models import flops  # noqa: E402
 from t5lite.train import mfu, optimizers  # noqa: E402
 from t5lite.objectives.finetune import ClassificationObjective, TaggingObjective  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
-from t5lite.train.trainer import TrainTask  # noqa: E402
+from t5lite.train.step import TrainTask  # noqa: E402
 
 LENGTH = 64
 LR = 1e-4

@@ -41,7 +41,7 @@ from t5lite.data.vocab import set_default_vocabulary  # noqa: E402
 from t5lite.models import flops  # noqa: E402
 from t5lite.train import optimizers  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
-from t5lite.train.trainer import TrainTask  # noqa: E402
+from t5lite.train.step import TrainTask  # noqa: E402
 
 ROWS = 8
 # (piece, pattern on the op's metadata op_name), first match wins; forward and backward alike.

@@ -65,7 +65,7 @@ def worker(spec: str, args, conn) -> None:
     from t5lite.train import optimizers
     from t5lite.objectives.finetune import ClassificationObjective
     from t5lite.train.partitioning import Partitioner
-    from t5lite.train.trainer import TrainTask
+    from t5lite.train.step import TrainTask
 
     row, lr = _parse_row(spec)
     vocab.use_run_vocabulary(None, args.base)

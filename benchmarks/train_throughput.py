@@ -24,7 +24,7 @@ import numpy as np
 from t5lite.models import flops, get_config
 from t5lite.train import mfu, optimizers
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 
 
 def synthetic_batch(batch: int, inputs: int, targets: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ from t5lite.infer import predict  # noqa: E402
 from t5lite.models import get_config, peft  # noqa: E402
 from t5lite.train import optimizers  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
-from t5lite.train.trainer import TrainTask  # noqa: E402
+from t5lite.train.step import TrainTask  # noqa: E402
 
 LENGTHS = {"encoder_input_tokens": 8, "decoder_input_tokens": 8, "decoder_target_tokens": 8,
            "decoder_loss_weights": 8}

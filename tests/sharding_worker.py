@@ -28,7 +28,7 @@ from t5lite.data.loader import Loader  # noqa: E402
 from t5lite.models import get_config  # noqa: E402
 from t5lite.train import optimizers  # noqa: E402
 from t5lite.train.partitioning import Partitioner  # noqa: E402
-from t5lite.train.trainer import TrainTask  # noqa: E402
+from t5lite.train.step import TrainTask  # noqa: E402
 
 LENGTHS = {"inputs": 32, "targets": 8}
 BATCH = 8

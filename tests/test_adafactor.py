@@ -19,7 +19,7 @@ from t5lite.models import get_config
 from t5lite.train import adafactor as A
 from t5lite.train import optimizers
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 
 LR, EPS1, EPS2, CLIP, DECAY = 0.3, 1e-30, 1e-3, 1.0, 0.8
 

@@ -13,7 +13,7 @@ from t5lite import models
 from t5lite.objectives.encoder import MlmNspObjective, MlmObjective, MlmSboObjective, MlmSopObjective
 from t5lite.objectives.base import LossConfig
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 from conftest import assert_close
 
 V = 97

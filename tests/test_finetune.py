@@ -21,7 +21,8 @@ from t5lite.data import get_task
 from t5lite.data.loader import Loader
 from t5lite.train import checkpoints, optimizers
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask, train
+from t5lite.train.step import TrainTask
+from t5lite.train.trainer import train
 
 GLUE = str(shared_data_dir() / "glue")
 LENGTHS = {"inputs": 32, "targets": 4}

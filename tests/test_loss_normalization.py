@@ -18,7 +18,7 @@ from t5lite.train import trainer as trainer_lib
 from t5lite.objectives import losses
 from t5lite.train.partitioning import Partitioner
 from t5lite.objectives.base import LossConfig
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 
 LENGTHS = {"inputs": 64, "targets": 8}   # SST-2: a few examples per packed row
 Z_LOSS = 1e-4

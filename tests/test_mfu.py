@@ -10,7 +10,7 @@ import pytest
 from t5lite.models import build, flops, get_config
 from t5lite.train import mfu, optimizers
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 
 ENC_LEN, DEC_LEN = 24, 16
 WIDE = dict(d_model=128, d_ff=512, num_heads=4, head_dim=32)  # matmuls dominate the elementwise work

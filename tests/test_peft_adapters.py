@@ -200,7 +200,7 @@ def test_adapters_training_keeps_the_base_frozen(tmp_path):
     import optax
     from t5lite.objectives.finetune import ClassificationObjective
     from t5lite.train.partitioning import Partitioner
-    from t5lite.train.trainer import TrainTask
+    from t5lite.train.step import TrainTask
     _, backbone, base = _setup("bert", tmp_path)
     config = backbone.config.replace(dropout_rate=0.0, encoder_head="none")
     base = {k: v for k, v in base.items() if k != "mlm_head"}

@@ -307,7 +307,7 @@ def test_prefix_tuning_train_steps_keep_the_base_bit_identical(tmp_path):
     microbatches give the gradient of the whole batch."""
     import optax
     from t5lite.train.partitioning import Partitioner
-    from t5lite.train.trainer import TrainTask
+    from t5lite.train.step import TrainTask
     _, _, module, base, _, _ = _setup("gpt2", tmp_path)
     config = module.config.replace(dropout_rate=0.0)
     rng = np.random.RandomState(0)

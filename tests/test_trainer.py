@@ -11,7 +11,8 @@ from conftest import TINY_LENGTHS, TINY_TASK, logged_losses, train_tiny
 from t5lite.train import checkpoints, optimizers
 from t5lite.objectives import losses
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import NonFiniteLossError, TrainTask
+from t5lite.train.step import TrainTask
+from t5lite.train.trainer import NonFiniteLossError
 
 TASK, LENGTHS = TINY_TASK, TINY_LENGTHS
 

@@ -22,7 +22,7 @@ from t5lite.models.running_statistics import RUNNING_STATISTICS, sown_values, wi
 from t5lite.train import optimizers
 from t5lite.objectives import recurrent as recurrent_objectives
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 
 TINY = AWDLSTMConfig(vocab_size=50, emb_dim=6, hidden_dim=10, n_layers=3)
 

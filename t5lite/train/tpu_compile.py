@@ -31,7 +31,7 @@ from t5lite.infer import decoding, predict
 from t5lite.models import flops
 from t5lite.models.config import ModelConfig
 from t5lite.train.partitioning import Partitioner
-from t5lite.train.trainer import TrainTask
+from t5lite.train.step import TrainTask
 
 log = logging.getLogger("t5lite")
 GIB = 1024 ** 3

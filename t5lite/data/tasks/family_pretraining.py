@@ -3,7 +3,7 @@
 Encoders (feature converter "encoder"): BERT's masked LM on RoBERTa's FULL-SENTENCES, dynamic or
 static; DOC-SENTENCES; NSP and SOP pairs with MLM; SpanBERT. Decoders ("decoder"): causal LM.
 Encoder-decoders ("enc_dec"; prefix LM also "prefix_lm"): BART denoising, T5's prefix LM and every
-objective of T5's table (`embedded_docs_t5_<name>`, names in `objectives.denoise.OBJECTIVES`).
+objective of T5's table (`embedded_docs_t5_<name>`, names in `t5lite.data.corruption.denoise.OBJECTIVES`).
 """
 from __future__ import annotations
 
