@@ -6,6 +6,7 @@ import os
 
 from t5lite import writable
 from t5lite.errors import ConfigError
+from t5lite.run_layout import RunDir
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -60,7 +61,7 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
     writable.ensure_new_dir(args.out, "--out")
     if args.from_hf:
         config = checkpoint.hf_to_t5lite(args.from_hf, args.out, args.peft_adapter)
-        if os.path.exists(os.path.join(args.out, "peft.json")):
+        if RunDir(args.out).peft.exists():
             print(f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; "
                   "evaluate or infer with the run")
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 from t5lite.experiments import stats
 from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
 from t5lite.experiments.spec import Spec
+from t5lite.run_layout import RunDir
 
 # The trainer's start-up lines in a run's log: "model EncoderDecoder: 1.2M params; 2.23e+09 FLOPs/step; ..."
 # and "trainable params: 1197824 || all params: 1197824 || ...".
@@ -49,7 +50,7 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
 def _cost_report(run_dir: Path) -> dict:
     """The numbers of a run's cost.json (the trainer's cost report, added to over resumes); {} without
     a readable one."""
-    cost = read_json(run_dir / "cost.json")
+    cost = read_json(RunDir(run_dir).cost)
     if not isinstance(cost, dict):
         return {}
     return {k: v for k, v in cost.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from t5lite.experiments.spec import Cell, Spec
+from t5lite.run_layout import RunDir
 from t5lite.train import summaries
 
 ERROR_TAIL_LINES = 15
@@ -113,7 +114,7 @@ def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path):
 
 def read_metrics(run_dir: Path) -> list[dict]:
     """A run directory's metrics (t5lite.train.summaries.read_metrics); none before it logs."""
-    path = run_dir / "metrics.jsonl"
+    path = RunDir(run_dir).metrics
     return summaries.read_metrics(str(path)) if path.exists() else []
 
 

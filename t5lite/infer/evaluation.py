@@ -322,7 +322,8 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     limit = {"eval.max_examples": max_examples} if max_examples is not None else {}
     require_positive({"eval.batch_size": batch_size, **limit,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
-    vocab_lib.use_run_vocabulary(vocabulary_path, predict.run_dir(checkpoint_reader.step_directory(checkpoint_path)))
+    run = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path))
+    vocab_lib.use_run_vocabulary(vocabulary_path, str(run))
     model = predict.model_config_of(checkpoint_path, model)
     module = models.build(model) if objective is None else objective.build_model(model)
     params, step, step_dir = predict.load_params(model, checkpoint_path, module=module)

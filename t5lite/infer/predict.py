@@ -39,11 +39,6 @@ log = logging.getLogger(__name__)
 METHODS = ("greedy", "beam", "sample")
 
 
-def run_dir(step_dir: str) -> str:
-    """The run directory a step directory belongs to (`<run>/checkpoints/<step>` -> `<run>`)."""
-    return str(RunDir.of_step(step_dir))
-
-
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
     """`model` when gin gives one, else the run's saved `model_config.json` (t5lite runs and
     Hugging Face models imported with `t5lite convert --from_hf` have one). A quantised run
@@ -106,11 +101,12 @@ def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, voc
     `module`, default `build(config)`); refused if the run recorded another vocabulary than
     `vocabulary` (default: the one the tasks use)."""
     step_dir = checkpoint_reader.step_directory(checkpoint_path)
-    vocab_lib.check_identity(run_dir(step_dir), vocabulary or vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
+    run = str(RunDir.of_step(step_dir))
+    vocab_lib.check_identity(run, vocabulary or vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
     abstract = abstract_params(config, partitioner, module)
-    record = peft_checkpoint.read(run_dir(step_dir))
+    record = peft_checkpoint.read(run)
     if record is not None:   # a PEFT run: its base with the trained parameters applied
-        params = peft_checkpoint.restore_merged(step_dir, run_dir(step_dir), record, abstract)
+        params = peft_checkpoint.restore_merged(step_dir, run, record, abstract)
     else:
         params = checkpoint_reader.restore_params(step_dir, abstract)
     name = os.path.basename(step_dir)
@@ -266,7 +262,8 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
     require_positive({"infer.max_input_length": max_input_length, "infer.max_decode_length": max_decode_length,
                       "infer.batch_size": batch_size, **({"infer.num_beams": num_beams} if method == "beam" else {})})
     if vocabulary is None:
-        vocab_lib.use_run_vocabulary(vocabulary_path, run_dir(checkpoint_reader.step_directory(checkpoint_path)))
+        run = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path))
+        vocab_lib.use_run_vocabulary(vocabulary_path, str(run))
         vocabulary = vocab_lib.DEFAULT_VOCABULARY
     config = model_config_of(checkpoint_path, model)
     module = models.build(config)

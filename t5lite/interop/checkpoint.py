@@ -84,7 +84,7 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
         config, params, note = module.config, variables["params"], {"converted_from": os.path.abspath(hf_dir)}
     else:
         step_dir = _step_dir(run_dir, "--from_run")
-        source = predict.run_dir(step_dir)
+        source = str(RunDir.of_step(step_dir))
         config = read_model_config(source)
         if config.weight_quantization != "none":
             raise CheckpointError(f"{run_dir} is quantised already ({config.weight_quantization}); quantise its "
@@ -136,8 +136,8 @@ def _step_dir(run_dir: str, flag: str) -> str:
 
 
 def _peft_record(step_dir: str) -> dict | None:
-    from t5lite.infer import peft_checkpoint, predict
-    return peft_checkpoint.read(predict.run_dir(step_dir))
+    from t5lite.infer import peft_checkpoint
+    return peft_checkpoint.read(str(RunDir.of_step(step_dir)))
 
 
 def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
@@ -154,9 +154,9 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
         raise CheckpointError(f"{run_dir} is a {record['method']} run: what it trains (a prompt, a prefix, bottleneck "
                               "adapters) is not a weight of the base, so it does not merge; evaluate and infer with the "
                               "run itself")
-    config = read_model_config(predict.run_dir(step_dir))
-    abstract = predict.abstract_params(config)
-    params = peft_checkpoint.restore_merged(step_dir, predict.run_dir(step_dir), record, abstract)
+    run = str(RunDir.of_step(step_dir))
+    config = read_model_config(run)
+    params = peft_checkpoint.restore_merged(step_dir, run, record, predict.abstract_params(config))
     return _write_run(models.build(config), {"params": params}, out_dir, {"merged_from": step_dir})
 
 
@@ -172,8 +172,7 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     record = _peft_record(step_dir)
     if record is not None:
         return _lora_run_to_hf(step_dir, record, out_dir)
-    from t5lite.infer.predict import run_dir as run_of
-    run_dir = run_of(step_dir)   # a step directory's config lives in its run directory
+    run_dir = str(RunDir.of_step(step_dir))   # a step directory's config lives in its run directory
     saved_config = RunDir(run_dir).model_config
     from_preset = not saved_config.exists()
     config = read_model_config(run_dir, preset)
@@ -233,7 +232,7 @@ def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:
     config = t5lite_to_hf(record["base_checkpoint"], base_dir)
     trained = peft_checkpoint.restore_trained(step_dir)
     # Check the base has not changed since training (restore_merged refuses a different one).
-    peft_checkpoint.restore_merged(step_dir, predict.run_dir(step_dir), record, predict.abstract_params(config))
+    peft_checkpoint.restore_merged(step_dir, str(RunDir.of_step(step_dir)), record, predict.abstract_params(config))
     hf.save_adapter(config, method, trained, os.path.join(out_dir, "adapter"), base_model_name_or_path=base_dir)
     return config
 
