@@ -5,8 +5,7 @@ import argparse
 
 from t5lite import writable
 from t5lite.cli.gin_flags import model_from_run_unless_given, objective_from_training_config, parse_gin
-from t5lite.cli.inputs import add_text_inputs, read_inputs
-from t5lite.errors import ConfigError
+from t5lite.cli.inputs import add_text_inputs, input_texts
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -22,10 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
 def cmd_embed(args, gin_files, gin_bindings) -> None:
     import numpy as np
     from t5lite.infer.embedding import embed
-    texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
-    if not texts:
-        raise ConfigError("nothing to embed: give texts as arguments or --input_file=FILE (one text per line, "
-                          "or JSON lines)")
+    texts = input_texts(args, "embed", "text")
     writable.ensure_writable_file(args.output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("embed", embed), base_file="gin/embed.gin")
     model_from_run_unless_given("embed")

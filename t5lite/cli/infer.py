@@ -6,8 +6,7 @@ import json
 
 from t5lite import writable
 from t5lite.cli.gin_flags import model_from_run_unless_given, parse_gin
-from t5lite.cli.inputs import add_text_inputs, read_inputs
-from t5lite.errors import ConfigError
+from t5lite.cli.inputs import add_text_inputs, input_texts
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -23,10 +22,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
 def cmd_infer(args, gin_files, gin_bindings) -> None:
     from t5lite.infer.evaluation import write_predictions
     from t5lite.infer.predict import infer
-    texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
-    if not texts:
-        raise ConfigError("nothing to decode: give texts as arguments or --input_file=FILE (one input per line, "
-                          "or JSON lines)")
+    texts = input_texts(args, "decode", "input")
     if args.output:
         writable.ensure_writable_file(args.output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("infer", infer), base_file="gin/infer.gin")

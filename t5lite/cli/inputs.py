@@ -70,6 +70,15 @@ def read_inputs(path: str, field: str | None = None) -> list[str]:
     return texts
 
 
+def input_texts(args: argparse.Namespace, verb: str, item: str) -> list[str]:
+    """The texts of `add_text_inputs`' flags: the arguments, then --input_file's; none is refused."""
+    texts = list(args.text) + (read_inputs(args.input_file, args.field) if args.input_file else [])
+    if not texts:
+        raise ConfigError(f"nothing to {verb}: give texts as arguments or --input_file=FILE (one {item} per line, "
+                          "or JSON lines)")
+    return texts
+
+
 def get_task_or_mixture(name: str):
     """The catalog's task or mixture; an unknown name is a user error (one line, exit code 2)."""
     from t5lite.data import catalog
