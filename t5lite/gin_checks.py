@@ -171,3 +171,20 @@ def _example(hint) -> str:
     if typing.get_origin(hint) in (dict, collections.abc.Mapping):
         return "\"{'inputs': 128, 'targets': 32}\""
     return _EXAMPLES.get(hint, "...")
+
+
+def unknown_configurable_hint(message: str) -> str:
+    """For gin's "No configurable matching 'NAME'.": what NAME may mean, as a sentence (a
+    dotted NAME whose module path is not the configurable's: its short name, which every config
+    uses; a misspelling: the closest names); '' for any other message."""
+    from gin import config
+    match = re.search(r"No configurable matching '([\w.]+)'", message)
+    if not match:
+        return ""
+    selector = match.group(1)
+    wanted = selector.split(".")[-1]
+    names = sorted({key.split(".")[-1] for key, _ in config._REGISTRY.items()})
+    if "." in selector and wanted in names:
+        return f"Write it as {wanted}: gin's short name needs no module path."
+    close = difflib.get_close_matches(wanted, names, n=3)
+    return f"Did you mean {' or '.join(close)}?" if close else ""

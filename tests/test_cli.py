@@ -1,6 +1,7 @@
 """The command line: gin flags as T5X takes them, clear failures, and `tasks list/show`."""
 import contextlib
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +66,21 @@ def test_fewshot_config_needs_data_dir_for_eval_only():
 def test_misspelled_binding_fails_naming_it():
     with pytest.raises(ConfigError, match="train_stepz"):
         cli.parse_gin([QUICKSTART], ["MODEL_DIR = '/tmp/x'", "train.train_stepz = 5"])
+
+
+@pytest.mark.parametrize("binding, hint", [
+    ("t5lite.train.electra.ElectraObjective.disc_weight = 2.0", "Write it as ElectraObjective: gin's short name"),
+    ("ElectraObjectiv.disc_weight = 2.0", "Did you mean ElectraObjective"),
+    ("trainn.seed = 3", "Did you mean train?")])
+def test_an_unknown_configurable_names_the_one_meant(binding, hint):
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        cli.parse_gin([QUICKSTART], ["MODEL_DIR = '/tmp/x'", binding])
+
+
+def test_a_gin_file_with_a_module_path_gin_does_not_know_names_the_short_name(tmp_path):
+    (tmp_path / "old.gin").write_text(f"include '{QUICKSTART}'\nt5lite.train.word2vec.Word2VecObjective.window = 3\n")
+    with pytest.raises(ConfigError, match=r"line 2 .*Write it as Word2VecObjective: gin's short name needs no"):
+        cli.parse_gin([str(tmp_path / "old.gin")], ["MODEL_DIR = '/tmp/x'"])
 
 
 def test_missing_required_macro_fails_naming_it():

@@ -66,7 +66,9 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
         gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, None,
                                             finalize_config=False)
     except (ValueError, IOError, SyntaxError) as e:
-        raise ConfigError(f"gin file error: {' '.join(line.strip() for line in str(e).splitlines())}") from e
+        message = ' '.join(line.strip() for line in str(e).splitlines())
+        hint = gin_checks.unknown_configurable_hint(message)
+        raise ConfigError(f"gin file error: {message}" + (f". {hint}" if hint else "")) from e
     for binding in bindings:
         _parse_binding(binding)
     gin_checks.check_macros_used(MACROS_READ_BY_NAME, bindings, ([base_file] if base_file else []) + files,
@@ -101,7 +103,8 @@ def _parse_binding(binding: str) -> None:
         raise ConfigError(f"--gin.{name}={value}: gin cannot parse the value {value!r}; values are Python literals, "
                           f"so a string needs inner quotes: --gin.{name}=\"'{unquoted}'\"") from None
     except ValueError as e:
-        raise ConfigError(f"--gin.{name}={value}: {_first_line(e)}") from e
+        hint = gin_checks.unknown_configurable_hint(str(e))
+        raise ConfigError(f"--gin.{name}={value}: {_first_line(e)} {hint}".rstrip()) from e
 
 
 def _referenced_macros(name: str, fn) -> list[str]:
