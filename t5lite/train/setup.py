@@ -109,7 +109,7 @@ class TrainConfig:
 class Run:
     """What the loop needs, built once by `setup`."""
     config: TrainConfig
-    task: TrainTask
+    trainer: TrainTask
     state: TrainState
     start: int                                 # the step the state is at
     batches: Any                               # prefetched (batch, data_state) pairs
@@ -172,7 +172,7 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
         task, c.eval_split, c.task_feature_lengths, batch_size=c.eval_batch_size or c.batch_size,
         data_dir=c.data_dir, max_examples=c.eval_max_examples)
     return Run(
-        config=c, task=trainer, state=state, start=start, batches=prefetch(loader),
+        config=c, trainer=trainer, state=state, start=start, batches=prefetch(loader),
         step=trainer.jit_train_step(frozen, teacher, masks),
         model_params=functools.partial(trainer.model_params, frozen=frozen), evaluators=evaluators,
         reference_models=trainer.objective.reference_models(teacher) if evaluators and not start else {},

@@ -175,11 +175,11 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                disable=not progress or jax.process_index())
     tick, tick_step = time.perf_counter(), step
     try:
-        with run.task.mesh_context():
+        with run.trainer.mesh_context():
             for step in range(run.start + 1, c.train_steps + 1):
                 batch, data_state = next(run.batches)
                 real = [total + n * run.host_scale for total, n in zip(real, flops.real_counts(batch))]
-                state, metrics = run.step(state, run.task.partitioner.shard_batch(batch))
+                state, metrics = run.step(state, run.trainer.partitioner.shard_batch(batch))
                 finite = metrics.pop(FINITE)
                 pending.append(metrics)
                 if step % c.log_every == 0 or step == c.train_steps or step == run.start + 1:
@@ -196,7 +196,7 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                     run.writer.write(step, last)
                     _show(bar, last)
                 if run.evaluators and (step % c.eval_every == 0 or step == c.train_steps):
-                    last.update(_evaluate(run, run.task.model, run.model_params(state.params), step))
+                    last.update(_evaluate(run, run.trainer.model, run.model_params(state.params), step))
                 stopping = stop.requested(step, ckpt)
                 if stopping or step == c.train_steps or ckpt.due(step):
                     if not bool(finite):  # the only host sync of a step that is not logged
@@ -218,7 +218,7 @@ def _finish(run: Run, state, step: int, stop: preemption.StopSignals) -> None:
     """The objective's end-of-training outputs (word2vec's vectors.txt), the loss plot, the cost."""
     layout = RunDir(run.config.model_dir)
     if step == run.config.train_steps:
-        run.task.objective.finish(run.config.model_dir, run.model_params(state.params))
+        run.trainer.objective.finish(run.config.model_dir, run.model_params(state.params))
     if stop.signal_name:
         log.warning("stopped by %s at step %d; its checkpoint is saved in %s; rerun the same command to resume",
                     stop.signal_name, step, run.checkpointer.directory)
