@@ -58,7 +58,7 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
         return Subject(module, variables, vocab, name or os.path.basename(os.path.normpath(path)))
     config = predict.model_config_of(path, None)
     step_dir = checkpoint_reader.step_directory(path)
-    run = predict.run_dir(step_dir)
+    run = str(RunDir.of_step(step_dir))
     if config.arch == "bilm":     # ELMo reads characters: no vocabulary
         module, variables = elmo_layers.load_run(path)
         return Subject(module, variables, None, name or os.path.basename(os.path.normpath(run)))

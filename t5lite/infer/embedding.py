@@ -135,7 +135,7 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
     require_positive({"embed.max_length": max_length, "embed.batch_size": batch_size})
     if epath.Path(checkpoint_path).is_file():
         return _pooled_word_vectors(load_word_vectors(checkpoint_path), texts, pooling, normalize)
-    run = predict.run_dir(checkpoint_reader.step_directory(checkpoint_path))
+    run = str(RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path)))
     model = predict.model_config_of(checkpoint_path, model)
     if model.arch == "word2vec":
         path = RunDir(run).word_vectors
