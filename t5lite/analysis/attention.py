@@ -2,9 +2,12 @@
 does BERT look at?". Per layer and head, averaged over every query token: the attention mass on
 [CLS], on [SEP] (or EOS), on the next and the previous token, on punctuation (the subwords of UD's
 PUNCT words), and the entropy of the head's distribution. Per dependency relation (UD's universal
-relation, subtypes folded in), the head whose word-level attention most often points from a
-dependent to its head word, against the best fixed-offset baseline; word-level attention sums the
-head word's subwords and averages over the dependent's. And heatmaps of one sentence's heads.
+relation, subtypes folded in), the head and direction whose word-level attention most often points
+at the dependent's head (Clark et al.'s `attn_head_predictor`, Syntax_Analysis.ipynb in
+clarkkev/attention-analysis: self-attention zeroed, each word's most-attended other word is its
+guessed head, read both from the dependent and, transposed, from the head), against their best
+fixed-offset baseline (offsets -3 to 2); word-level attention sums the attended word's subwords and
+averages over the attending word's. And heatmaps of one sentence's heads.
 """
 from __future__ import annotations
 
@@ -52,27 +55,50 @@ def relation(name: str) -> str:
     return name.split(":")[0]
 
 
+# Clark et al.'s two directions: row i of the attention (what word i attends to) and column i
+# (which word attends most to word i); their names.
+DIRECTIONS = ("dep->head", "head<-dep")
+OFFSETS = range(-3, 3)      # their baseline's offsets: `range(-3, 3)` in Syntax_Analysis.ipynb
+
+
+def head_guesses(word_weights: np.ndarray) -> np.ndarray:
+    """[L, H, 2, words]: each word's most-attended other word (0-based) per head, in each of
+    DIRECTIONS, self-attention zeroed first (Clark et al.'s `attn_head_predictor`)."""
+    both = np.stack([word_weights, np.swapaxes(word_weights, -1, -2)], 2)
+    n = both.shape[-1]
+    both[..., np.arange(n), np.arange(n)] = 0
+    return both.argmax(-1)
+
+
+def _last_argmax(x: np.ndarray) -> int:
+    """The last flat index of x's maximum: Clark et al. take `sorted(...)[-1]`, so ties go to the
+    highest (layer, head, direction) or offset."""
+    flat = x.ravel()
+    return flat.size - 1 - int(np.argmax(flat[::-1]))
+
+
 def dependency_accuracy(word_weights: Sequence[np.ndarray], sentences: Sequence[words.Sentence]) -> dict:
-    """Per relation: how often each head's most-attended word from a dependent is its head word;
-    the best head (layer and head 1-based), its accuracy, the count, and the best fixed offset."""
-    correct, count, offsets = {}, collections.Counter(), collections.defaultdict(collections.Counter)
+    """Per relation (the root left out): how often each head, in each direction, guesses a dependent's
+    head word; the best (layer and head 1-based, direction), its accuracy, the count, and the best
+    offset of OFFSETS (a guess clipped to the sentence, as their `offset_predictor`)."""
+    correct, count, offsets = {}, collections.Counter(), collections.defaultdict(lambda: np.zeros(len(OFFSETS)))
     for w, s in zip(word_weights, sentences):
-        guesses = w.argmax(-1)                                   # [L, H, words]
+        guesses = head_guesses(w)                                # [L, H, 2, words]
         for i, (head, rel) in enumerate(zip(s.heads, s.relations)):
             if head == 0:
                 continue
             rel = relation(rel)
             correct[rel] = correct.get(rel, 0) + (guesses[..., i] == head - 1)
             count[rel] += 1
-            offsets[rel][head - 1 - i] += 1
+            offsets[rel] += [max(0, min(i + o + 1, len(s.words))) == head for o in OFFSETS]
     result = {}
     for rel in sorted(count, key=count.get, reverse=True):
         acc = correct[rel] / count[rel]
-        layer, head = np.unravel_index(np.argmax(acc), acc.shape)
-        offset, hits = offsets[rel].most_common(1)[0]
+        layer, head, direction = np.unravel_index(_last_argmax(acc), acc.shape)
+        best = _last_argmax(offsets[rel])
         result[rel] = {"count": count[rel], "layer": int(layer) + 1, "head": int(head) + 1,
-                       "accuracy": float(acc[layer, head]), "baseline_offset": int(offset),
-                       "baseline_accuracy": hits / count[rel]}
+                       "direction": DIRECTIONS[direction], "accuracy": float(acc[layer, head, direction]),
+                       "baseline_offset": OFFSETS[best], "baseline_accuracy": float(offsets[rel][best] / count[rel])}
     return result
 
 
