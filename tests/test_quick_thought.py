@@ -1,5 +1,5 @@
-"""Quick-Thought: the loss equals a numpy re-derivation of Logeswaran and Lee (2018) (S_ij = f(s_i) .
-g(s_j), diagonal masked out, uniform targets over the in-batch neighbours at -1 and +1); the
+"""Quick-Thought: the loss equals the authors' S2V loss transcribed in numpy (S_ij = f(s_i) . g(s_j),
+diagonal set to 0, uniform targets over the in-batch neighbours at -1 and +1); the
 `consecutive_sentences` converter gives WikiText-2's sentences in corpus order; the config trains
 bert_tiny for 3 steps through `t5lite train` and `t5lite embed` reads the run's encoder f."""
 import json
@@ -22,33 +22,40 @@ CONFIG = str(REPO / "configs/local/bert_tiny_quick_thought.gin")
 pytestmark = pytest.mark.usefixtures("clean_gin_state")
 
 
-def _reference_loss(u, v, paragraph=None):
-    """Row i: -(1/|N_i|) sum_{j in N_i} log softmax_{k != i}(u_i . v_k)_j, N_i = {i-1, i+1} in the
-    batch and in i's paragraph; 0 when N_i is empty."""
-    k = len(u)
-    paragraph = np.zeros(k) if paragraph is None else paragraph
-    losses = []
-    for i in range(k):
-        others = [j for j in range(k) if j != i]
-        scores = np.array([u[i] @ v[j] for j in others], np.float64)
-        log_z = np.log(np.sum(np.exp(scores - scores.max()))) + scores.max()
-        log_p = {j: s - log_z for j, s in zip(others, scores)}
-        neighbours = [j for j in (i - 1, i + 1) if 0 <= j < k and paragraph[j] == paragraph[i]]
-        losses.append(-sum(log_p[j] for j in neighbours) / len(neighbours) if neighbours else 0.0)
-    return np.array(losses)
+def _s2v_losses(u, v, context_size=1, paragraph=None):
+    """Per-row losses of the authors' code, transcribed in numpy: github.com/lajanugen/S2V,
+    src/s2v_model.py, `s2v.build_loss` (no dropout): scores = src @ dst^T,
+    `tf.matrix_set_diag(scores, zeros)`, targets = sum of np.eye(batch, k=pos) for pos in
+    [-context_size, context_size] but 0, each row divided by its sum, and
+    `tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=scores)` (then reduce_mean).
+    `paragraph`: t5lite's one change, a target only inside the row's paragraph (S2V's batch is one
+    stretch of text); a row left without one scores 0."""
+    batch = len(u)
+    scores = u @ v.T
+    np.fill_diagonal(scores, 0.0)
+    targets = np.zeros((batch, batch))
+    for pos in [p for p in range(-context_size, context_size + 1) if p != 0]:
+        targets += np.eye(batch, k=pos)
+    if paragraph is not None:
+        targets *= paragraph[:, None] == paragraph[None, :]
+    targets = targets / np.maximum(np.sum(targets, axis=1, keepdims=True), 1)
+    log_softmax = scores - scores.max(axis=1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
+    return -np.sum(targets * log_softmax, axis=1)
 
 
 @pytest.mark.parametrize("k", [2, 3, 7])
-def test_loss_equals_the_papers_definition_on_random_embeddings(k):
+def test_loss_equals_the_authors_s2v_loss_on_random_embeddings(k):
+    """The diagonal is a logit of 0, as S2V's, not -inf: exp(0) stays in each row's denominator."""
     rng = np.random.RandomState(k)
     u, v = rng.normal(size=(k, 5)).astype(np.float32), rng.normal(size=(k, 5)).astype(np.float32)
     ours = np.asarray(quick_thought_loss(jnp.asarray(u), jnp.asarray(v)))
-    reference = _reference_loss(u.astype(np.float64), v.astype(np.float64))
+    reference = _s2v_losses(u.astype(np.float64), v.astype(np.float64))
     assert_close(ours, reference, rtol=1e-5)
-    assert np.isfinite(ours).all()
-    # the first row has one neighbour (s_2): its loss is -log p(s_2) among s_2..s_K alone
+    assert_close(float(ours.mean()), float(reference.mean()), rtol=1e-5)   # S2V's reduce_mean: every row counts
+    # the first row has one neighbour (s_2): -log p(s_2) among s_2..s_K and the diagonal's exp(0)
     scores = u[0].astype(np.float64) @ v[1:].T.astype(np.float64)
-    assert_close(float(ours[0]), float(np.log(np.exp(scores).sum()) - scores[0]), rtol=1e-5)
+    assert_close(float(ours[0]), float(np.log(1 + np.exp(scores).sum()) - scores[0]), rtol=1e-5)
 
 
 def test_neighbours_stay_inside_their_paragraph():
@@ -58,7 +65,7 @@ def test_neighbours_stay_inside_their_paragraph():
     u, v = rng.normal(size=(7, 5)).astype(np.float32), rng.normal(size=(7, 5)).astype(np.float32)
     paragraph = np.array([4, 4, 4, 9, 2, 2, 2])
     ours = np.asarray(quick_thought_loss(jnp.asarray(u), jnp.asarray(v), jnp.asarray(paragraph)))
-    assert_close(ours, _reference_loss(u.astype(np.float64), v.astype(np.float64), paragraph), rtol=1e-5)
+    assert_close(ours, _s2v_losses(u.astype(np.float64), v.astype(np.float64), paragraph=paragraph), rtol=1e-5)
     assert ours[3] == 0.0
     assert not np.allclose(ours, np.asarray(quick_thought_loss(jnp.asarray(u), jnp.asarray(v))))
 

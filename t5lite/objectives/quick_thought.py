@@ -1,11 +1,12 @@
 """Quick-Thought (Logeswaran and Lee 2018): two encoders f and g (t5lite.models.sentence.TwoEncoders,
 each a pooled `BiEncoder` of one preset) read a batch of K consecutive sentences s_1..s_K (the
-`consecutive_sentences` converter); with scores S_ij = f(s_i) . g(s_j) and the diagonal masked
-out (-inf before the softmax, as the authors' S2V code), each sentence classifies its neighbours
+`consecutive_sentences` converter); with scores S_ij = f(s_i) . g(s_j) and the diagonal set to 0
+as the authors' S2V code does (`src/s2v_model.py`, `build_loss`: `tf.matrix_set_diag(scores,
+zeros)`, so exp(0) stays in the softmax's denominator), each sentence classifies its neighbours
 at offsets -1 and +1 (those inside the batch and of its own paragraph, uniform targets) among the
 batch's sentences. The loss is the softmax cross entropy averaged over the rows that have a
 neighbour: the loader shuffles paragraphs, so the sentence after a paragraph's last one is not its
-neighbour in the text.
+neighbour in the text (S2V has no paragraphs: its batch is one stretch of text).
 
 f's params are the run's top-level params, so `t5lite embed` reads the run as any encoder run;
 the paper's representation concatenates f and g, `embed_context` gives g.
@@ -39,8 +40,7 @@ def quick_thought_loss(u, v, paragraph=None):
         raise ConfigError(f"Quick-Thought needs 2 or more consecutive sentences per (micro)batch, got {k}: "
                           "raise BATCH_SIZE")
     scores = jnp.einsum("id,jd->ij", u.astype(jnp.float32), v.astype(jnp.float32))
-    eye = jnp.eye(k, dtype=bool)
-    log_probs = jax.nn.log_softmax(jnp.where(eye, -jnp.inf, scores), axis=-1)
+    log_probs = jax.nn.log_softmax(jnp.where(jnp.eye(k, dtype=bool), 0.0, scores), axis=-1)
     neighbours = neighbour_mask(k, paragraph)
     targets = neighbours / jnp.maximum(jnp.sum(neighbours, axis=-1, keepdims=True), 1)
     return -jnp.sum(jnp.where(neighbours, targets * log_probs, 0.0), axis=-1)
