@@ -140,6 +140,40 @@ def test_tinybert_losses_equal_numpy():
         distillation.tinybert_attention_loss(s_scores + s_scores[:1], t_scores)   # 4 student layers, 6 teacher
 
 
+def _tinybert_fit_dense(torch, hidden_size, fit_size, initializer_range):
+    """TinyBERT's projection at init, transcribed from huawei-noah/Pretrained-Language-Model,
+    TinyBERT/transformer/modeling.py: TinyBertForSequenceClassification.__init__ builds
+    `self.fit_dense = nn.Linear(config.hidden_size, fit_size)` then `self.apply(self.init_bert_weights)`,
+    and init_bert_weights does, for an nn.Linear, `module.weight.data.normal_(mean=0.0,
+    std=self.config.initializer_range)` and `module.bias.data.zero_()` (BertConfig's
+    initializer_range defaults to 0.02)."""
+    torch.manual_seed(0)
+    fit_dense = torch.nn.Linear(hidden_size, fit_size)
+    fit_dense.weight.data.normal_(mean=0.0, std=initializer_range)
+    fit_dense.bias.data.zero_()
+    return fit_dense.weight.detach().numpy().T, fit_dense.bias.detach().numpy()
+
+
+@pytest.mark.parametrize("student, initializer_range", [
+    (models.get_config("t5_tiny", d_model=64), 0.02),      # no BERT-style init_std: BertConfig's 0.02
+    (_tiny_bert(2, d_model=64, init_std=0.05), 0.05)])     # the student's own initializer range
+def test_tinybert_projection_starts_as_tinyberts_fit_dense(student, initializer_range):
+    """Same distribution as TinyBERT's fit_dense (two-sample Kolmogorov-Smirnov on 8192 weights,
+    and the sample stddevs within 4%), bias exactly zero."""
+    torch = pytest.importorskip("torch", reason="TinyBERT's init is torch's (extra 'hf')")
+    from scipy import stats
+    module = distillation.WithProjection(models.build(student), teacher_width=128)
+    tokens = jnp.ones((1, 4), jnp.int32)
+    params = flax.linen.unbox(module.init(jax.random.key(0), encoder_input_tokens=tokens,
+                                          decoder_input_tokens=tokens))["params"][distillation.PROJECTION]
+    weight, bias = _tinybert_fit_dense(torch, 64, 128, initializer_range)
+    kernel = np.asarray(params["kernel"])
+    assert kernel.shape == weight.shape == (64, 128)
+    assert stats.ks_2samp(kernel.ravel(), weight.ravel()).pvalue > 1e-3
+    assert_close(kernel.std(), weight.std(), rtol=0.04)
+    np.testing.assert_array_equal(np.asarray(params["bias"]), bias)
+
+
 def test_attention_scores_are_the_pre_softmax_scores_of_each_layer():
     cfg = _tiny_bert(2)
     module = models.build(cfg)

@@ -39,6 +39,7 @@ from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, predict
 from t5lite.models import flops
 from t5lite.models.config import ModelConfig
+from t5lite.models.layers import init_std
 from t5lite.models.transformer import Stack, TransformerLayer, scan_params, unscan_params
 from t5lite.objectives.base import LossConfig, Objective, target_keys
 
@@ -245,7 +246,11 @@ def _hidden_mask(batch, stack: str, pad_id: int):
 class WithProjection:
     """The student module plus TinyBERT's learned projection (d_student -> d_teacher) as an extra
     top-level params entry (`PROJECTION`); `apply` hands the model its own params, so evaluation and
-    inference of the student read the checkpoint as usual. Other attributes are the model's."""
+    inference of the student read the checkpoint as usual. Other attributes are the model's.
+
+    The projection starts as TinyBERT's `fit_dense` (an nn.Linear under `init_bert_weights`):
+    kernel N(0, std) with the student's BERT-style init stddev (BERT's 0.02 for a family with a
+    fan-in scaled init, such as T5), bias zero."""
 
     def __init__(self, module, teacher_width: int):
         self.module, self.teacher_width = module, teacher_width
@@ -255,8 +260,8 @@ class WithProjection:
 
     def init(self, rng, *args, **kwargs):
         variables = self.module.init(rng, *args, **kwargs)
-        width = self.module.config.d_model
-        kernel = jax.random.normal(jax.random.fold_in(rng, 7), (width, self.teacher_width)) * width ** -0.5
+        width, std = self.module.config.d_model, init_std(self.module.config, 0.02)
+        kernel = jax.random.normal(jax.random.fold_in(rng, 7), (width, self.teacher_width)) * std
         projection = {"kernel": nn.LogicallyPartitioned(kernel, ("embed", "mlp")),
                       "bias": nn.LogicallyPartitioned(jnp.zeros((self.teacher_width,)), ("mlp",))}
         return {**variables, "params": {**variables["params"], PROJECTION: projection}}
