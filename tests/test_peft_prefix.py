@@ -160,27 +160,45 @@ def test_prefix_tuning_logits_and_count_equal_peft_both_ways(family, projection,
                                np.where(real, _peft_logits(fresh, theirs, torch_inputs), 0), rtol=RTOL, atol=ATOL)
 
 
+def _li_liang_past_key_values(trained, layers, heads, head_dim):
+    """Li and Liang's prefixes, transcribed from their code (XiangLi1999/PrefixTuning,
+    seq2seq/prefixTuning.py, PrefixTuning.get_prompt_p5, batch of 1): each of the three prefix
+    encoders (control_trans for the decoder's self-attention, control_trans2 for its
+    cross-attention, control_trans_enc for the encoder) emits [bsz, seqlen, match_n_layer * 2 *
+    n_embd], which is `.view(bsz, seqlen, match_n_layer * 2, match_n_head, match_n_embd)
+    .permute([2, 0, 3, 1, 4]).split(2)`; layer i reads key_val[0], key_val[1] of split i, as
+    {'self', 'encoder_decoder', 'encoder'}: {'prev_key', 'prev_value'} [bsz, heads, seqlen, head_dim]."""
+    def split(name):
+        past_key_values = torch.tensor(np.asarray(P.PrefixTuning.rows(trained[name])))[None]
+        bsz, seqlen, _ = past_key_values.shape
+        past_key_values = past_key_values.view(bsz, seqlen, layers * 2, heads, head_dim)
+        return past_key_values.permute([2, 0, 3, 1, 4]).split(2)
+    self_kv, cross_kv, enc_kv = split("prefix"), split("prefix_cross"), split("prefix_encoder")
+    return [{"self": {"prev_key": kv[0], "prev_value": kv[1]},
+             "encoder_decoder": {"prev_key": cross_kv[i][0], "prev_value": cross_kv[i][1]},
+             "encoder": {"prev_key": enc_kv[i][0], "prev_value": enc_kv[i][1]}} for i, kv in enumerate(self_kv)]
+
+
 def _li_liang_reference(model, trained, torch_inputs):
-    """Li and Liang's placement re-derived on Hugging Face's T5: every encoder self-attention sees
-    its prefix as N cached earlier positions (the tokens' positions shifted by N, as in the
-    decoder), the decoder's self-attentions get peft's rows (4i, 4i + 1 mod 2L) the same way, and
-    each cross-attention's keys and values are its prefix rows (4i + 2, 4i + 3 mod 2L) before the
-    encoder output's projections, seen by every query."""
+    """Li and Liang's placement on Hugging Face's T5, their prefixes (`_li_liang_past_key_values`)
+    put in its attentions by hand: every encoder self-attention sees its prefix as N cached earlier
+    positions (the tokens' positions shifted by N, as in the decoder), the decoder's
+    self-attentions the same way, and each cross-attention's keys and values are its prefix before
+    the encoder output's projections, seen by every query."""
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
     cfg = model.config
     b, layers, h, hd = torch_inputs["input_ids"].shape[0], cfg.num_layers, cfg.num_heads, cfg.d_kv
+    prompts = _li_liang_past_key_values(trained, layers, h, hd)
 
-    def kv(rows, r):   # rows [N, 2L * h * hd] -> keys, values [b, h, N, hd] of rows r, r + 1
-        per = np.asarray(rows).reshape(N, -1, h, hd)
-        return [torch.tensor(per[:, r + o]).permute(1, 0, 2)[None].expand(b, -1, -1, -1).contiguous() for o in (0, 1)]
+    def kv(i, kind):   # layer i's keys, values [b, h, N, hd]
+        return [prompts[i][kind][k].expand(b, -1, -1, -1).contiguous() for k in ("prev_key", "prev_value")]
 
-    enc_rows, dec_rows = P.PrefixTuning.rows(trained["prefix_encoder"]), P.PrefixTuning.rows(trained["prefix"])
     mask = torch.tensor(np.concatenate([np.ones((b, N), np.int64), torch_inputs["attention_mask"]], 1))
     with torch.no_grad():
         for i, block in enumerate(model.encoder.block):   # the encoder stack passes no cache: give each layer its own
             cache = DynamicCache()
             for j in range(i + 1):
-                cache.update(*kv(enc_rows, 2 * j), j)
+                cache.update(*kv(j, "encoder"), j)
             attention, forward = block.layer[0].SelfAttention, block.layer[0].SelfAttention.forward
             # the cache argument's name differs across transformers versions ("cache" from 5.24 on);
             # 4.x places the queries at cache_position (the stack's, from 0), 5.x after the cache
@@ -192,10 +210,10 @@ def _li_liang_reference(model, trained, torch_inputs):
         encoded = model.encoder(input_ids=torch.tensor(torch_inputs["input_ids"]), attention_mask=mask).last_hidden_state
         self_cache, cross_cache = DynamicCache(), DynamicCache()
         for i, block in enumerate(model.decoder.block):
-            self_cache.update(*kv(dec_rows, 4 * i % (2 * layers)), i)
+            self_cache.update(*kv(i, "self"), i)
             cross = block.layer[1].EncDecAttention
             keys, values = ((proj(encoded).view(b, -1, h, hd).transpose(1, 2)) for proj in (cross.k, cross.v))
-            prefix_k, prefix_v = kv(dec_rows, (4 * i + 2) % (2 * layers))
+            prefix_k, prefix_v = kv(i, "encoder_decoder")
             cross_cache.update(torch.cat([prefix_k, keys], 2), torch.cat([prefix_v, values], 2), i)
         cache = EncoderDecoderCache(self_cache, cross_cache)
         for i in range(layers):
@@ -206,34 +224,27 @@ def _li_liang_reference(model, trained, torch_inputs):
 
 
 @pytest.mark.parametrize("projection", [False, True], ids=["embedding", "projection"])
-def test_li_liang_placement_equals_a_rederivation_on_hugging_face_t5(projection, tmp_path):
-    """PrefixTuning(placement='li_liang') on T5: prefixes on the encoder's self-attentions, the
-    decoder's self-attentions and its cross-attentions give the logits of Hugging Face's T5 with
-    those keys and values put in its attentions by hand (looped and scanned layers); the decoder's
-    self-attention prefixes are the 'peft' placement's; a peft folder is refused in one line."""
+def test_li_liang_placement_equals_their_prefixes_on_hugging_face_t5(projection, tmp_path):
+    """PrefixTuning(placement='li_liang') on T5: Li and Liang's three prefix encoders (the
+    encoder's self-attentions, the decoder's self-attentions, its cross-attentions) give the logits
+    of Hugging Face's T5 with their code's prefixes put in its attentions by hand (looped and
+    scanned layers); a peft folder is refused in one line."""
     model, _, module, base, torch_inputs, features = _setup("t5", tmp_path)
     kwargs = dict(num_virtual_tokens=N, prefix_projection=projection, encoder_hidden_size=24 if projection else None)
     method, peft_method = P.PrefixTuning(placement="li_liang", **kwargs), P.PrefixTuning(**kwargs)
     trained, specs = method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
     peft_trained, _ = peft_method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
-    jax.tree.map(np.testing.assert_array_equal, trained["prefix"], peft_trained["prefix"])
-    assert set(trained) == {"params", "prefix", "prefix_encoder"}
-    assert P.count(trained) == 2 * P.count(peft_trained)   # a second prefix encoder of the same shape
+    assert set(trained) == {"params", "prefix", "prefix_cross", "prefix_encoder"}
+    assert P.count(trained) == 3 * P.count(peft_trained)   # three prefix encoders of peft's shape (3 + 3 layers)
     jax.tree.map(lambda x, s: len(s) == x.ndim or pytest.fail(f"{s} for {x.shape}"), trained, specs,
                  is_leaf=lambda s: isinstance(s, jax.sharding.PartitionSpec))
     params = method.combine(base, trained)
-    peft_params = peft_method.combine(base, peft_trained)
-    for i in range(3):
-        for name in ("prefix_key", "prefix_value"):
-            np.testing.assert_array_equal(params["decoder"][f"layers_{i}"]["self_attention"][name],
-                                          peft_params["decoder"][f"layers_{i}"]["self_attention"][name])
-            assert name in params["encoder"][f"layers_{i}"]["self_attention"]
-            assert name in params["decoder"][f"layers_{i}"]["cross_attention"]
     ours = _apply(module, params, features)
-    assert not np.allclose(ours, _apply(module, peft_params, features), rtol=RTOL, atol=ATOL)
+    assert not np.allclose(ours, _apply(module, peft_method.combine(base, peft_trained), features), rtol=RTOL,
+                           atol=ATOL)
     inputs = {k: jnp.asarray(v) for k, v in features.items()}
     grads = jax.grad(lambda t: jnp.sum(module.apply({"params": method.combine(base, t)}, **inputs) ** 2))(trained)
-    for name in ("prefix", "prefix_encoder"):   # both prefix encoders train, every key and value column
+    for name in ("prefix", "prefix_cross", "prefix_encoder"):   # all three train, every key and value column
         jax.tree.map(lambda g: np.any(np.asarray(g) != 0) or pytest.fail(f"{name}: no gradient"), grads[name])
         if not projection:
             assert np.all(np.any(np.asarray(grads[name]["embedding"]) != 0, axis=0)), name
@@ -246,6 +257,30 @@ def test_li_liang_placement_equals_a_rederivation_on_hugging_face_t5(projection,
         hf.save_adapter(module, method, trained, str(tmp_path / "adapter"), str(tmp_path / "base"))
     with pytest.raises(ConfigError, match="placement"):
         P.PrefixTuning(placement="both")
+
+
+def test_li_liang_gives_each_layer_its_own_prefix(tmp_path):
+    """With 2 + 2 layers (where peft's row layout, 4i mod 2L, would hand decoder layers 0 and 1 the
+    same rows) every layer's self-, cross- and encoder prefix is its own: the keys and values of
+    Li and Liang's get_prompt_p5 for that layer (`_li_liang_past_key_values`), all different."""
+    config = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                                   num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=20)
+    transformers.T5ForConditionalGeneration(config).save_pretrained(str(tmp_path / "base"))
+    module, variables = hf.load(str(tmp_path / "base"))
+    method = P.PrefixTuning(num_virtual_tokens=N, placement="li_liang")
+    trained, _ = method.init(jax.random.PRNGKey(0), variables["params"], P.logical_specs(module), module.config)
+    params = method.combine(variables["params"], trained)
+    theirs = _li_liang_past_key_values(trained, 2, 4, 8)
+    seen = []
+    for i in range(2):
+        for stack, sublayer, kind in (("decoder", "self_attention", "self"),
+                                      ("decoder", "cross_attention", "encoder_decoder"),
+                                      ("encoder", "self_attention", "encoder")):
+            for ours, prev in (("prefix_key", "prev_key"), ("prefix_value", "prev_value")):
+                got = np.asarray(params[stack][f"layers_{i}"][sublayer][ours])   # [N, heads, head_dim]
+                np.testing.assert_array_equal(got, theirs[i][kind][prev][0].permute(1, 0, 2).numpy())
+                seen.append(got)
+    assert all(not np.array_equal(a, b) for j, a in enumerate(seen) for b in seen[j + 1:])
 
 
 def _log_probs(logits):

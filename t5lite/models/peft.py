@@ -304,12 +304,12 @@ class PrefixTuning(Method):
     self-attentions, layer i the rows 2i, 2i + 1, as are an encoder-decoder's encoder's when the
     params hold the encoder only (a T5 backbone under a classification head).
 
-    `placement="li_liang"` (Li and Liang 2021, section 4.2: a prefix for the encoder and the
-    decoder) also prefixes an encoder-decoder's cross-attentions, decoder layer i with the rows peft
-    builds for them and drops (4i + 2, 4i + 3 modulo 2 * layers), and its encoder's
-    self-attentions, from a second prefix encoder of the same kind (`prefix_encoder`, layer i the
-    rows 2i, 2i + 1), as Li and Liang's own code has one for the encoder. peft cannot hold it. On
-    other models it is the "peft" placement."""
+    `placement="li_liang"` is Li and Liang's own encoder-decoder layout (their code,
+    XiangLi1999/PrefixTuning seq2seq/prefixTuning.py, PrefixTuning.get_prompt_p5): three prefix
+    encoders of the same kind, one per attention kind — `prefix` for the decoder's self-attentions,
+    `prefix_cross` for its cross-attentions, `prefix_encoder` for the encoder's self-attentions —
+    each giving its stack's layer i the rows 2i, 2i + 1 (each layer its own prefix). peft cannot
+    hold it. On other models it is the "peft" placement."""
     num_virtual_tokens: int = 20
     prefix_projection: bool = False
     encoder_hidden_size: int | None = None
@@ -341,23 +341,40 @@ class PrefixTuning(Method):
     @classmethod
     def num_rows(cls, config: ModelConfig) -> int:
         """peft's num_layers * 2: the prefix rows (each heads * head_dim wide)."""
+        cls._refuse_shared(config)
+        cls.sites(config.arch, config.num_encoder_layers, config.num_decoder_layers)   # refuses what peft cannot
+        return 2 * (config.num_decoder_layers if config.arch == "decoder" else config.num_encoder_layers)
+
+    @staticmethod
+    def _refuse_shared(config: ModelConfig) -> None:
         if config.share_layers:
             raise ConfigError("PrefixTuning needs a prefix per layer; ALBERT shares one layer (share_layers=True)")
         if config.share_encoder_decoder:
             raise ConfigError("PrefixTuning needs a prefix per layer and stack; a shared encoder-decoder "
                               "(share_encoder_decoder=True) has one set of layers")
-        cls.sites(config.arch, config.num_encoder_layers, config.num_decoder_layers)   # refuses what peft cannot
-        return 2 * (config.num_decoder_layers if config.arch == "decoder" else config.num_encoder_layers)
 
     def init(self, rng, params, specs, config: ModelConfig) -> tuple[dict, dict]:
         """peft's init: torch.nn.Embedding's N(0, 1), torch.nn.Linear's U(+-1/sqrt(fan_in)) for weights and biases."""
         trained, trained_specs = super().init(rng, params, specs, config)
         per_row = config.num_heads * config.head_dim
-        trained["prefix"], trained_specs["prefix"] = self._prefix_encoder(rng, self.num_rows(config) * per_row, config)
-        if self._li_liang(_stack_layers(flatten_dict(params))[1]):
-            trained["prefix_encoder"], trained_specs["prefix_encoder"] = self._prefix_encoder(
-                jax.random.fold_in(rng, 1), 2 * config.num_encoder_layers * per_row, config)
+        layers = _stack_layers(flatten_dict(params))[1]
+        if self._li_liang(layers):
+            self._refuse_shared(config)
+            encoders = self._encoders(layers)
+        else:
+            encoders = [("prefix", "", "", self.num_rows(config))]
+        for i, (name, _, _, rows) in enumerate(encoders):
+            trained[name], trained_specs[name] = self._prefix_encoder(jax.random.fold_in(rng, i) if i else rng,
+                                                                      rows * per_row, config)
         return trained, trained_specs
+
+    @staticmethod
+    def _encoders(layers: dict[str, int]) -> list[tuple[str, str, str, int]]:
+        """(trained name, stack, sublayer, rows) of Li and Liang's three prefix encoders (get_prompt_p5's
+        control_trans, control_trans2, control_trans_enc)."""
+        return [("prefix", "decoder", "self_attention", 2 * layers["decoder"]),
+                ("prefix_cross", "decoder", "cross_attention", 2 * layers["decoder"]),
+                ("prefix_encoder", "encoder", "self_attention", 2 * layers["encoder"])]
 
     def _li_liang(self, layers: dict[str, int]) -> bool:
         """Whether the encoder and cross-attentions get prefixes too: Li and Liang's placement on an encoder-decoder."""
@@ -396,18 +413,17 @@ class PrefixTuning(Method):
         flat = flatten_dict(super().combine(frozen, trained))
         at, layers = _stack_layers(flat)
         arch = "encoder_decoder" if all(layers.values()) else "decoder" if layers["decoder"] else "encoder"
+        if self._li_liang(layers):
+            for name, stack, sublayer, _ in self._encoders(layers):
+                _put_prefixes(flat, at + (stack,), sublayer, self.rows(trained[name]),
+                              [(layer, 2 * layer) for layer in range(layers[stack])])
+            return unflatten_dict(flat)
         rows = self.rows(trained["prefix"])
         for stack in layers:
             sites = [(layer, row) for s, layer, row in self.sites(arch, layers["encoder"], layers["decoder"])
                      if s == stack]
             if sites:
                 _put_prefixes(flat, at + (stack,), "self_attention", rows, sites)
-        if self._li_liang(layers):
-            sites = self.sites(arch, layers["encoder"], layers["decoder"])
-            _put_prefixes(flat, at + ("decoder",), "cross_attention", rows,
-                          [(layer, (row + 2) % (2 * layers["encoder"])) for _, layer, row in sites])
-            _put_prefixes(flat, at + ("encoder",), "self_attention", self.rows(trained["prefix_encoder"]),
-                          [(layer, 2 * layer) for layer in range(layers["encoder"])])
         return unflatten_dict(flat)
 
 
