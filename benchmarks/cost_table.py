@@ -3,7 +3,8 @@ of each preset's published pre-training recipe, on a chosen accelerator at an as
 
 FLOPs come from t5lite.models.flops (forward + backward, per example, times batch and steps); hours
 = FLOPs / (devices x spec-sheet peak x MFU); energy, CO2e and cost from t5lite.train.cost
-(Strubell's formula with the device's defaults). Nothing is measured: it is the formula applied.
+(Strubell's formula with the device's defaults; the accelerators only, as the hosts of a recipe
+are unknown: their CPU and DRAM power are 0). Nothing is measured: it is the formula applied.
     python benchmarks/cost_table.py [--device "TPU v3"] [--devices 8] [--mfu 0.4]
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ RECIPES = {
 
 
 def rows(device_kind: str, devices: int, utilisation: float) -> list[dict]:
-    model = cost.cost_model(device_kind=device_kind, devices=devices)
+    model = cost.cost_model(device_kind=device_kind, devices=devices, cpu_power_watts=0.0, dram_power_watts=0.0)
     peak = mfu.peak_flops_per_device(device_kind=device_kind)[0]
     out = []
     for preset, (recipe, enc, dec, batch, steps) in RECIPES.items():

@@ -12,19 +12,64 @@ from t5lite.errors import ConfigError
 from t5lite.train import cost
 
 
-def test_the_estimate_is_strubells_formula_by_hand():
+def _strubell_eq1_kwh(t, p_c, p_r, g, p_g):
+    """Strubell, Ganesh and McCallum (2019), "Energy and Policy Considerations for Deep Learning in
+    NLP", section 2, eq. 1: p_t = 1.58 t (p_c + p_r + g p_g) / 1000 (kWh; t hours, average power of
+    all CPU sockets p_c, of all DRAM p_r, and of each of g GPUs p_g, in W)."""
+    return 1.58 * t * (p_c + p_r + g * p_g) / 1000
+
+
+# Strubell et al. (2019), Table 3: (model, power W = p_c + p_r + g p_g, hours, kWh-PUE, CO2e lbs).
+# BERT_base on V100x64 (12,041.51 W, 79 h, 1507 kWh) is left out: its hours are rounded (1507 kWh is 79.2 h).
+TABLE_3 = [("Transformer_base", 1415.78, 12, 27, 26), ("Transformer_big", 1515.43, 84, 201, 192),
+           ("ELMo", 517.66, 336, 275, 262), ("NAS", 1515.43, 274_120, 656_347, 626_155)]
+
+
+def test_the_estimate_is_strubells_eq_1_with_cpu_and_dram_power():
     model = cost.CostModel("TPU v3", devices=8, device_power_watts=141.5, pue=1.58, grid_kg_co2e_per_kwh=0.4327,
-                           price_per_device_hour=1.0, source="test")
+                           price_per_device_hour=1.0, source="test", cpu_power_watts=205.0, dram_power_watts=38.0)
     got = model.estimate(flops=3e18, seconds=2 * 3600)
-    # 8 devices x 2 h = 16 device-hours; 141.5 W x 16 h x 1.58 / 1000 = 3.57712 kWh.
     assert got["flops"] == 3e18
     assert_close(got["device_hours"], 16.0)
-    assert_close(got["energy_kwh"], 3.57712)
-    assert_close(got["co2e_kg"], 3.57712 * 0.4327)
+    assert_close(got["energy_kwh"], _strubell_eq1_kwh(2, 205.0, 38.0, 8, 141.5))
+    assert_close(got["co2e_kg"], got["energy_kwh"] * 0.4327)
     assert_close(got["usd"], 16.0)
+    # each host brings its own CPUs and memory
+    two_hosts = cost.CostModel("TPU v3", 16, 141.5, 1.58, 0.4327, 1.0, "test", 205.0, 38.0, hosts=2)
+    assert_close(two_hosts.estimate(0, 3600)["energy_kwh"], _strubell_eq1_kwh(1, 2 * 205.0, 2 * 38.0, 16, 141.5))
     # Strubell et al.'s defaults: PUE 1.58 and 0.954 lbs CO2e per kWh.
     assert cost.DEFAULT_PUE == 1.58
     assert_close(cost.DEFAULT_GRID, 0.954 * 0.45359237, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name,watts,hours,kwh,co2e_lbs", TABLE_3)
+def test_strubells_table_3_rows_are_reproduced(name, watts, hours, kwh, co2e_lbs):
+    """The paper's kWh-PUE and CO2e (lbs), to the unit it prints, from its power and hours; the
+    paper gives the sum only, here split between one GPU, the CPU and DRAM."""
+    model = cost.CostModel("gpu", 1, watts - 100.0, cost.DEFAULT_PUE, cost.DEFAULT_GRID, 0.0, "test",
+                           cpu_power_watts=70.0, dram_power_watts=30.0)
+    got = model.estimate(0, hours * 3600)
+    assert round(got["energy_kwh"]) == kwh == round(_strubell_eq1_kwh(hours, 70.0, 30.0, 1, watts - 100.0))
+    assert round(got["co2e_kg"] / 0.45359237) == co2e_lbs
+
+
+def test_host_cpu_and_dram_default_to_green_algorithms_figures_for_this_machine():
+    """12 W per core and 0.3725 W per GB of memory (Lannelongue et al. 2021, Green Algorithms'
+    defaults), this machine's cores and memory (/proc/meminfo's MemTotal); the CPU backend's device
+    draws 0 so the CPU is counted once; gin settings win."""
+    import os
+    with open("/proc/meminfo") as f:
+        mem_bytes = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    model = cost.cost_model(device_kind="cpu", devices=1)
+    assert_close(model.cpu_power_watts, 12.0 * os.cpu_count())
+    assert_close(model.dram_power_watts, 0.3725 * mem_bytes / 1e9, rtol=1e-3)
+    assert model.device_power_watts == 0.0 and "Green Algorithms" in model.source
+    got = model.estimate(0, 3600)["energy_kwh"]
+    assert_close(got, _strubell_eq1_kwh(1, 12.0 * os.cpu_count(), 0.3725 * mem_bytes / 1e9, 1, 0.0), rtol=1e-3)
+    configured = cost.cost_model(device_kind="TPU v4", devices=4, cpu_power_watts=300.0, dram_power_watts=50.0)
+    assert (configured.cpu_power_watts, configured.dram_power_watts, configured.hosts) == (300.0, 50.0, 1)
+    with pytest.raises(ConfigError, match="cost.dram_power_watts"):
+        cost.cost_model(device_kind="cpu", dram_power_watts=-1.0)
 
 
 def test_device_defaults_are_looked_up_by_device_kind_and_gin_settings_win():
@@ -61,11 +106,12 @@ def test_cost_json_matches_metrics_jsonl_and_a_resume_continues_the_totals(tmp_p
     assert_close([r["cost_flops"] for r in records], [per_step * r["step"] for r in records])
     # The second run starts from the first one's totals: its time adds to theirs.
     assert records[2]["cost_seconds"] > first["seconds"] == records[1]["cost_seconds"]
-    model = cost.CostModel(final["device_kind"], final["devices"], final["device_power_watts"], final["pue"],
-                           final["grid_kg_co2e_per_kwh"], final["price_per_device_hour"], final["source"])
-    expected = model.estimate(final["flops"], final["seconds"])
-    for key, value in expected.items():
-        assert_close(final[key], value)
+    hours = final["seconds"] / 3600
+    assert_close(final["energy_kwh"], _strubell_eq1_kwh(
+        hours, final["hosts"] * final["cpu_power_watts"], final["hosts"] * final["dram_power_watts"],
+        final["devices"], final["device_power_watts"]))
+    assert_close(final["co2e_kg"], final["energy_kwh"] * final["grid_kg_co2e_per_kwh"])
+    assert_close(final["usd"], final["price_per_device_hour"] * final["devices"] * hours)
 
 
 def test_t5lite_eval_writes_cost_json_beside_its_metrics(tmp_path, capsys):
@@ -88,7 +134,8 @@ def test_t5lite_eval_writes_cost_json_beside_its_metrics(tmp_path, capsys):
     assert (got["device_power_watts"], got["price_per_device_hour"], got["pue"]) == (250.0, 3.0, 1.1)
     assert 0 < got["seconds"] < 600
     device_hours = got["devices"] * got["seconds"] / 3600
-    energy = 250.0 * device_hours * 1.1 / 1000
+    energy = 1.1 * got["seconds"] / 3600 * (got["hosts"] * (got["cpu_power_watts"] + got["dram_power_watts"])
+                                            + got["devices"] * 250.0) / 1000
     assert_close(got["device_hours"], device_hours)
     assert_close(got["energy_kwh"], energy)
     assert_close(got["co2e_kg"], energy * cost.DEFAULT_GRID)

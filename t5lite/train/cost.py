@@ -1,15 +1,24 @@
 """What a run cost: FLOPs, device-hours, and estimated energy, CO2e and cloud price.
 
-Strubell et al. (2019), "Energy and Policy Considerations for Deep Learning in NLP", estimate
+Strubell et al. (2019), "Energy and Policy Considerations for Deep Learning in NLP", section 2,
+eq. 1: p_t = 1.58 t (p_c + p_r + g p_g) / 1000, the kWh of t hours of training with the average
+power of all CPU sockets p_c, of all DRAM p_r and of each of g GPUs p_g (W), times the PUE 1.58;
+then CO2e = 0.954 p_t (lbs). This module computes
 
-    energy (kWh)  = device power (W) x devices x hours x PUE / 1000
+    energy (kWh)  = PUE x hours x (hosts x (cpu_power_watts + dram_power_watts)
+                                   + devices x device_power_watts) / 1000
     CO2e (kg)     = energy x grid intensity (kg CO2e per kWh)
     cloud cost    = price per device-hour x devices x hours
 
-and so does this module, with wall-clock hours of the run (compilation, input pipeline and
-evaluation included: the devices are held all along). Power, PUE, grid intensity and price are
-gin settings (`cost.device_power_watts`, `cost.pue`, `cost.grid_kg_co2e_per_kwh`,
-`cost.price_per_device_hour`); None looks the device up in `DEVICES` by its JAX `device_kind`.
+with wall-clock hours of the run (compilation, input pipeline and evaluation included: the
+devices are held all along). Every power, the PUE, the grid intensity and the price are gin
+settings (`cost.device_power_watts`, `cost.cpu_power_watts`, `cost.dram_power_watts`, `cost.pue`,
+`cost.grid_kg_co2e_per_kwh`, `cost.price_per_device_hour`). Left None, a device's power and price
+come from `DEVICES` by its JAX `device_kind`, and a host's CPU and DRAM power from Green
+Algorithms' defaults (Lannelongue et al. 2021): 12 W per core at full use (its 'Any' CPU) and
+0.3725 W per GB of memory, for this machine's cores and memory. Strubell measured p_c and p_r;
+these are assumptions, high for a host whose CPUs mostly wait on an accelerator. On the CPU
+backend the CPU is the host's (the device row's power is 0, so it is not counted twice).
 Every figure is an estimate: measured power varies with load, and prices with region and time.
 
 `CostMeter` keeps the cumulative totals of a run in `MODEL_DIR/cost.json` (rewritten at every
@@ -33,8 +42,9 @@ from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
 
-FORMULA = ("energy_kwh = device_power_watts * devices * hours * pue / 1000; co2e_kg = energy_kwh * "
-           "grid_kg_co2e_per_kwh; usd = price_per_device_hour * devices * hours (Strubell et al. 2019)")
+FORMULA = ("energy_kwh = pue * hours * (hosts * (cpu_power_watts + dram_power_watts) + devices * "
+           "device_power_watts) / 1000; co2e_kg = energy_kwh * grid_kg_co2e_per_kwh; usd = price_per_device_hour * "
+           "devices * hours (Strubell et al. 2019, eq. 1)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,12 +83,16 @@ DEVICES = {
     "nvidia h100": Device(700.0, 11.06,
                           "power: 700 W TDP (NVIDIA H100 SXM5 datasheet); price: $88.49 per a3-highgpu-8g hour "
                           "on-demand / 8 GPUs (Google Cloud GPU pricing)"),
-    "cpu": Device(10.0 * (os.cpu_count() or 1), 0.0335 * (os.cpu_count() or 1),
-                  "power: 10 W per core assumed (a server core's share of its socket TDP), times this machine's "
-                  "cores; price: $0.0335 per vCPU-hour (Google Cloud e2-standard on-demand)"),
+    "cpu": Device(0.0, 0.0335 * (os.cpu_count() or 1),
+                  "power: 0, the CPU is the host's (cost.cpu_power_watts); price: $0.0335 per vCPU-hour (Google "
+                  "Cloud e2-standard on-demand), times this machine's cores"),
 }
+# Green Algorithms (Lannelongue, Grealey and Inouye 2021, "Green Algorithms: Quantifying the Carbon
+# Footprint of Computation", Advanced Science): TDP per core of its 'Any' CPU, and memory power per GB.
+CPU_WATTS_PER_CORE = 12.0
+DRAM_WATTS_PER_GB = 0.3725
 DEFAULT_PUE = 1.58            # Strubell et al. 2019 (Uptime Institute's 2018 industry average)
-DEFAULT_GRID = 0.954 * 0.4536  # Strubell et al. 2019: 0.954 lbs CO2e per kWh (U.S. EPA average), in kg
+DEFAULT_GRID = 0.954 * 0.45359237  # Strubell et al. 2019: 0.954 lbs CO2e per kWh (U.S. EPA average), in kg
 
 
 def lookup(device_kind: str) -> Device:
@@ -92,6 +106,16 @@ def lookup(device_kind: str) -> Device:
     return DEVICES[max(matches, key=len)]
 
 
+def host_cpu_watts() -> float:
+    """This machine's CPU power by Green Algorithms' default: 12 W per core."""
+    return CPU_WATTS_PER_CORE * (os.cpu_count() or 1)
+
+
+def host_dram_watts() -> float:
+    """This machine's memory power by Green Algorithms' default: 0.3725 W per GB (10^9 bytes)."""
+    return DRAM_WATTS_PER_GB * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+
+
 @dataclasses.dataclass(frozen=True)
 class CostModel:
     device_kind: str
@@ -101,11 +125,16 @@ class CostModel:
     grid_kg_co2e_per_kwh: float
     price_per_device_hour: float
     source: str
+    cpu_power_watts: float = 0.0     # per host, all its sockets (Strubell's p_c)
+    dram_power_watts: float = 0.0    # per host, all its memory (Strubell's p_r)
+    hosts: int = 1
 
     def estimate(self, flops: float, seconds: float) -> dict[str, float]:
-        """The Strubell formula for `seconds` of wall time on `devices` devices."""
-        device_hours = self.devices * seconds / 3600
-        energy = self.device_power_watts * device_hours * self.pue / 1000
+        """Strubell's eq. 1 for `seconds` of wall time on `devices` devices and `hosts` hosts."""
+        hours = seconds / 3600
+        device_hours = self.devices * hours
+        watts = self.hosts * (self.cpu_power_watts + self.dram_power_watts) + self.devices * self.device_power_watts
+        energy = self.pue * hours * watts / 1000
         return {"flops": float(flops), "device_hours": device_hours, "energy_kwh": energy,
                 "co2e_kg": energy * self.grid_kg_co2e_per_kwh, "usd": device_hours * self.price_per_device_hour}
 
@@ -113,10 +142,12 @@ class CostModel:
 @gin.configurable("cost")
 def cost_model(device_power_watts: float | None = None, pue: float = DEFAULT_PUE,
                grid_kg_co2e_per_kwh: float = DEFAULT_GRID, price_per_device_hour: float | None = None,
-               device_kind: str | None = None, devices: int | None = None) -> CostModel:
+               device_kind: str | None = None, devices: int | None = None, cpu_power_watts: float | None = None,
+               dram_power_watts: float | None = None) -> CostModel:
     """The settings of this run's estimate: given ones win, the rest come from `DEVICES` for the
-    detected (or given) device kind (a kind without a row: 0, with a warning); `devices` defaults
-    to all JAX devices of the run."""
+    detected (or given) device kind (a kind without a row: 0, with a warning) and, for each host's
+    CPU and memory, from Green Algorithms' defaults on this machine; `devices` defaults to all JAX
+    devices of the run, the hosts are its processes."""
     kind = device_kind or jax.devices()[0].device_kind
     source = "configured"
     if device_power_watts is None or price_per_device_hour is None:
@@ -128,12 +159,19 @@ def cost_model(device_power_watts: float | None = None, pue: float = DEFAULT_PUE
         device_power_watts = row.power_watts if device_power_watts is None else device_power_watts
         price_per_device_hour = row.price_per_hour if price_per_device_hour is None else price_per_device_hour
         source = row.source
-    for name, value in dict(device_power_watts=device_power_watts, pue=pue, grid_kg_co2e_per_kwh=grid_kg_co2e_per_kwh,
+    if cpu_power_watts is None or dram_power_watts is None:
+        source += (f"; host: {CPU_WATTS_PER_CORE:g} W per core and {DRAM_WATTS_PER_GB:g} W per GB of memory "
+                   "(Green Algorithms' defaults, Lannelongue et al. 2021)")
+    cpu_power_watts = host_cpu_watts() if cpu_power_watts is None else cpu_power_watts
+    dram_power_watts = host_dram_watts() if dram_power_watts is None else dram_power_watts
+    for name, value in dict(device_power_watts=device_power_watts, cpu_power_watts=cpu_power_watts,
+                            dram_power_watts=dram_power_watts, pue=pue, grid_kg_co2e_per_kwh=grid_kg_co2e_per_kwh,
                             price_per_device_hour=price_per_device_hour).items():
         if value < 0:
             raise ConfigError(f"cost.{name}={value}: must be >= 0")
     return CostModel(kind, devices or jax.device_count(), float(device_power_watts), float(pue),
-                     float(grid_kg_co2e_per_kwh), float(price_per_device_hour), source)
+                     float(grid_kg_co2e_per_kwh), float(price_per_device_hour), source, float(cpu_power_watts),
+                     float(dram_power_watts), jax.process_count())
 
 
 class CostMeter:
