@@ -284,12 +284,14 @@ def _token_f1(target: str, prediction: str, empty_matches: bool = False) -> floa
     return 2 * precision * recall / (precision + recall)
 
 
-def _gold_answers(name: str, index: int, answers: Any) -> list[str]:
-    """A list of normalised gold answers; a bare string is one answer, an empty list an error."""
+def _gold_answers(name: str, index: int, answers: Any, drop_empty: bool = False) -> list[str]:
+    """A list of normalised gold answers; a bare string is one answer, an empty list an error.
+    `drop_empty`: answers that normalise to "" are dropped unless all do (the v2.0 script's rule)."""
     answers = [answers] if isinstance(answers, str) else list(answers)
     if not answers:
         raise ValueError(f"{name}: example {index} has no gold answers")
-    return [normalize_squad(a) for a in answers]
+    golds = [normalize_squad(a) for a in answers]
+    return ([g for g in golds if g] or [""]) if drop_empty else golds
 
 
 def _max_over_answers(name: str, targets, predictions, empty_matches: bool = False) -> dict[str, float]:
@@ -297,7 +299,7 @@ def _max_over_answers(name: str, targets, predictions, empty_matches: bool = Fal
     targets, predictions = _as_lists(name, targets, predictions)
     em, f1 = [], []
     for i, (answers, prediction) in enumerate(zip(targets, predictions)):
-        golds, pred = _gold_answers(name, i, answers), normalize_squad(prediction)
+        golds, pred = _gold_answers(name, i, answers, drop_empty=empty_matches), normalize_squad(prediction)
         em.append(max(float(g == pred) for g in golds))
         f1.append(max(_token_f1(g, pred, empty_matches) for g in golds))
     return {"em": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
@@ -309,7 +311,8 @@ def squad(targets, predictions) -> dict[str, float]:
 
 
 def squad_v2(targets, predictions) -> dict[str, float]:
-    """SQuAD 2.0 EM/F1: as `squad`, but an empty prediction for an unanswerable question ("" gold) scores F1 100."""
+    """SQuAD 2.0 EM/F1 as the official v2.0 script scores them: as `squad`, but gold answers that
+    normalise to "" are ignored, and an empty prediction for an unanswerable question ("" gold) scores F1 100."""
     return _max_over_answers("squad_v2", targets, predictions, empty_matches=True)
 
 
