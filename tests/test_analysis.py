@@ -100,14 +100,14 @@ def test_attention_probabilities_are_stored_only_when_asked(micro_config):
 
 # ----------------------------------------------------------------------------- structural probe
 
-def _numpy_structural(b, feats, heads_list, punct_list):
-    """H&M from the paper, independently: gold distances by scipy's shortest paths, loss as the mean
-    of sum|pred - gold| / n^2, UUAS from scipy's minimum spanning tree, Spearman from scipy."""
+def _numpy_structural(b, feats, heads_list):
+    """H&M's loss and Spearman from the paper, independently: gold distances by scipy's shortest
+    paths, loss as the mean of sum|pred - gold| / n^2, Spearman from scipy."""
     from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import minimum_spanning_tree, shortest_path
+    from scipy.sparse.csgraph import shortest_path
     from scipy.stats import spearmanr
-    losses, correct, total, by_length = [], 0, 0, {}
-    for h, heads, punct in zip(feats, heads_list, punct_list):
+    losses, by_length = [], {}
+    for h, heads in zip(feats, heads_list):
         n = len(heads)
         adjacency = np.zeros((n, n))
         for i, head in enumerate(heads):
@@ -117,34 +117,102 @@ def _numpy_structural(b, feats, heads_list, punct_list):
         t = h.astype(np.float64) @ b.T.astype(np.float64)
         pred = np.array([[np.sum((t[i] - t[j]) ** 2) for j in range(n)] for i in range(n)])
         losses.append(np.abs(pred - gold).sum() / n ** 2)
-        keep = [i for i in range(n) if not punct[i]]
-        sub = pred[np.ix_(keep, keep)] + 1e-9        # scipy drops zero-weight edges
-        tree = minimum_spanning_tree(csr_matrix(np.triu(sub, 1))).tocoo()
-        predicted = {tuple(sorted((keep[i], keep[j]))) for i, j in zip(tree.row, tree.col)}
-        gold_edges = {tuple(sorted((i, hd - 1))) for i, hd in enumerate(heads)
-                      if hd and not punct[i] and not punct[hd - 1]}
-        correct += len(predicted & gold_edges)
-        total += len(gold_edges)
         if 5 <= n <= 50:
             by_length.setdefault(n, []).extend(spearmanr(pred[i], gold[i]).statistic for i in range(n))
-    return np.mean(losses), correct / total, np.mean([np.mean(v) for v in by_length.values()])
+    return np.mean(losses), np.mean([np.mean(v) for v in by_length.values()])
 
 
-def test_structural_probe_loss_uuas_and_spearman_match_numpy():
-    pytest.importorskip("scipy", reason="scipy's spanning tree, shortest paths and Spearman are the reference")
+def test_structural_probe_loss_and_spearman_match_numpy():
+    pytest.importorskip("scipy", reason="scipy's shortest paths and Spearman are the reference")
     sentences = [s for s in _ud(40) if len(s.words) >= 5][:12]
     rng = np.random.default_rng(0)
     feats = [rng.normal(size=(len(s.words), 16)).astype(np.float32) for s in sentences]
     b = rng.normal(size=(4, 16)).astype(np.float32) * 0.3
     gold = [structural.tree_distances(s.heads) for s in sentences]
-    punct = [[t == "PUNCT" for t in s.tags] for s in sentences]
-    want_loss, want_uuas, want_spearman = _numpy_structural(b, feats, [s.heads for s in sentences], punct)
-
+    want_loss, want_spearman = _numpy_structural(b, feats, [s.heads for s in sentences])
     h, g, lengths = structural.padded(feats, gold)
     np.testing.assert_allclose(float(structural.loss(b, h, g, lengths)), want_loss, rtol=1e-4)
+    # sentences of length 0 (a short batch's padding) are left out of the mean, as H&M's loss does
+    h0, g0, lengths0 = (np.concatenate([x, np.zeros((3,) + x.shape[1:], x.dtype)]) for x in (h, g, lengths))
+    np.testing.assert_allclose(float(structural.loss(b, h0, g0, lengths0)), want_loss, rtol=1e-4)
     predicted = structural.predict(b, feats)
-    assert structural.uuas(predicted, [s.heads for s in sentences], punct) == pytest.approx(want_uuas, rel=1e-12)
     np.testing.assert_allclose(structural.distance_spearman(predicted, gold), want_spearman, rtol=1e-6)
+
+
+# Transcribed from john-hewitt/structural-probes (commit ad37b02), structural-probes/reporter.py:
+# `UnionFind`, `prims_matrix_to_edges` and the count of `WordPairReporter.report_uuas_and_tikz`.
+class HMUnionFind:
+  def __init__(self, n):
+    self.parents = list(range(n))
+
+  def union(self, i, j):
+    if self.find(i) != self.find(j):
+      i_parent = self.find(i)
+      self.parents[i_parent] = j
+
+  def find(self, i):
+    i_parent = i
+    while True:
+      if i_parent != self.parents[i_parent]:
+        i_parent = self.parents[i_parent]
+      else:
+        break
+    return i_parent
+
+
+def hm_prims_matrix_to_edges(matrix, words, poses):
+  pairs_to_distances = {}
+  uf = HMUnionFind(len(matrix))
+  for i_index, line in enumerate(matrix):
+    for j_index, dist in enumerate(line):
+      if poses[i_index] in ["''", ",", ".", ":", "``", "-LRB-", "-RRB-"]:
+        continue
+      if poses[j_index] in ["''", ",", ".", ":", "``", "-LRB-", "-RRB-"]:
+        continue
+      pairs_to_distances[(i_index, j_index)] = dist
+  edges = []
+  for (i_index, j_index), distance in sorted(pairs_to_distances.items(), key=lambda x: x[1]):
+    if uf.find(i_index) != uf.find(j_index):
+      uf.union(i_index, j_index)
+      edges.append((i_index, j_index))
+  return edges
+
+
+def hm_uuas(predictions, labels, sentences):
+  uspan_total = 0
+  uspan_correct = 0
+  for prediction, label, observation in zip(predictions, labels, sentences):
+    words = observation.words
+    poses = observation.xpos
+    gold_edges = hm_prims_matrix_to_edges(label, words, poses)
+    pred_edges = hm_prims_matrix_to_edges(prediction, words, poses)
+    uspan_correct += len(set([tuple(sorted(x)) for x in gold_edges]).intersection(
+      set([tuple(sorted(x)) for x in pred_edges])))
+    uspan_total += len(gold_edges)
+  return uspan_correct / float(uspan_total)
+
+
+def test_uuas_equals_hewitt_and_mannings_reporter_on_ud():
+    """UD dev trees with their XPOS (HYPH, NFP and SYM words are not H&M's punctuation), the
+    predictions the gold distances with noise (half the edges right) or with ties (rounded): equal
+    to H&M's reporter, edge for edge."""
+    sentences = _ud(80)
+    rng = np.random.default_rng(0)
+    gold = [structural.tree_distances(s.heads) for s in sentences]
+    predicted = []
+    for k, g in enumerate(gold):
+        noise = rng.gamma(2.0, size=g.shape).astype(np.float32)
+        p = g + noise + noise.T
+        predicted.append(np.round(p) if k % 3 == 0 else p)
+    punct = [structural.punctuation(s.xpos) for s in sentences]
+    assert any(((np.array(s.tags) == "PUNCT") != m).any() for s, m in zip(sentences, punct))
+    for p, g, s, m in zip(predicted, gold, sentences, punct):
+        for matrix in (p, g):
+            want = hm_prims_matrix_to_edges(matrix, s.words, s.xpos)
+            assert structural.spanning_tree(matrix, ~m) == [tuple(sorted(e)) for e in want]
+    want = hm_uuas(predicted, gold, sentences)
+    assert 0.2 < want < 0.9
+    assert structural.uuas(predicted, gold, punct) == want
 
 
 def test_tree_distances_and_spanning_tree_match_scipy():
@@ -163,33 +231,118 @@ def test_tree_distances_and_spanning_tree_match_scipy():
     keep = np.array([1, 1, 0, 1, 1, 1, 1], bool)
     idx = np.flatnonzero(keep)
     tree = minimum_spanning_tree(np.triu(dist[np.ix_(idx, idx)], 1)).tocoo()
-    assert structural.spanning_tree(dist, keep) == {tuple(sorted((idx[i], idx[j]))) for i, j in zip(tree.row, tree.col)}
+    assert set(structural.spanning_tree(dist, keep)) == {tuple(sorted((idx[i], idx[j])))
+                                                         for i, j in zip(tree.row, tree.col)}
 
 
-def test_structural_probe_learns_distances_a_linear_map_holds():
+def _tree_features(sentences, rng, noise=2.0):
     """Each word as the sum of one orthogonal unit vector per edge on its path to the root (squared
     distances are then exactly tree distances), beside as many dimensions of louder noise, all
-    rotated: a probe that learns to read the first part recovers the trees, a random map does not."""
-    sentences = [s for s in _ud(60) if 5 <= len(s.words) <= 20][:30]
-    rng = np.random.default_rng(0)
+    rotated."""
     rotation = np.linalg.qr(rng.normal(size=(40, 40)))[0]
     feats = []
     for s in sentences:
-        x = np.concatenate([np.zeros((len(s.words), 20)), 2 * rng.normal(size=(len(s.words), 20))], 1)
+        x = np.concatenate([np.zeros((len(s.words), 20)), noise * rng.normal(size=(len(s.words), 20))], 1)
         for i in range(len(s.words)):
             j = i
             while s.heads[j]:
                 x[i, j] = 1.0
                 j = s.heads[j] - 1
         feats.append((x @ rotation).astype(np.float32))
+    return feats, rotation
+
+
+def test_structural_probe_learns_distances_a_linear_map_holds():
+    """Trained by H&M's regimen, a probe reads the tree part of `_tree_features` and recovers the
+    trees of held-out sentences; a random map does not."""
+    sentences = [s for s in _ud(400) if 5 <= len(s.words) <= 20][:140]
+    feats, rotation = _tree_features(sentences, np.random.default_rng(0), noise=0.5)
     gold = [structural.tree_distances(s.heads) for s in sentences]
-    heads = [s.heads for s in sentences]
-    punct = [[False] * len(s.words) for s in sentences]
+    punct = [np.zeros(len(s.words), bool) for s in sentences]
     np.testing.assert_allclose(structural.predict(rotation[:20], feats[:1])[0], gold[0], atol=1e-4)
-    untrained = structural.fit(feats, gold, rank=20, epochs=0)
-    assert structural.uuas(structural.predict(untrained, feats), heads, punct) < 0.6
-    b = structural.fit(feats, gold, rank=20, epochs=400, batch_size=5, learning_rate=1e-2)
-    assert structural.uuas(structural.predict(b, feats), heads, punct) > 0.9
+    train, dev = slice(0, 100), slice(100, 140)
+    untrained, _ = structural.fit(feats[train], gold[train], feats[dev], gold[dev], rank=20, max_epochs=0)
+    assert structural.uuas(structural.predict(untrained, feats[dev]), gold[dev], punct[dev]) < 0.6
+    b, epochs = structural.fit(feats[train], gold[train], feats[dev], gold[dev], rank=20, max_epochs=300,
+                               batch_size=5, learning_rate=1e-2)
+    assert epochs < 300 and structural.uuas(structural.predict(b, feats[dev]), gold[dev], punct[dev]) > 0.9
+
+
+def test_structural_probe_trains_as_hewitt_and_mannings_regimen():
+    """The same start and the same batches as t5lite draws: B after H&M's ProbeRegimen (early
+    stopping, ReduceLROnPlateau) run in PyTorch with their probe and loss, to float32 precision, and
+    the same number of epochs (the run below stops early after cutting the rate)."""
+    torch = pytest.importorskip("torch", reason="H&M's regimen runs in PyTorch")
+    sentences = [s for s in _ud(200) if 4 <= len(s.words) <= 20][:40]
+    feats, _ = _tree_features(sentences, np.random.default_rng(1), noise=3.0)
+    gold = [structural.tree_distances(s.heads) for s in sentences]
+    train, dev = slice(0, 27), slice(27, 40)
+    b0, _ = structural.fit(feats[train], gold[train], feats[dev], gold[dev], rank=8, max_epochs=0)
+    got, epochs = structural.fit(feats[train], gold[train], feats[dev], gold[dev], rank=8, max_epochs=40,
+                                 batch_size=10, learning_rate=3e-2)
+    rng = np.random.default_rng(0)                      # t5lite's batch order: a permutation per epoch
+    orders = [rng.permutation(27) for _ in range(40)]
+
+    def batch(idx, part_feats, part_gold):              # H&M's `custom_pad`: labels padded with -1
+        n = max(len(part_feats[i]) for i in idx)
+        x = torch.zeros(len(idx), n, 40)
+        y = torch.full((len(idx), n, n), -1.0)
+        for k, i in enumerate(idx):
+            x[k, :len(part_feats[i])] = torch.from_numpy(part_feats[i])
+            y[k, :len(part_feats[i]), :len(part_feats[i])] = torch.from_numpy(part_gold[i])
+        return x, y, torch.tensor([len(part_feats[i]) for i in idx])
+
+    proj = torch.nn.Parameter(torch.from_numpy(np.array(b0.T)))
+
+    def probe(batch):                                   # probe.py: TwoWordPSDProbe.forward
+        transformed = torch.matmul(batch, proj)
+        batchlen, seqlen, rank = transformed.size()
+        transformed = transformed.unsqueeze(2).expand(-1, -1, seqlen, -1)
+        transposed = transformed.transpose(1, 2)
+        diffs = transformed - transposed
+        return (diffs ** 2).sum(-1)
+
+    def loss(predictions, label_batch, length_batch):   # loss.py: L1DistanceLoss.forward
+        labels_1s = (label_batch != -1).float()
+        predictions_masked = predictions * labels_1s
+        labels_masked = label_batch * labels_1s
+        total_sents = torch.sum((length_batch != 0)).float()
+        squared_lengths = length_batch.pow(2).float()
+        loss_per_sent = torch.sum(torch.abs(predictions_masked - labels_masked), dim=(1, 2))
+        normalized_loss_per_sent = loss_per_sent / squared_lengths
+        return torch.sum(normalized_loss_per_sent) / total_sents, total_sents
+
+    # regimen.py: ProbeRegimen.set_optimizer and train_until_convergence (saving = keeping a copy)
+    import sys
+    optimizer = torch.optim.Adam([proj], lr=3e-2)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.1, patience=0)
+    min_dev_loss, min_dev_loss_epoch, saved, rates = sys.maxsize, -1, None, set()
+    dev_batches = [batch(range(k, min(k + 10, 13)), feats[dev], gold[dev]) for k in range(0, 13, 10)]
+    for epoch_index in range(40):
+        epoch_dev_loss = epoch_dev_loss_count = 0
+        for k in range(0, 27, 10):
+            optimizer.zero_grad()
+            observation_batch, label_batch, length_batch = batch(orders[epoch_index][k:k + 10], feats[train],
+                                                                 gold[train])
+            batch_loss, count = loss(probe(observation_batch), label_batch, length_batch)
+            batch_loss.backward()
+            optimizer.step()
+        for observation_batch, label_batch, length_batch in dev_batches:
+            with torch.no_grad():
+                batch_loss, count = loss(probe(observation_batch), label_batch, length_batch)
+            epoch_dev_loss += batch_loss.numpy() * count.numpy()
+            epoch_dev_loss_count += count.numpy()
+        scheduler.step(epoch_dev_loss)
+        rates.add(optimizer.param_groups[0]["lr"])
+        if epoch_dev_loss / epoch_dev_loss_count < min_dev_loss - 0.0001:
+            saved = proj.detach().numpy().copy()
+            min_dev_loss = epoch_dev_loss / epoch_dev_loss_count
+            min_dev_loss_epoch = epoch_index
+        elif min_dev_loss_epoch < epoch_index - 4:
+            break
+    assert epoch_index + 1 < 40 and len(rates) > 1      # it stopped early, after cutting the rate
+    assert epochs == epoch_index + 1
+    np.testing.assert_allclose(got, saved.T, rtol=1e-3, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- linear probe

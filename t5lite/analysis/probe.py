@@ -3,7 +3,7 @@ vectors (each word's first subword; layer 0 is the embedding layer's output). Li
 UPOS (UD English-EWT train -> test) and named entities (Universal NER: dev -> test); the span
 probe (`ner_spans`) types each gold entity span (PER / LOC / ORG) from its pooled subwords
 (t5lite.analysis.spans); the structural probe (t5lite.analysis.structural) recovers dependency
-trees (UD train -> test). Every probe is trained again on the same shape of model freshly
+trees (UD train -> test, stopped early on UD dev). Every probe is trained again on the same shape of model freshly
 initialised: the control, which says how much a probe reads from the architecture and the word
 identities alone.
 """
@@ -25,9 +25,11 @@ log = logging.getLogger("t5lite")
 PROBES = ("pos", "ner", "ner_spans", "structural")
 UD = "en_ewt/en_ewt-ud-{}.conllu"
 UNER = "uner_en_ewt/en_ewt-ud-{}.iob2"
-# The split each probe trains on and the one it reports (UNER's train split has no entity layer).
-SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test"), "ner": (UNER, "dev", "test"),
+# The split each probe trains on, the one it reports, and the structural probe's early-stopping
+# split (UNER's train split has no entity layer).
+SPLITS = {"pos": (UD, "train", "test"), "structural": (UD, "train", "test", "dev"), "ner": (UNER, "dev", "test"),
           "ner_spans": (UNER, "dev", "test")}
+PARTS = ("train", "test", "dev")
 ENTITY_TYPES = tuple(dict.fromkeys(t[2:] for t in UNER_TAGS if t != "O"))   # PER, LOC, ORG
 
 
@@ -77,29 +79,34 @@ def span_typing(train, test, train_vecs, test_vecs, l2: float) -> dict:
                          for guess in _per_layer(train_vecs, y_train, test_vecs, len(ENTITY_TYPES), l2)]}
 
 
-def distances(train, test, train_vecs, test_vecs, rank: int, epochs: int, seed: int) -> dict:
-    """UUAS, distance Spearman and test loss per layer of the structural probe."""
-    gold_train = [structural.tree_distances(s.heads) for s in train]
-    gold_test = [structural.tree_distances(s.heads) for s in test]
-    punct = [[t == "PUNCT" for t in s.tags] for s in test]
-    result = {"uuas": [], "spearman": [], "loss": []}
+def distances(train, test, dev, train_vecs, test_vecs, dev_vecs, rank: int, epochs: int, seed: int) -> dict:
+    """UUAS, distance Spearman, test loss and epochs trained per layer of the structural probe."""
+    if not dev:
+        raise ConfigError("the structural probe read no UD dev sentences to stop on; give more --test_sentences")
+    gold_train, gold_test, gold_dev = ([structural.tree_distances(s.heads) for s in part]
+                                       for part in (train, test, dev))
+    punct = [structural.punctuation(s.xpos) for s in test]
+    result = {"uuas": [], "spearman": [], "loss": [], "epochs": []}
     for layer in range(train_vecs[0].shape[0]):
-        b = structural.fit([v[layer] for v in train_vecs], gold_train, rank=rank, epochs=epochs, seed=seed)
+        b, trained = structural.fit([v[layer] for v in train_vecs], gold_train, [v[layer] for v in dev_vecs], gold_dev,
+                                    rank=rank, max_epochs=epochs, seed=seed)
         test_layer = [v[layer] for v in test_vecs]
         predicted = structural.predict(b, test_layer)
-        result["uuas"].append(structural.uuas(predicted, [s.heads for s in test], punct))
+        result["uuas"].append(structural.uuas(predicted, gold_test, punct))
         result["spearman"].append(structural.distance_spearman(predicted, gold_test))
         h, gold, lengths = structural.padded(test_layer, gold_test)
         result["loss"].append(float(structural.loss(b, h, gold, lengths)))
+        result["epochs"].append(trained)
     return result
 
 
 def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos", "structural"),
-        train_sentences: int = 500, test_sentences: int = 200, rank: int = 32, epochs: int = 30,
+        train_sentences: int = 500, test_sentences: int = 200, rank: int = 32, epochs: int = 40,
         l2: float = 1e-3, control: bool = True, seed: int = 0, span_pooling: str = "mean") -> dict:
     """{probe: {model name: {score: [per layer]}}} for the model and (with `control`) its untrained
     twin, and under "sentences_read" each probe's sentences that fit the model (the span probe:
-    also its entity spans)."""
+    also its entity spans). The structural probe stops early on the first `test_sentences` of UD dev,
+    `epochs` at most."""
     unknown = sorted(set(probes) - set(PROBES))
     if unknown or not probes:
         raise ConfigError(f"--probes {','.join(probes)}: choose from {','.join(PROBES)}")
@@ -111,26 +118,29 @@ def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos",
         span_pooling=span_pooling)}
     cache = {}
     for name in probes:
-        pattern, train_split, test_split = SPLITS[name]
+        pattern, *splits = SPLITS[name]
         data = [forward.fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
-                for split, limit in ((train_split, train_sentences), (test_split, test_sentences))]
+                for split, limit in zip(splits, (train_sentences, test_sentences, test_sentences))]
         results[name] = {}
-        read = results.setdefault("sentences_read", {})[name] = {"train": len(data[0]), "test": len(data[1])}
+        read = results.setdefault("sentences_read", {})[name] = dict(zip(PARTS, map(len, data)))
         pooling = span_pooling if name == "ner_spans" else None
         if pooling:
             read |= {f"{part}_spans": sum(len(spans.entity_spans(x)) for x in sentences)
                      for part, sentences in zip(("train", "test"), data)}
         for s in subjects:
-            key = (s.name, pattern, pooling)
-            if key not in cache:
-                cache[key] = [features(s, part, pooling) for part in data]
-            log.info("%s probe of %s on %d + %d sentences", name, s.name, *map(len, data))
+            vecs = []
+            for split, part in zip(splits, data):
+                key = (s.name, pattern, split, pooling)
+                if key not in cache:
+                    cache[key] = features(s, part, pooling)
+                vecs.append(cache[key])
+            log.info("%s probe of %s on %s sentences", name, s.name, " + ".join(map(str, map(len, data))))
             if name == "structural":
-                results[name][s.name] = distances(*data, *cache[key], rank, epochs, seed)
+                results[name][s.name] = distances(*data, *vecs, rank, epochs, seed)
             elif pooling:
-                results[name][s.name] = span_typing(*data, *cache[key], l2)
+                results[name][s.name] = span_typing(*data, *vecs, l2)
             else:
-                results[name][s.name] = tagging(*data, *cache[key], UPOS_TAGS if name == "pos" else UNER_TAGS, l2)
+                results[name][s.name] = tagging(*data, *vecs, UPOS_TAGS if name == "pos" else UNER_TAGS, l2)
     return results
 
 
@@ -143,7 +153,7 @@ def write(results: dict, out: str) -> list[str]:
     with open(os.path.join(out, "probe.json"), "w") as f:
         json.dump(results, f, indent=1)
     panels = [(p, score) for p in PROBES if p in results for score in next(iter(results[p].values()))
-              if score != "loss"]
+              if score not in ("loss", "epochs")]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (p, score) in zip(axes[0], panels):
         for model, scores in results[p].items():

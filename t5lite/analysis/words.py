@@ -24,6 +24,7 @@ class Sentence:
     tags: tuple[str, ...] = ()          # UPOS (CoNLL-U) or BIO entity tags (IOB2)
     heads: tuple[int, ...] = ()         # CoNLL-U: each word's head, 1-based, 0 for the root
     relations: tuple[str, ...] = ()     # CoNLL-U: each word's dependency relation
+    xpos: tuple[str, ...] = ()          # CoNLL-U: each word's language-specific tag (EWT: Penn Treebank's)
 
 
 def _column(path: str, column: int) -> list[tuple[list[str], list[str]]]:
@@ -36,16 +37,16 @@ def _column(path: str, column: int) -> list[tuple[list[str], list[str]]]:
 
 
 def read_conll(path: str, limit: int | None = None) -> list[Sentence]:
-    """The first `limit` sentences of a CoNLL-U file (UPOS, heads, relations) or of an IOB2 file
+    """The first `limit` sentences of a CoNLL-U file (UPOS, heads, relations, XPOS) or of an IOB2 file
     (Universal NER: word in column 2, tag in column 3)."""
     if not os.path.isfile(path):
         raise DataNotFoundError(f"{path} does not exist; point --data_dir at the folder holding en_ewt/ and "
                                 "uner_en_ewt/ (Universal Dependencies English-EWT and its Universal NER layer)")
     if not path.endswith(".conllu"):
         return [Sentence(tuple(w), tuple(t)) for w, t in _column(path, 2)[:limit]]
-    upos, heads, relations = (_column(path, c)[:limit] for c in (3, 6, 7))
-    return [Sentence(tuple(w), tuple(t), tuple(int(h) for h in hs), tuple(r))
-            for (w, t), (_, hs), (_, r) in zip(upos, heads, relations)]
+    upos, heads, relations, xpos = (_column(path, c)[:limit] for c in (3, 6, 7, 4))
+    return [Sentence(tuple(w), tuple(t), tuple(int(h) for h in hs), tuple(r), tuple(x))
+            for (w, t), (_, hs), (_, r), (_, x) in zip(upos, heads, relations, xpos)]
 
 
 def read_text(path: str, limit: int | None = None, max_words: int = 64) -> list[Sentence]:

@@ -30,7 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     probe.add_argument("--train_sentences", type=int, default=500, help="sentences the probes train on")
     probe.add_argument("--test_sentences", type=int, default=200, help="sentences the probes are scored on")
     probe.add_argument("--rank", type=int, default=32, help="the structural probe's rank k")
-    probe.add_argument("--epochs", type=int, default=30, help="the structural probe's epochs")
+    probe.add_argument("--epochs", type=int, default=40,
+                       help="the structural probe's most epochs (it stops early on the UD dev loss)")
     probe.add_argument("--l2", type=float, default=1e-3, help="the linear probes' L2 weight")
     probe.add_argument("--no_control", action="store_true", help="skip the untrained control model")
     probe.add_argument("--seed", type=int, default=0, help="the control's initialisation and the probes' seed")
