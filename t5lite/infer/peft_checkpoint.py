@@ -13,6 +13,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.traverse_util import flatten_dict
 
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.infer import checkpoint_reader
@@ -98,6 +99,30 @@ def restore_merged(step_dir: str, run_dir: str, record: dict, abstract_params):
         head = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), abstract_params["head"])
         base = {"backbone": base, "head": head}
     return method_of(record).combine(base, trained)
+
+
+def imported(model_dir: str) -> bool:
+    """Whether the run's newest checkpoint holds trained parameters alone (no optimizer state):
+    an adapter `t5lite convert --from_hf BASE --peft_adapter DIR` imported, for training to start from."""
+    if read(model_dir) is None:
+        return False
+    try:
+        step_dir = checkpoint_reader.step_directory(model_dir)
+    except FileNotFoundError:
+        return False
+    return set(checkpoint_reader.step_reader().metadata(step_dir).item_metadata["state"]) == {"params"}
+
+
+def start_from_import(model_dir: str, fresh_state):
+    """`fresh_state` (a new train state of the run's method) with the imported adapter's
+    parameters in place of its fresh ones; a method that does not build them is refused."""
+    trained = restore_trained(checkpoint_reader.step_directory(model_dir))
+    shapes = lambda tree: {k: tuple(v.shape) for k, v in flatten_dict(tree).items()}
+    if shapes(trained) != shapes(fresh_state.params):
+        raise ConfigError(f"{model_dir} holds an imported {read(model_dir)['method']} whose parameters train.peft "
+                          f"does not build; bind train.peft to the method in {RunDir(model_dir).peft}")
+    shardings = jax.tree.map(lambda x: x.sharding, fresh_state.params)
+    return fresh_state.replace(params=jax.device_put(trained, shardings))
 
 
 def restore_trained(step_dir: str):

@@ -37,26 +37,22 @@ def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
 
 
 def hf_to_t5lite(hf_dir: str, out_dir: str, adapter_dir: str | None = None) -> ModelConfig:
-    """Imports a Hugging Face model folder as a t5lite run directory (step 0), with a peft LoRA
-    adapter folder merged in if given, and the folder's tokenizer as the run's vocabulary
-    (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer). A prefix- or prompt-tuning adapter
-    makes OUT a PEFT run (`peft_run_from_hf`)."""
+    """Imports a Hugging Face model folder as a t5lite run directory (step 0), with the folder's
+    tokenizer as the run's vocabulary (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer). With
+    a peft adapter folder (LoRA, prefix or prompt tuning), OUT is a PEFT run (`peft_run_from_hf`)."""
     from t5lite.interop import hf
-    note = {"converted_from": os.path.abspath(hf_dir)}
     if adapter_dir is not None:
-        note["peft_adapter"] = os.path.abspath(adapter_dir)
-        if hf.adapter_lib.read(adapter_dir)[0].get("peft_type") in ("PREFIX_TUNING", "PROMPT_TUNING"):
-            return peft_run_from_hf(hf_dir, out_dir, adapter_dir)
-    config = _write_run(*hf.load(hf_dir, adapter=adapter_dir), out_dir, note)
+        return peft_run_from_hf(hf_dir, out_dir, adapter_dir)
+    config = _write_run(*hf.load(hf_dir), out_dir, {"converted_from": os.path.abspath(hf_dir)})
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return config
 
 
 def peft_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConfig:
-    """A peft prefix- or prompt-tuning folder as a PEFT run, as training would write it: the
-    imported base in `OUT/base`, and OUT holding the prefix or prompt (step 0) with `peft.json`
-    naming that base. Keys, values and prompts are not weights of the base, so they do not merge
-    into a full checkpoint."""
+    """A peft adapter folder as a PEFT run, as training would write it: the imported base in
+    `OUT/base`, and OUT holding the adapter's parameters (step 0: LoRA's A, B, a prefix or a
+    prompt) with `peft.json` naming that base, so it trains further, evaluates, and goes back out
+    with `convert --to_hf`; `convert --merge` merges a LoRA into a full checkpoint."""
     from t5lite.infer import peft_checkpoint
     from t5lite.interop import hf
     base_dir = os.path.join(out_dir, "base")

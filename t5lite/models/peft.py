@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -111,102 +112,164 @@ class LoRA(Method):
     (`init_lora_weights="gaussian"`), B zeros. A's and B's own axes are named `lora_rank` and
     `lora_group` (the fused projections).
 
-    `target_modules`: t5lite Dense names (`query`, `key`, `value`, `out`, `wi`, `wo`, `wi_0`,
-    `wi_1`, or any other Dense's name) matched wherever a module holds them (self- and
-    cross-attention alike, as peft matches by name suffix); a tuple of names is one LoRA whose A is
-    shared and whose B covers all of them (GPT-2's c_attn). None: peft's default for the family
-    (`default_targets`)."""
+    `target_modules`, as peft's: a tuple of t5lite Dense names (`query`, `key`, `value`, `out`,
+    `wi`, `wo`, `wi_0`, `wi_1`, or any other Dense's name) matched wherever a module holds them
+    (self- and cross-attention alike, as peft matches by name suffix), a tuple of names being one
+    LoRA whose A is shared and whose B covers all of them (GPT-2's c_attn); or a str, a regex that
+    must match a module's whole path, e.g. "decoder/layers_[01]/self_attention/(query|value)"
+    (GPT-2's fused group is the path ".../self_attention/query+key+value"). None: peft's default
+    for the family (`default_targets`).
+
+    `rank_pattern` and `alpha_pattern`, peft's: (regex, rank or alpha) pairs; the first whose
+    regex matches the end of a LoRA's path (peft's get_pattern_key, `(.*/)?(regex)` in full, with
+    t5lite's "/" for peft's ".") gives that module its own rank or alpha, so its scale is
+    alpha / r (alpha / sqrt(r) with `use_rslora`) of its own. `lora_bias` (peft's) gives B a bias,
+    added as s * bias to the target's own bias (a target without a bias, as T5's, is refused:
+    peft cannot merge it either)."""
     r: int = 8
     lora_alpha: float = 8.0
     lora_dropout: float = 0.0
     use_rslora: bool = False
     init_lora_weights: str = "kaiming"
-    target_modules: tuple[Target, ...] | None = None
+    target_modules: tuple[Target, ...] | str | None = None
+    rank_pattern: tuple[tuple[str, int], ...] = ()
+    alpha_pattern: tuple[tuple[str, float], ...] = ()
+    lora_bias: bool = False
 
     def __post_init__(self):
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ConfigError(f"LoRA.lora_dropout={self.lora_dropout}: expected a rate in [0, 1)")
         if self.init_lora_weights not in ("kaiming", "gaussian"):
             raise ConfigError(f"LoRA.init_lora_weights={self.init_lora_weights!r}: expected 'kaiming' or 'gaussian'")
-        if self.r < 1:
-            raise ConfigError(f"LoRA.r={self.r}: the rank must be at least 1")
+        if self.r < 1 or any(r < 1 for _, r in self.rank_pattern):
+            raise ConfigError(f"LoRA.r={self.r}, rank_pattern={self.rank_pattern}: every rank must be at least 1")
+        for name in ("rank_pattern", "alpha_pattern") + (("target_modules",) if isinstance(self.target_modules, str)
+                                                          else ()):
+            for pattern in [self.target_modules] if name == "target_modules" else [p for p, _ in getattr(self, name)]:
+                try:
+                    re.compile(pattern)
+                except re.error as e:
+                    raise ConfigError(f"LoRA.{name}: {pattern!r} is not a regex ({e})") from None
 
     @property
     def scale(self) -> float:
-        return self.lora_alpha / (math.sqrt(self.r) if self.use_rslora else self.r)
+        """The scale of a module without a pattern of its own."""
+        return self.scale_of(self.r, self.lora_alpha)
+
+    def scale_of(self, r: int, alpha: float) -> float:
+        return alpha / (math.sqrt(r) if self.use_rslora else r)
+
+    @staticmethod
+    def _pattern(pairs, path: tuple[str, ...], default):
+        """peft's get_pattern_key on a t5lite path: the value of the first regex matching its end."""
+        name = "/".join(path)
+        return next((v for p, v in pairs if re.fullmatch(rf"(.*/)?({p})", name)), default)
+
+    def rank_of(self, path: tuple[str, ...]) -> int:
+        return int(self._pattern(self.rank_pattern, path, self.r))
+
+    def alpha_of(self, path: tuple[str, ...]) -> float:
+        return float(self._pattern(self.alpha_pattern, path, self.lora_alpha))
 
     def targets(self, config: ModelConfig) -> tuple[tuple[str, ...], ...]:
         targets = default_targets(config) if self.target_modules is None else self.target_modules
         return tuple((t,) if isinstance(t, str) else tuple(t) for t in targets)
 
+    def sites(self, kernel_paths, config: ModelConfig) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """(module path, Dense names) of each LoRA, given the paths of the base's kernels."""
+        kernels = set(kernel_paths)
+        parents = sorted({p[:-2] for p in kernels})
+        if not isinstance(self.target_modules, str):
+            return [(parent, group) for group in self.targets(config) for parent in parents
+                    if all(parent + (n, "kernel") in kernels for n in group)]
+        fused = [g for g in (() if config.share_layers else default_targets(config)) if not isinstance(g, str)]
+        out = []
+        for parent in parents:
+            groups = [(p[-2],) for p in sorted(kernels) if p[:-2] == parent] + \
+                [g for g in fused if all(parent + (n, "kernel") in kernels for n in g)]
+            out += [(parent, g) for g in groups if re.fullmatch(self.target_modules, "/".join(parent + ("+".join(g),)))]
+        return out
+
     def init(self, rng, params, specs, config: ModelConfig) -> tuple[dict, dict]:
         trained, trained_specs = super().init(rng, params, specs, config)
         flat, flat_specs = flatten_dict(params), flatten_dict(specs)
         saved = set(self.modules_to_save)
-        modules = {p[:-2] for p in flat if p[-1] == "kernel" and not set(p[:-2]) & saved}
+        kernel_paths = [p for p in flat if p[-1] == "kernel" and not set(p[:-2]) & saved]
         lora, lora_specs = {}, {}
-        for group in self.targets(config):
-            for parent in sorted(modules):
-                if not all(parent + (n, "kernel") in flat for n in group):
-                    continue
-                kernels = [flat[parent + (n, "kernel")] for n in group]
-                axes = tuple(flat_specs[parent + (group[0], "kernel")])
-                if len({k.shape for k in kernels}) != 1:
-                    raise ConfigError(f"LoRA target {'+'.join(group)} in {'/'.join(parent)}: one LoRA over several "
-                                      "projections needs kernels of one shape")
-                rng, key = jax.random.split(rng)
-                lead = 1 if axes[0] == "layers" else 0
-                n_out = len(_HEADS_OUT) if axes[-2:] == _HEADS_OUT else 1
-                shape = kernels[0].shape
-                a_shape, b_shape = shape[:-n_out] + (self.r,), shape[:lead] + (self.r, len(group)) + shape[-n_out:]
-                path = parent + ("+".join(group),)
-                lora[path + ("lora_a",)] = self._init_a(key, a_shape, math.prod(shape[lead:-n_out]))
-                lora[path + ("lora_b",)] = jnp.zeros(b_shape, jnp.float32)
-                lora_specs[path + ("lora_a",)] = P(*axes[:-n_out], "lora_rank")
-                lora_specs[path + ("lora_b",)] = P(*axes[:lead], "lora_rank", "lora_group", *axes[-n_out:])
+        for parent, group in self.sites(kernel_paths, config):
+            kernels = [flat[parent + (n, "kernel")] for n in group]
+            axes = tuple(flat_specs[parent + (group[0], "kernel")])
+            if len({k.shape for k in kernels}) != 1:
+                raise ConfigError(f"LoRA target {'+'.join(group)} in {'/'.join(parent)}: one LoRA over several "
+                                  "projections needs kernels of one shape")
+            if self.lora_bias and not all(parent + (n, "bias") in flat for n in group):
+                raise ConfigError(f"LoRA.lora_bias=True: {'/'.join(parent + (group[0],))} has no bias to add it to "
+                                  "(T5 has none); set lora_bias=False")
+            rng, key = jax.random.split(rng)
+            lead = 1 if axes[0] == "layers" else 0
+            n_out = len(_HEADS_OUT) if axes[-2:] == _HEADS_OUT else 1
+            shape = kernels[0].shape
+            path = parent + ("+".join(group),)
+            r = self.rank_of(path)
+            a_shape, b_shape = shape[:-n_out] + (r,), shape[:lead] + (r, len(group)) + shape[-n_out:]
+            lora[path + ("lora_a",)] = self._init_a(key, a_shape, math.prod(shape[lead:-n_out]), r)
+            lora[path + ("lora_b",)] = jnp.zeros(b_shape, jnp.float32)
+            lora_specs[path + ("lora_a",)] = P(*axes[:-n_out], "lora_rank")
+            lora_specs[path + ("lora_b",)] = P(*axes[:lead], "lora_rank", "lora_group", *axes[-n_out:])
+            if self.lora_bias:   # peft: zeros, as B
+                lora[path + ("lora_bias",)] = jnp.zeros(shape[:lead] + (len(group),) + shape[-n_out:], jnp.float32)
+                lora_specs[path + ("lora_bias",)] = P(*axes[:lead], "lora_group", *axes[-n_out:])
         if not lora:
             raise ConfigError(f"LoRA.target_modules={self.target_modules}: no module of this model has them; "
                               "t5lite names its projections query, key, value, out, wi, wo (wi_0, wi_1 gated)")
         trained["lora"], trained_specs["lora"] = unflatten_dict(lora), unflatten_dict(lora_specs)
         return trained, trained_specs
 
-    def _init_a(self, key, shape, fan_in: int):
+    def _init_a(self, key, shape, fan_in: int, r: int):
         if self.init_lora_weights == "gaussian":
-            return jax.random.normal(key, shape, jnp.float32) / self.r
+            return jax.random.normal(key, shape, jnp.float32) / r
         bound = 1.0 / math.sqrt(fan_in)   # kaiming_uniform_(a=sqrt(5)) on lora_A [r, fan_in]
         return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
 
     def factors(self, flat_params: dict, lora):
-        """(kernel path, number of leading layer axes, A [*in, r], s * B [r, *out]) per target
-        kernel; a fused group's members share A and take their slice of B."""
+        """(kernel path, number of leading layer axes, A [*in, r], s * B [r, *out], s * bias [*out]
+        or None) per target kernel; a fused group's members share A and take their slice of B."""
         for path, ab in flatten_dict(lora, is_leaf=lambda _, x: "lora_a" in x).items():
             a, b = ab["lora_a"], ab["lora_b"]
+            s = self.scale_of(a.shape[-1], self.alpha_of(path))
             for j, name in enumerate(path[-1].split("+")):
                 kernel_path = path[:-1] + (name, "kernel")
                 lead = a.ndim - 1 + b.ndim - 2 - flat_params[kernel_path].ndim
-                yield kernel_path, lead, a, self.scale * jnp.take(b, j, axis=lead + 1)
+                bias = s * jnp.take(ab["lora_bias"], j, axis=lead) if "lora_bias" in ab else None
+                yield kernel_path, lead, a, s * jnp.take(b, j, axis=lead + 1), bias
 
     def deltas(self, flat_params: dict, lora) -> dict:
-        """{kernel path: s * A @ B} for every LoRA target, shaped as the kernel."""
+        """{param path: s * A @ B for every LoRA target kernel, shaped as the kernel; s * bias for its bias}."""
         out = {}
-        for kernel_path, lead, a, b in self.factors(flat_params, lora):
+        for kernel_path, lead, a, b, bias in self.factors(flat_params, lora):
             a2 = a.reshape(a.shape[:lead] + (-1, a.shape[-1]))
             b2 = b.reshape(b.shape[:lead + 1] + (-1,))
             out[kernel_path] = jnp.matmul(a2, b2).reshape(flat_params[kernel_path].shape)
+            if bias is not None:
+                out[kernel_path[:-1] + ("bias",)] = bias
         return out
 
     def for_training(self, frozen, trained):
         """Unmerged, as peft trains: the base kernels stay as they are and each target Dense gets
-        `lora_a` and `lora_b` (scaled) beside its kernel, which `lora_interceptor` adds as
-        s * B A dropout(x); no full-size update is formed. Returns (params, the interceptor)."""
+        `lora_a` and `lora_b` (scaled, and `lora_bias`) beside its kernel, which `lora_interceptor`
+        adds as s * (B A dropout(x) + bias); no full-size update is formed. Returns (params, the
+        interceptor)."""
         flat = flatten_dict(Method.combine(self, frozen, trained))
-        for kernel_path, _, a, b in self.factors(flat, trained["lora"]):
+        for kernel_path, _, a, b, bias in self.factors(flat, trained["lora"]):
             flat[kernel_path[:-1] + ("lora_a",)] = a
             flat[kernel_path[:-1] + ("lora_b",)] = b
+            if bias is not None:
+                flat[kernel_path[:-1] + ("lora_bias",)] = bias
         return unflatten_dict(flat), nn.intercept_methods(lora_interceptor(self.lora_dropout))
 
     def combine(self, frozen, trained) -> dict:
-        """The params with each target kernel W replaced by W + s * A @ B (the merged weights)."""
+        """The params with each target kernel W replaced by W + s * A @ B (the merged weights; the
+        bias + s * lora_bias)."""
         flat = flatten_dict(super().combine(frozen, trained))
         for path, delta in self.deltas(flat, trained["lora"]).items():
             flat[path] = flat[path] + delta.astype(flat[path].dtype)
@@ -537,7 +600,7 @@ def logical_specs(module, feature_lengths: dict[str, int] | None = None) -> Any:
 
 def lora_interceptor(rate: float):
     """A flax method interceptor: a Dense whose params hold `lora_a` and `lora_b` (see
-    `LoRA.for_training`) returns W x + (B A dropout(x)) — dropout with the "dropout" rng, as peft's
+    `LoRA.for_training`) returns W x + (B A dropout(x)) (+ `lora_bias`) — dropout with the "dropout" rng, as peft's
     lora_dropout. A fused group's projections (GPT-2's c_attn) draw their masks separately."""
     def intercept(next_fun, args, kwargs, context):
         module = context.module
@@ -551,6 +614,8 @@ def lora_interceptor(rate: float):
             x = jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
         a, b = (module.get_variable("params", n).astype(module.dtype) for n in ("lora_a", "lora_b"))
         h = jnp.tensordot(x.astype(module.dtype), a, axes=module.in_ndim)
+        if module.has_variable("params", "lora_bias"):
+            y = y + module.get_variable("params", "lora_bias").astype(module.dtype)
         return y + jnp.tensordot(h, b, axes=1)
     return intercept
 

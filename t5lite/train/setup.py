@@ -205,6 +205,8 @@ def _initial_state(trainer: TrainTask, c: TrainConfig, ckpt: checkpoints.Checkpo
     """(state, step): the run's newest readable checkpoint (and the loader's position in it);
     another run's whole state (`initial_checkpoint_restore='full'`); or a fresh state, with the
     params of `initial_checkpoint_path` placed by the objective, or a PEFT run's new parameters."""
+    if frozen is not None and peft_checkpoint.imported(c.model_dir):   # `convert --peft_adapter`: its A, B alone
+        return peft_checkpoint.start_from_import(c.model_dir, trainer.init_state(c.seed, frozen)), 0
     if ckpt.latest_step() is not None:
         state, data_state, start = ckpt.restore_newest_readable(trainer.abstract_state)
         loader.restore(data_state)

@@ -13,6 +13,7 @@ A prefix-tuning folder (PREFIX_TUNING) holds the same name for the prefix rows [
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
@@ -47,24 +48,77 @@ def _module_of(name: str, modules) -> str | None:
     return next((m for m in modules if m.endswith("." + name)), None)
 
 
+# What import does with each field of peft's configs (peft 0.21; tests/test_peft.py checks every
+# dataclasses.fields(peft.LoraConfig) is in one set). Metadata and training-only fields, and those
+# that only choose which modules get an adapter (the folder's tensors say which did), are honoured
+# as they are; a refused field must hold the value named (or None, False, [], {}).
+_METADATA = {"task_type", "peft_type", "auto_mapping", "peft_version", "base_model_name_or_path", "revision",
+             "inference_mode", "runtime_config"}
+LORA_HONOURED = _METADATA | {
+    "r", "lora_alpha", "use_rslora", "rank_pattern", "alpha_pattern", "lora_bias", "lora_dropout",
+    "target_modules", "exclude_modules", "layers_to_transform", "layers_pattern", "fan_in_fan_out",
+    "init_lora_weights",   # but for _BASE_REWRITING_INITS
+    "eva_config", "loftq_config", "corda_config", "lora_ga_config",   # their inits' settings
+    "qalora_group_size", "megatron_core", "ensure_weight_tying"}   # settings of refused fields
+LORA_REFUSED = {"bias": "none", "use_dora": False, "modules_to_save": None, "megatron_config": None,
+                "trainable_token_indices": None, "velora_config": None, "alora_invocation_tokens": None,
+                "use_qalora": False, "monteclora_config": None, "layer_replication": None, "target_parameters": None,
+                "use_bdlora": None, "arrow_config": None, "kasa_config": None}
+# peft's inits that change what a loaded adapter means: they rewrite the base weights (PiSSA, OLoRA,
+# CorDA, LoftQ, LoRA-GA) or freeze B (MiCA) when peft creates the layers, before the tensors load.
+_BASE_REWRITING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga", "mica")
+PROMPT_HONOURED = _METADATA | {"num_virtual_tokens", "token_dim", "num_transformer_submodules",
+                               "num_attention_heads", "num_layers", "prompt_tuning_init", "prompt_tuning_init_text",
+                               "tokenizer_name_or_path", "tokenizer_kwargs"}
+PREFIX_HONOURED = _METADATA | {"num_virtual_tokens", "token_dim", "num_transformer_submodules", "num_attention_heads",
+                               "num_layers", "init_weights", "encoder_hidden_size",
+                               "prefix_projection"}   # peft saves the projection's output
+PROMPT_REFUSED = {"modules_to_save": None}
+
+
+def _check_fields(adapter_config: dict, honoured: set[str], refused: dict, where: str) -> None:
+    """Refuses, in one line naming it, a field t5lite does not honour that holds something."""
+    for field, value in adapter_config.items():
+        if field in honoured or value in (None, False, [], {}, refused.get(field)):
+            continue
+        if field in refused:
+            raise HFConversionError(f"{where}: {field}={value!r} is not supported; t5lite imports peft adapters "
+                                    f"with {field}={refused[field]!r}")
+        raise HFConversionError(f"{where}: {field}={value!r} is a peft setting t5lite does not know; import an "
+                                "adapter saved without it")
+
+
+def _peft_pattern(pattern: dict, name: str, default):
+    """peft's get_pattern_key: the value of the first key whose regex matches the end of the module's name."""
+    return next((v for k, v in (pattern or {}).items() if re.match(rf"(.*\.)?({k})$", name)), default)
+
+
 def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.ndarray],
               shapes: dict[str, tuple[int, ...]], where: str = "adapter") -> tuple[peft.Method, dict]:
     """(the method, the trained tree: {"params": {}, "lora": ...} for LoRA, {"params": {<stack>:
     {"prompt": ...}}} for prompt tuning, {"params": {}, "prefix": ...} for prefix tuning) of a peft
-    adapter folder's contents."""
+    adapter folder's contents. A LoRA keeps peft's per-module ranks and alphas (rank_pattern,
+    alpha_pattern: t5lite patterns of the exact module paths), its B biases (lora_bias) and which
+    modules it adapts (target_modules: t5lite's names when every module of those names has one,
+    else a regex of the exact paths, as layers_to_transform or a regex target_modules give)."""
     if adapter_config.get("peft_type") == "PROMPT_TUNING":
+        _check_fields(adapter_config, PROMPT_HONOURED, PROMPT_REFUSED, where)
         return _prompt_from_peft(adapter_config, tensors, shapes, where)
     if adapter_config.get("peft_type") == "PREFIX_TUNING":
+        _check_fields(adapter_config, PREFIX_HONOURED, PROMPT_REFUSED, where)
         return _prefix_from_peft(adapter_config, tensors, shapes, where)
     if adapter_config.get("peft_type") != "LORA":
         raise HFConversionError(f"{where}: peft_type {adapter_config.get('peft_type')!r}; t5lite imports LoRA, "
                                 "prefix-tuning and prompt-tuning adapters")
-    for field, ok in (("bias", "none"), ("use_dora", False), ("modules_to_save", None)):
-        if adapter_config.get(field, ok) not in (ok, [], None):
-            raise HFConversionError(f"{where}: {field}={adapter_config[field]!r} is not supported; t5lite imports "
-                                    f"LoRA with {field}={ok!r}")
+    _check_fields(adapter_config, LORA_HONOURED, LORA_REFUSED, where)
+    init = adapter_config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower().startswith(_BASE_REWRITING_INITS):
+        raise HFConversionError(f"{where}: init_lora_weights={init!r} changes the base (or freezes B) when peft loads "
+                                "the adapter; convert it to a plain LoRA with peft's save_pretrained(..., "
+                                "path_initial_model_for_weight_conversion=...) and import that")
+    r, alpha = int(adapter_config["r"]), float(adapter_config["lora_alpha"])
     modules = lora_modules(rules)
-    lora, targets = {}, []
+    lora, sites, rank_pattern, alpha_pattern = {}, [], [], []
     names = sorted({k[len(PREFIX):].rsplit(".lora_", 1)[0] for k in tensors if ".lora_A." in k})
     for name in names:
         module = _module_of(name, modules)
@@ -75,17 +129,46 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
         b = np.asarray(tensors[f"{PREFIX}{name}.lora_B.weight"], np.float32)
         kernel = shapes["/".join(parent + (dense_names[0], "kernel"))]
         n_out = len(kernel) - in_ndim
-        r = a.shape[0]
-        key = "+".join(dense_names)
-        lora[parent + (key, "lora_a")] = a.T.reshape(kernel[:-n_out] + (r,))
-        lora[parent + (key, "lora_b")] = b.T.reshape((r, len(dense_names)) + kernel[-n_out:])
-        targets.append(dense_names)
+        rank = a.shape[0]
+        if rank != int(_peft_pattern(adapter_config.get("rank_pattern"), name, r)):
+            raise HFConversionError(f"{where}: {name}.lora_A has rank {rank}, but r and rank_pattern give it "
+                                    f"{_peft_pattern(adapter_config.get('rank_pattern'), name, r)}; {RESAVE}")
+        path = parent + ("+".join(dense_names),)
+        if rank != r:
+            rank_pattern.append((re.escape("/".join(path)), rank))
+        module_alpha = float(_peft_pattern(adapter_config.get("alpha_pattern"), name, alpha))
+        if module_alpha != alpha:
+            alpha_pattern.append((re.escape("/".join(path)), module_alpha))
+        lora[path + ("lora_a",)] = a.T.reshape(kernel[:-n_out] + (rank,))
+        lora[path + ("lora_b",)] = b.T.reshape((rank, len(dense_names)) + kernel[-n_out:])
+        if adapter_config.get("lora_bias"):
+            if not all("/".join(parent + (n, "bias")) in shapes for n in dense_names):
+                raise HFConversionError(f"{where}: lora_bias=True, but {name} has no bias in t5lite (T5 has none), so "
+                                        "the LoRA bias has nowhere to merge (peft cannot merge it either)")
+            bias = np.asarray(tensors[f"{PREFIX}{name}.lora_B.bias"], np.float32)
+            lora[path + ("lora_bias",)] = bias.reshape((len(dense_names),) + kernel[-n_out:])
+        sites.append((parent, dense_names))
     if not lora:
         raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} holds no lora_A / lora_B tensors; {RESAVE}")
-    method = peft.LoRA(r=int(adapter_config["r"]), lora_alpha=float(adapter_config["lora_alpha"]),
-                       use_rslora=bool(adapter_config.get("use_rslora", False)),
-                       target_modules=tuple(sorted(set(t if len(t) > 1 else t[0] for t in targets), key=str)))
+    method = peft.LoRA(r=r, lora_alpha=alpha, use_rslora=bool(adapter_config.get("use_rslora", False)),
+                       lora_dropout=float(adapter_config.get("lora_dropout") or 0.0),
+                       init_lora_weights="gaussian" if init == "gaussian" else "kaiming",
+                       target_modules=_targets(sites, shapes), rank_pattern=tuple(rank_pattern),
+                       alpha_pattern=tuple(alpha_pattern), lora_bias=bool(adapter_config.get("lora_bias")))
     return method, {"params": {}, "lora": unflatten_dict(lora)}
+
+
+def _targets(sites: list[tuple[tuple[str, ...], tuple[str, ...]]], shapes: dict) -> tuple | str:
+    """The t5lite target_modules adapting exactly `sites`: Dense names, when every module holding
+    them is adapted; else a regex of the exact module paths."""
+    names = tuple(sorted({g if len(g) > 1 else g[0] for _, g in sites}, key=str))
+    kernels = {tuple(k.split("/")) for k in shapes if k.endswith("/kernel")}
+    parents = {p[:-2] for p in kernels}
+    every = {(parent, g if isinstance(g, tuple) else (g,)) for g in names for parent in parents
+             if all(parent + (n, "kernel") in kernels for n in (g if isinstance(g, tuple) else (g,)))}
+    if every == set(sites):
+        return names
+    return "|".join(re.escape("/".join(parent + ("+".join(g),))) for parent, g in sorted(sites))
 
 
 _PROMPT_TASKS = {"encoder_decoder": "SEQ_2_SEQ_LM", "decoder": "CAUSAL_LM", "encoder": "FEATURE_EXTRACTION"}
@@ -182,7 +265,7 @@ def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.Pro
         raise HFConversionError("a LoRA run that also trains base parameters (a task head: modules_to_save) has no "
                                 "peft adapter equivalent in t5lite yet; merge it into a full checkpoint instead")
     by_place = {(parent, names): hf for hf, (parent, names, _) in lora_modules(rules).items()}
-    tensors, names = {}, []
+    tensors, names, rank_pattern, alpha_pattern = {}, [], {}, {}
     for path, ab in flatten_dict(trained["lora"], is_leaf=lambda _, x: "lora_a" in x).items():
         place = (path[:-1], tuple(path[-1].split("+")))
         if place not in by_place:
@@ -192,9 +275,16 @@ def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.Pro
         hf = by_place[place]
         tensors[f"{PREFIX}{hf}.lora_A.weight"] = np.ascontiguousarray(a.reshape(-1, r).T)
         tensors[f"{PREFIX}{hf}.lora_B.weight"] = np.ascontiguousarray(b.reshape(r, -1).T)
+        if "lora_bias" in ab:
+            tensors[f"{PREFIX}{hf}.lora_B.bias"] = np.ascontiguousarray(np.asarray(ab["lora_bias"], np.float32).ravel())
+        if r != method.r:   # peft's keys are regexes matching the end of the module's name
+            rank_pattern[re.escape(hf)] = r
+        if method.alpha_of(path) != method.lora_alpha:
+            alpha_pattern[re.escape(hf)] = method.alpha_of(path)
         names.append(hf)
-    adapter_config = dict(peft_type="LORA", r=method.r, lora_alpha=method.lora_alpha, lora_dropout=0.0,
+    adapter_config = dict(peft_type="LORA", r=method.r, lora_alpha=method.lora_alpha, lora_dropout=method.lora_dropout,
                           use_rslora=method.use_rslora, target_modules=sorted(names), bias="none",
+                          rank_pattern=rank_pattern, alpha_pattern=alpha_pattern, lora_bias=method.lora_bias,
                           fan_in_fan_out=config.arch == "decoder", inference_mode=True,
                           base_model_name_or_path=base_model_name_or_path, modules_to_save=None,
                           task_type=None, init_lora_weights=True)

@@ -1,0 +1,195 @@
+"""Hugging Face peft LoRA folders in t5lite (t5lite.interop.hf.adapter, t5lite.models.peft.LoRA)
+against real peft on tiny BERT and GPT-2 models: every LoraConfig field is honoured (peft's logits
+after import and after export) or refused in one line naming it; `convert --from_hf --peft_adapter`
+makes a PEFT run that goes back out as a peft folder with peft's logits, merges (`convert --merge`)
+to peft's merge_and_unload, and trains further on its frozen base."""
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5lite.models import peft as P
+
+torch = pytest.importorskip("torch", reason="peft parity tests need torch (extras 'hf')")
+transformers = pytest.importorskip("transformers", reason="peft parity tests need transformers (extras 'hf')")
+peft = pytest.importorskip("peft", reason="peft parity tests need peft (extras 'hf')")
+
+from t5lite import cli  # noqa: E402
+from t5lite.interop import hf  # noqa: E402
+from t5lite.interop.hf import adapter as adapter_lib  # noqa: E402
+from conftest import assert_close  # noqa: E402
+
+V, RTOL = 97, 1e-4
+
+
+def _bert():
+    config = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=40)
+    ids = np.random.RandomState(2).randint(3, V, (2, 11))
+    return transformers.BertForMaskedLM(config), dict(input_ids=ids), dict(encoder_input_tokens=ids)
+
+
+def _gpt2():
+    config = transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=3, n_head=4, n_positions=40, bos_token_id=0,
+                                     eos_token_id=0)
+    ids = np.random.RandomState(3).randint(1, V, (2, 10))
+    return transformers.GPT2LMHeadModel(config), dict(input_ids=ids), dict(decoder_input_tokens=ids)
+
+
+def _torch_logits(model, inputs):
+    with torch.no_grad():
+        return model(**{k: torch.tensor(v) for k, v in inputs.items()}).logits.numpy()
+
+
+def _ours(module, params, features):
+    return np.asarray(jax.jit(module.apply)({"params": params}, **{k: jnp.asarray(v) for k, v in features.items()}))
+
+
+def _peft_adapter(make, lora_config, tmp_path):
+    """(base folder, peft model with random B (and LoRA biases), torch inputs, t5lite features, adapter folder)."""
+    torch.manual_seed(0)
+    model, torch_inputs, features = make()
+    model.eval().save_pretrained(str(tmp_path / "base"))
+    peft_model = peft.get_peft_model(model, lora_config).eval()
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    return str(tmp_path / "base"), peft_model, torch_inputs, features, str(tmp_path / "adapter")
+
+
+# Each case sets LoraConfig fields that change the adapter's meaning or placement.
+CASES = {
+    "rank_pattern": (_bert, dict(r=4, lora_alpha=8, target_modules=["query", "value"],
+                                 rank_pattern={"layer.1.attention.self.query": 2, "value": 6})),
+    "alpha_pattern": (_bert, dict(r=4, lora_alpha=8, target_modules=["query", "value", "dense"],
+                                  alpha_pattern={"encoder.layer.2.output.dense": 32, "query": 2})),
+    "lora_bias": (_bert, dict(r=4, lora_alpha=8, target_modules=["query", "value"], lora_bias=True)),
+    "layers_to_transform": (_bert, dict(r=4, lora_alpha=8, target_modules=["query", "value"],
+                                        layers_to_transform=[0, 2], layers_pattern="layer")),
+    "regex_target_modules": (_bert, dict(r=4, lora_alpha=8, target_modules=r".*layer\.[12]\.attention\.self\.key")),
+    "rslora": (_bert, dict(r=4, lora_alpha=8, target_modules=["query", "value"], use_rslora=True,
+                           rank_pattern={"value": 9}, alpha_pattern={"query": 3})),
+    "gpt2_fused_patterns": (_gpt2, dict(r=4, lora_alpha=8, target_modules=r"transformer\.h\.[02]\.attn\.c_attn",
+                                        rank_pattern={"h.2.attn.c_attn": 2}, lora_bias=True, fan_in_fan_out=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lora_config_fields_give_peft_logits_both_ways(case, tmp_path):
+    """peft's logits after import (merged, and unmerged as training runs it), a t5lite LoRA config
+    that builds exactly the imported tree (so the run trains further), and peft's logits again
+    after export of the imported adapter."""
+    make, fields = CASES[case]
+    base_dir, peft_model, torch_inputs, features, adapter_dir = _peft_adapter(make, peft.LoraConfig(**fields),
+                                                                              tmp_path)
+    ref = _torch_logits(peft_model, torch_inputs)
+    with peft_model.disable_adapter():
+        assert not np.allclose(ref, _torch_logits(peft_model, torch_inputs), rtol=RTOL)
+    module, variables = hf.load(base_dir)
+    base = variables["params"]
+    method, trained = hf.load_adapter(adapter_dir, module)
+    assert_close(_ours(module, method.combine(base, trained), features), ref, RTOL)
+    params, context = method.for_training(base, trained)
+    with context:
+        assert_close(_ours(module, params, features), ref, RTOL)
+    fresh, _ = method.init(jax.random.PRNGKey(0), base, P.logical_specs(module), module.config)
+    shapes = lambda tree: jax.tree.map(np.shape, tree)
+    assert shapes(fresh) == shapes(trained)
+    out = hf.save_adapter(module, method, trained, str(tmp_path / "out"), base_dir)
+    loaded = peft.PeftModel.from_pretrained(type(peft_model.base_model.model).from_pretrained(base_dir).eval(),
+                                            out).eval()
+    assert_close(_torch_logits(loaded, torch_inputs), ref, RTOL)
+
+
+def test_every_lora_config_field_is_honoured_or_refused():
+    """Every field of peft's LoraConfig, PromptTuningConfig and PrefixTuningConfig is in exactly
+    one of t5lite's sets, so a field a new peft adds fails here until it is classified."""
+    for config, honoured, refused in ((peft.LoraConfig, adapter_lib.LORA_HONOURED, adapter_lib.LORA_REFUSED),
+                                      (peft.PromptTuningConfig, adapter_lib.PROMPT_HONOURED, adapter_lib.PROMPT_REFUSED),
+                                      (peft.PrefixTuningConfig, adapter_lib.PREFIX_HONOURED, adapter_lib.PROMPT_REFUSED)):
+        for field in dataclasses.fields(config):
+            assert (field.name in honoured) != (field.name in refused), f"{config.__name__}.{field.name}"
+
+
+@pytest.mark.parametrize("field,value", [(f, "x") for f in sorted(adapter_lib.LORA_REFUSED)] +
+                         [("init_lora_weights", "pissa"), ("init_lora_weights", "pissa_niter_4"),
+                          ("init_lora_weights", "olora"), ("init_lora_weights", "loftq"), ("a_new_field", [1])])
+def test_refused_lora_fields_are_named_in_one_line(field, value, tmp_path):
+    _, _, _, _, adapter_dir = _peft_adapter(_bert, peft.LoraConfig(r=2, target_modules=["query"]), tmp_path)
+    module, _ = hf.load(str(tmp_path / "base"))
+    config_path = tmp_path / "adapter" / adapter_lib.ADAPTER_CONFIG
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, field: value}))
+    with pytest.raises(hf.HFConversionError, match=rf"^[^\n]*{field}=") as e:
+        hf.load_adapter(adapter_dir, module)
+    assert "\n" not in str(e.value)
+
+
+def test_lora_bias_on_a_target_without_bias_is_refused(tmp_path):
+    config = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
+    model = transformers.T5ForConditionalGeneration(config)
+    model.save_pretrained(str(tmp_path / "base"))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # peft warns that such a LoRA cannot merge
+        peft.get_peft_model(model, peft.LoraConfig(r=2, lora_bias=True)).save_pretrained(str(tmp_path / "adapter"))
+    module, _ = hf.load(str(tmp_path / "base"))
+    with pytest.raises(hf.HFConversionError, match="lora_bias=True.*no bias"):
+        hf.load_adapter(str(tmp_path / "adapter"), module)
+
+
+def test_imported_lora_is_a_peft_run_that_exports_merges_and_trains(tmp_path):
+    """`convert --from_hf BASE --peft_adapter DIR` writes a PEFT run (A and B, the base by path and
+    fingerprint); `convert --to_hf` of it is a peft folder with peft's logits; `convert --merge`
+    gives peft's merge_and_unload logits; one more train step moves A and B, not the base."""
+    from t5lite.infer import checkpoint_reader, peft_checkpoint
+    from t5lite.run_layout import RunDir
+    fields = dict(r=4, lora_alpha=8, target_modules=["c_attn"], rank_pattern={"h.1.attn.c_attn": 2}, lora_bias=True,
+                  fan_in_fan_out=True)
+    base_dir, peft_model, torch_inputs, features, adapter_dir = _peft_adapter(_gpt2, peft.LoraConfig(**fields),
+                                                                              tmp_path)
+    ref = _torch_logits(peft_model, torch_inputs)
+    run = str(tmp_path / "run")
+    cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", run])
+    record = peft_checkpoint.read(run)
+    assert record["method"] == "LoRA" and record["base_checkpoint"].startswith(str(tmp_path / "run" / "base"))
+    assert peft_checkpoint.imported(run)
+    module, variables = hf.load(base_dir)
+    assert record["base_fingerprint"] == peft_checkpoint.fingerprint(variables["params"])
+    trained = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(run))
+    assert set(trained) == {"lora"} or not trained.get("params")
+    method = peft_checkpoint.method_of(record)
+    assert_close(_ours(module, method.combine(variables["params"], trained), features), ref, RTOL)
+
+    cli.main(["convert", "--to_hf", run, "--out", str(tmp_path / "hf")])
+    fresh = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf" / "base")).eval()
+    loaded = peft.PeftModel.from_pretrained(fresh, str(tmp_path / "hf" / "adapter")).eval()
+    assert_close(_torch_logits(loaded, torch_inputs), ref, RTOL)
+
+    cli.main(["convert", "--merge", run, "--out", str(tmp_path / "merged")])
+    merged = checkpoint_reader.restore_params(str(tmp_path / "merged"), variables["params"])
+    assert_close(_ours(module, merged, features), _torch_logits(peft_model.merge_and_unload(), torch_inputs), RTOL)
+
+    # One more step on the frozen base (a train state of the recorded method, A and B imported).
+    import optax
+    from t5lite.train.partitioning import Partitioner
+    from t5lite.train.step import TrainTask
+    tokens = np.random.RandomState(0).randint(1, V, (4, 9))
+    batch = {"decoder_input_tokens": tokens[:, :-1], "decoder_target_tokens": tokens[:, 1:],
+             "decoder_loss_weights": np.ones((4, 8))}
+    batch = {k: jnp.asarray(v, jnp.float32 if "weights" in k else jnp.int32) for k, v in batch.items()}
+    task = TrainTask(module.config.replace(dropout_rate=0.0), optax.adam(1e-2), optax.constant_schedule(1e-2),
+                     Partitioner(), {k: 8 for k in batch}, peft=method)
+    frozen = task.init_base(0, variables["params"])
+    state = peft_checkpoint.start_from_import(run, task.init_state(0, frozen))
+    jax.tree.map(np.testing.assert_array_equal, state.params, trained)
+    state, metrics = task.jit_train_step(frozen)(state, batch)
+    assert np.isfinite(metrics["loss"])
+    moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), state.params, trained)
+    assert jax.tree.leaves(moved) and all(jax.tree.leaves(moved))
+    jax.tree.map(np.testing.assert_array_equal, frozen, variables["params"])
