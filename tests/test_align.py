@@ -102,6 +102,137 @@ def test_refinement_recovers_a_hidden_rotation_from_a_small_identical_string_see
     assert np.linalg.norm(refined - rotation) < 0.2 * np.linalg.norm(rotation)
 
 
+# Transcribed from facebookresearch/MUSE (commit 3159355): src/utils.py `get_nn_avg_dist` (its
+# branch without faiss), src/dico_builder.py `get_candidates` (the csls_knn branch and what follows
+# it) and `build_dictionary`, src/trainer.py `Trainer.build_dictionary` and `Trainer.procrustes`;
+# logging and .cuda() left out.
+try:
+    import torch
+except ImportError:     # the MUSE test skips
+    torch = None
+
+def muse_get_nn_avg_dist(emb, query, knn):
+    bs = 1024
+    all_distances = []
+    emb = emb.transpose(0, 1).contiguous()
+    for i in range(0, query.shape[0], bs):
+        distances = query[i:i + bs].mm(emb)
+        best_distances, _ = distances.topk(knn, dim=1, largest=True, sorted=True)
+        all_distances.append(best_distances.mean(1).cpu())
+    all_distances = torch.cat(all_distances)
+    return all_distances.numpy()
+
+
+def muse_get_candidates(emb1, emb2, params):
+    bs = 128
+    all_scores = []
+    all_targets = []
+    n_src = emb1.size(0)
+    if params.dico_max_rank > 0 and not params.dico_method.startswith('invsm_beta_'):
+        n_src = min(params.dico_max_rank, n_src)
+    knn = int(params.dico_method[len('csls_knn_'):])
+    average_dist1 = torch.from_numpy(muse_get_nn_avg_dist(emb2, emb1, knn))
+    average_dist2 = torch.from_numpy(muse_get_nn_avg_dist(emb1, emb2, knn))
+    average_dist1 = average_dist1.type_as(emb1)
+    average_dist2 = average_dist2.type_as(emb2)
+    for i in range(0, n_src, bs):
+        scores = emb2.mm(emb1[i:min(n_src, i + bs)].transpose(0, 1)).transpose(0, 1)
+        scores.mul_(2)
+        scores.sub_(average_dist1[i:min(n_src, i + bs)][:, None] + average_dist2[None, :])
+        best_scores, best_targets = scores.topk(2, dim=1, largest=True, sorted=True)
+        all_scores.append(best_scores.cpu())
+        all_targets.append(best_targets.cpu())
+    all_scores = torch.cat(all_scores, 0)
+    all_targets = torch.cat(all_targets, 0)
+    all_pairs = torch.cat([torch.arange(0, all_targets.size(0)).long().unsqueeze(1),
+                           all_targets[:, 0].unsqueeze(1)], 1)
+    assert all_scores.size() == all_pairs.size() == (n_src, 2)
+    diff = all_scores[:, 0] - all_scores[:, 1]
+    reordered = diff.sort(0, descending=True)[1]
+    all_scores = all_scores[reordered]
+    all_pairs = all_pairs[reordered]
+    if params.dico_max_rank > 0:
+        selected = all_pairs.max(1)[0] <= params.dico_max_rank
+        mask = selected.unsqueeze(1).expand_as(all_scores).clone()
+        all_scores = all_scores.masked_select(mask).view(-1, 2)
+        all_pairs = all_pairs.masked_select(mask).view(-1, 2)
+    if params.dico_max_size > 0:
+        all_scores = all_scores[:params.dico_max_size]
+        all_pairs = all_pairs[:params.dico_max_size]
+    diff = all_scores[:, 0] - all_scores[:, 1]
+    if params.dico_min_size > 0:
+        diff[:params.dico_min_size] = 1e9
+    if params.dico_threshold > 0:
+        mask = diff > params.dico_threshold
+        mask = mask.unsqueeze(1).expand_as(all_pairs).clone()
+        all_pairs = all_pairs.masked_select(mask).view(-1, 2)
+    return all_pairs
+
+
+def muse_build_dictionary(src_emb, tgt_emb, params):
+    s2t_candidates = muse_get_candidates(src_emb, tgt_emb, params)
+    t2s_candidates = muse_get_candidates(tgt_emb, src_emb, params)
+    t2s_candidates = torch.cat([t2s_candidates[:, 1:], t2s_candidates[:, :1]], 1)
+    s2t_candidates = set([(a, b) for a, b in s2t_candidates.numpy()])
+    t2s_candidates = set([(a, b) for a, b in t2s_candidates.numpy()])
+    assert params.dico_build == 'S2T&T2S'
+    final_pairs = s2t_candidates & t2s_candidates
+    return torch.LongTensor(list([[int(a), int(b)] for (a, b) in final_pairs]))
+
+
+def muse_trainer_build_dictionary(mapping, src_weight, tgt_weight, params):
+    src_emb = src_weight.mm(mapping.transpose(0, 1))     # self.mapping(self.src_emb.weight): nn.Linear, no bias
+    tgt_emb = tgt_weight
+    src_emb = src_emb / src_emb.norm(2, 1, keepdim=True).expand_as(src_emb)
+    tgt_emb = tgt_emb / tgt_emb.norm(2, 1, keepdim=True).expand_as(tgt_emb)
+    return muse_build_dictionary(src_emb, tgt_emb, params)
+
+
+def muse_procrustes(src_weight, tgt_weight, dico):
+    A = src_weight[dico[:, 0]]
+    B = tgt_weight[dico[:, 1]]
+    M = B.transpose(0, 1).mm(A).cpu().numpy()
+    U, S, V_t = scipy.linalg.svd(M, full_matrices=True)
+    return torch.from_numpy(U.dot(V_t)).type_as(src_weight)
+
+
+MUSE_PARAMS = dict(dico_method="csls_knn_10", dico_build="S2T&T2S", dico_threshold=0, dico_max_rank=150,
+                   dico_min_size=0, dico_max_size=0)
+
+
+def _glove_and_a_noisy_rotation(tmp_path):
+    """Real GloVe vectors (600 words) and a rotation of them with noise, its rows in another order."""
+    from conftest import write_glove
+    glove = load_word_vectors(write_glove(tmp_path / "glove.txt", 600))
+    rng = np.random.default_rng(5)
+    order = np.argsort(np.arange(600) + rng.normal(scale=60, size=600))
+    rotation, _ = np.linalg.qr(rng.normal(size=(50, 50)))
+    y = (glove.vectors @ rotation + 0.3 * rng.normal(size=(600, 50)))[order]
+    return glove, WordVectors(tuple(glove.words[i] for i in order), y.astype(np.float32))
+
+
+def test_refinement_dictionaries_and_maps_equal_muses(tmp_path):
+    """MUSE's dictionaries (CSLS neighbourhoods over the whole vocabularies, only the queries and
+    candidates cut to the 150 most frequent words) and the maps of two refinement rounds, from a
+    Procrustes map on 30 identical-string pairs of real GloVe vectors."""
+    pytest.importorskip("torch", reason="MUSE runs in PyTorch")
+    from types import SimpleNamespace
+    params = SimpleNamespace(**MUSE_PARAMS)
+    source, target = _glove_and_a_noisy_rotation(tmp_path)
+    w = align.fit(source, target, align.identical_strings(source, target)[:30], normalize=False)
+    src, tgt = torch.from_numpy(source.vectors), torch.from_numpy(target.vectors)
+    mapping = torch.from_numpy(w.T.astype(np.float32))
+    dico = muse_trainer_build_dictionary(mapping, src, tgt, params)
+    got = align._mutual_nearest(source.vectors @ w, target.vectors, 10, 150)
+    assert got == sorted(map(tuple, dico.tolist())) and 30 < len(got) < 150
+    narrowed = muse_trainer_build_dictionary(mapping, src[:151], tgt[:151], params)   # only the top words
+    assert set(map(tuple, narrowed.tolist())) != set(got)
+    for _ in range(2):
+        mapping = muse_procrustes(src, tgt, muse_trainer_build_dictionary(mapping, src, tgt, params))
+    # MUSE takes the SVD in float32: agreement to its precision
+    np.testing.assert_allclose(align.refine(source, target, w, rounds=2, max_rank=150), mapping.numpy().T, atol=1e-4)
+
+
 def test_bad_inputs_name_the_fix(tmp_path):
     en = load_word_vectors(EN)
     with pytest.raises(DataError, match="'procrustes' or 'linear'"):

@@ -97,22 +97,37 @@ def _csls_argmax(queries: np.ndarray, keys: np.ndarray, r_queries: np.ndarray, r
                                      axis=1) for i in range(0, len(queries), chunk)])
 
 
-def _mutual_nearest(mapped: np.ndarray, target: np.ndarray, k: int) -> list[tuple[int, int]]:
-    """Pairs (i, j) where j is i's best target by CSLS and i is j's best source (MUSE's S2T&T2S)."""
+def _candidates(queries: np.ndarray, keys: np.ndarray, r_queries: np.ndarray, r_keys: np.ndarray,
+                max_rank: int) -> set[tuple[int, int]]:
+    """MUSE's `get_candidates` (csls_knn_k): each of the first `max_rank` queries with its best key
+    by CSLS among all keys, kept where the key's 0-based row is at most `max_rank` (MUSE's `<=`)."""
+    n = min(max_rank, len(queries))
+    best = _csls_argmax(queries[:n], keys, r_queries[:n], r_keys)
+    return {(i, int(j)) for i, j in enumerate(best) if j <= max_rank}
+
+
+def _mutual_nearest(mapped: np.ndarray, target: np.ndarray, k: int, max_rank: int) -> list[tuple[int, int]]:
+    """MUSE's `build_dictionary` with S2T&T2S: the pairs (i, j) where j is source i's candidate and i
+    target j's. The CSLS neighbourhoods are over the whole vocabularies (MUSE's `get_nn_avg_dist`
+    on the full embeddings); `max_rank` limits only the queries and the candidates kept."""
     mapped, target = _unit(mapped).astype(np.float32), _unit(target).astype(np.float32)
     r_source, r_target = _neighbourhood(mapped, target, k), _neighbourhood(target, mapped, k)
-    forward = _csls_argmax(mapped, target, r_source, r_target)
-    backward = _csls_argmax(target, mapped, r_target, r_source)
-    return [(i, int(j)) for i, j in enumerate(forward) if backward[j] == i]
+    forward = _candidates(mapped, target, r_source, r_target, max_rank)
+    backward = {(i, j) for j, i in _candidates(target, mapped, r_target, r_source, max_rank)}
+    return sorted(forward & backward)
 
 
 def refine(source: WordVectors, target: WordVectors, w: np.ndarray, rounds: int = 5, max_rank: int = 15_000,
-           k: int = 10) -> np.ndarray:
+           k: int = 10, normalize: bool = False) -> np.ndarray:
     """MUSE's refinement: from the current map, build a dictionary of mutual CSLS nearest neighbours
-    among the `max_rank` most frequent words of each side, refit Procrustes on it, `rounds` times."""
-    x, y = source.unit()[:max_rank], target.unit()[:max_rank]
+    among the `max_rank` most frequent words of each side (`_mutual_nearest`), refit Procrustes on
+    it, `rounds` times. Procrustes reads the vectors as given, as MUSE does (its
+    `--normalize_embeddings` is empty by default); `normalize` fits unit vectors instead, as `fit`
+    does by default. MUSE's supervised.py builds its dictionaries the same way (S2T&T2S) with
+    `--dico_max_rank` 10000; `max_rank` follows unsupervised.py's and the paper's 15000."""
+    x, y = (source.unit(), target.unit()) if normalize else (source.vectors, target.vectors)
     for _ in range(rounds):
-        pairs = _mutual_nearest(x @ w, y, k)
+        pairs = _mutual_nearest(x @ w, y, k, max_rank)
         if not pairs:
             break
         rows_s, rows_t = np.array(pairs).T
