@@ -16,9 +16,9 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--to_hf", help="a t5lite run directory (or step directory) to export")
     parser.add_argument("--out", required=True, help="the directory to write: new or empty (never overwritten)")
     parser.add_argument("--peft_adapter", default=None,
-                        help="with --from_hf: a peft LoRA adapter folder (adapter_config.json + "
-                             "adapter_model.safetensors) to merge into the imported base, or a prefix- or "
-                             "prompt-tuning one: OUT is then a PEFT run on OUT/base")
+                        help="with --from_hf: a peft adapter folder (adapter_config.json + "
+                             "adapter_model.safetensors; LoRA, prefix or prompt tuning) for that base: OUT is "
+                             "then a PEFT run of it on OUT/base (--merge it for a plain checkpoint)")
     parser.add_argument("--merge", default=None,
                         help="a PEFT run directory to write as a plain full checkpoint (LoRA merged into its base)")
     parser.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
@@ -62,8 +62,8 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
     if args.from_hf:
         config = checkpoint.hf_to_t5lite(args.from_hf, args.out, args.peft_adapter)
         if RunDir(args.out).peft.exists():
-            print(f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; "
-                  "evaluate or infer with the run")
+            print(f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; train it "
+                  "further, evaluate or infer with the run, or write it merged with --merge")
         else:
             print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
                   f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
