@@ -384,53 +384,95 @@ def test_int8_tagging_and_span_heads_stay_float(head):
     qmodule.apply({"params": qparams}, encoder_input_tokens=tokens)
 
 
-def _int4_rule(w2d, group):
-    """(q, scale) of a [inputs, outputs] kernel by the int4 rule in numpy: per output channel and
-    group of `group` inputs, scale = absmax / 7.5, q = clip(round(w / scale), -8, 7)."""
-    w = np.asarray(w2d, np.float64)
-    blocks = w.reshape(w.shape[0] // group, group, w.shape[1])
-    scale = np.abs(blocks).max(axis=1) / 7.5
-    q = np.clip(np.round(blocks / scale[:, None]), -8, 7).reshape(w.shape)
-    return q, scale
+def _mslk_int4_row_quantize_zp(x, group_size=128):
+    """MSLK's `int4_row_quantize_zp` (github.com/meta-pytorch/MSLK, mslk/quantize/shuffle.py),
+    transcribed: what torchao's `Int4Tensor.from_hp` quantises with when MSLK is installed."""
+    n_bit = 4
+    to_quant = torch.split(x.to(torch.float), group_size, dim=-1)
+    max_val = [chunk.amax(dim=1, keepdim=True) for chunk in to_quant]
+    min_val = [chunk.amin(dim=1, keepdim=True) for chunk in to_quant]
+    max_int, min_int = 2 ** n_bit - 1, 0
+    scales = [(mx - mn).clamp(min=1e-6) / max_int for mx, mn in zip(max_val, min_val)]
+    zeros = [mn + scale * (2 ** (n_bit - 1)) for mn, scale in zip(min_val, scales)]
+    out = [chunk.sub(mn).div(scale).round().clamp_(min_int, max_int)
+           for chunk, mn, scale in zip(to_quant, min_val, scales)]
+    out = torch.cat([(chunk - 2 ** (n_bit - 1)).to(dtype=torch.int8) for chunk in out], dim=-1)
+    return out, torch.cat(scales, dim=-1).t().contiguous(), torch.cat(zeros, dim=-1).t().contiguous()
 
 
-@pytest.mark.parametrize("shape,in_ndim,group", [((256, 6), 1, 128), ((63, 10), 1, 63), ((4, 32, 40), 2, 128)])
-def test_int4_packing_and_scales_equal_the_rule_and_torchao(shape, in_ndim, group):
-    """Two values per byte (even input row in the low nibble), one scale per output channel and
-    group of 128 inputs (all of them when 128 does not divide them); torchao's symmetric affine
-    primitives (block (1, group), quant range [-8, 7], on the [outputs, inputs] layout) give the
-    same scales and values; dequantising is q * scale."""
+def _mslk_pack_int4(x):
+    """MSLK's `pack_int4` (mslk/quantize/shuffle.py), transcribed."""
+    low_x, high_x = x[:, ::2], x[:, 1::2]
+    high_x = torch.bitwise_left_shift(high_x, 4)
+    low_x = torch.bitwise_and(low_x, 0xF)
+    return torch.bitwise_or(low_x, high_x).contiguous()
+
+
+@pytest.fixture
+def torchao_int4(monkeypatch):
+    """torchao 0.18's `quantize_(model, Int4WeightOnlyConfig())` on CPU: its default (version 2,
+    Int4PackingFormat.PLAIN) builds `Int4Tensor.from_hp` (quant_api.py,
+    `_int4_weight_only_quantize_tensor`), which calls MSLK's quantiser and packer; MSLK ships CUDA
+    kernels only, so its two torch functions are transcribed and everything else is torchao's."""
+    from torchao.quantization import Int4WeightOnlyConfig, quantize_
+    from torchao.quantization.quantize_.workflows.int4 import int4_tensor
+    monkeypatch.setattr(int4_tensor, "int4_row_quantize_zp", _mslk_int4_row_quantize_zp)
+    monkeypatch.setattr(int4_tensor, "pack_int4", _mslk_pack_int4)
+
+    def quantize(w2d):
+        """torchao's Int4Tensor (or the float weight it leaves) of a [inputs, outputs] kernel."""
+        linear = torch.nn.Linear(*w2d.shape, bias=False)
+        linear.weight.data = torch.from_numpy(np.ascontiguousarray(w2d.T))
+        quantize_(linear, Int4WeightOnlyConfig())
+        return linear.weight
+    return quantize
+
+
+@pytest.mark.parametrize("shape,in_ndim", [((256, 6), 1), ((384, 10), 1), ((4, 32, 40), 2)])
+def test_int4_equals_torchaos_int4_weight_only_config(torchao_int4, shape, in_ndim):
+    """Per output channel and group of 128 inputs, asymmetric with a float zero point: the packed
+    bytes, scales and zero points are those of torchao's `Int4WeightOnlyConfig` tensor (its qdata
+    is t5lite's kernel transposed), and dequantising is torchao's `_dequantize_affine_tinygemm`
+    ((q + 8 - 8) * scale + zero). torchao's own affine primitives with the parameters its tinygemm
+    layout passes (`Int4TilePackedTo4dTensor.from_hp`: ASYMMETRIC, quant range [0, 15], float zero
+    point) give the same scales, zero points and, up to rounding ties, values."""
     from torchao.quantization import quant_primitives as qp
-    w = np.random.default_rng(2).standard_t(4, shape).astype(np.float32) * 0.05
+    w = (np.random.default_rng(2).standard_t(4, shape) * 0.05 + 0.01).astype(np.float32)
     w2d = w.reshape(-1, int(np.prod(shape[in_ndim:])))
-    packed, scale = quantization.quantize_int4(w, in_ndim)
-    q, rule_scale = _int4_rule(w2d, group)
-    assert packed.dtype == jnp.uint8 and packed.shape == ((w2d.shape[0] + 1) // 2, w2d.shape[1])
-    assert_close(scale, rule_scale, rtol=1e-6)
+    packed, scale, zero = quantization.quantize_int4(w, in_ndim)
+    reference = torchao_int4(w2d)
+    assert type(reference).__name__ == "Int4Tensor" and reference.block_size == [1, 128]
+    np.testing.assert_array_equal(np.asarray(packed).T.view(np.int8), reference.qdata.numpy())
+    np.testing.assert_array_equal(np.asarray(scale), reference.scale.numpy())
+    np.testing.assert_array_equal(np.asarray(zero), reference.zero_point.numpy())
+    nibbles = np.stack([np.asarray(packed) & 0xF, np.asarray(packed) >> 4], axis=1).reshape(w2d.shape)
+    q_unsigned = torch.from_numpy(((nibbles.astype(np.int16) + 8) % 16).T.astype(np.int32))  # two's complement + 8
+    block = (1, 128)
+    dequantized = qp._dequantize_affine_tinygemm(q_unsigned, block, reference.scale.T, reference.zero_point.T,
+                                                 torch.int32, 0, 15).numpy().T
+    np.testing.assert_array_equal(np.asarray(quantization.dequantize_int4(packed, scale, zero, shape)),
+                                  dequantized.reshape(shape))
     t = torch.from_numpy(np.ascontiguousarray(w2d.T))
-    t_scale, zero = qp.choose_qparams_affine(t, qp.MappingType.SYMMETRIC, (1, group), torch.int8, quant_min=-8,
-                                             quant_max=7)
-    t_q = qp.quantize_affine(t, (1, group), t_scale, zero, torch.int8, quant_min=-8, quant_max=7).numpy().T
-    assert_close(scale, t_scale.numpy().reshape(w2d.shape[1], -1).T, rtol=1e-6)
-    bytes_ = np.asarray(packed)
-    low, high = (bytes_ & 0xF).astype(np.int16), (bytes_ >> 4).astype(np.int16)
-    unpacked = np.stack([low, high], axis=1).reshape(-1, w2d.shape[1])[:w2d.shape[0]]
-    unpacked = np.where(unpacked >= 8, unpacked - 16, unpacked)
-    # within float rounding of a .5 tie (a group's -absmax, at -7.5) either side is the rule's
-    tie = np.abs(np.abs(w2d / np.repeat(rule_scale, group, axis=0)) % 1 - 0.5) < 4e-5
-    assert tie.mean() < 0.05
-    for expected in (q, t_q.astype(np.int16)):
-        np.testing.assert_array_equal(unpacked[~tie], expected[~tie])
-        assert np.abs(unpacked[tie] - expected[tie]).max(initial=0) <= 1
-    dequantized = quantization.dequantize_int4(packed, scale, shape)
-    assert_close(dequantized, (unpacked * np.repeat(np.asarray(scale, np.float64), group, axis=0)).reshape(shape),
-                 rtol=1e-6)
+    t_scale, t_zero = qp._choose_qparams_affine_tinygemm(t, qp.MappingType.ASYMMETRIC, block, torch.int32, 0, 15,
+                                                         scale_dtype=t.dtype, zero_point_dtype=t.dtype)
+    groups = (w2d.shape[1], -1)      # torchao's [outputs, groups], the group axis dropped when there is one
+    assert_close(np.asarray(scale), t_scale.numpy().reshape(groups).T, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(zero), t_zero.numpy().reshape(groups).T, rtol=1e-6, atol=1e-7)
+    t_q = qp._quantize_affine_tinygemm(t, block, t_scale, t_zero, torch.int32, 0, 15).numpy().T
+    assert np.abs(t_q - q_unsigned.numpy().T).max() <= 1 and np.mean(t_q != q_unsigned.numpy().T) < 0.01
+    # a kernel whose inputs 128 does not divide: torchao leaves it float, and so does t5lite
+    assert type(torchao_int4(w2d[:100])).__name__ == "Parameter"
+    abstract = {"dense": {"kernel": jax.ShapeDtypeStruct((100, w2d.shape[1]), jnp.int8),
+                          "kernel_scale": jax.ShapeDtypeStruct((1, w2d.shape[1]), jnp.float32)}}
+    stored = quantization.quantize_params({"dense": {"kernel": w2d[:100]}}, abstract, "int4")
+    assert set(stored["dense"]) == {"kernel"} and stored["dense"]["kernel"].dtype == np.float32
 
 
 def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert_tiny_sst2_run, tmp_path):
-    """`t5lite convert --quantize int4` of a classifier run: dense kernels packed uint8 beside
-    float32 group scales, embedding tables int8, the head float32; a float model reads it as
-    q * scale, and `t5lite eval` scores it."""
+    """`t5lite convert --quantize int4` of a classifier run: each dense kernel with a multiple of
+    128 inputs packed uint8 beside float32 group scales and zero points, the others (64 inputs)
+    float32, as torchao leaves them; embedding tables int8, the head float32; a float model reads
+    the packed kernels as MSLK's q * scale + zero, and `t5lite eval` scores the run."""
     from t5lite import cli
     from t5lite.infer.checkpoint_reader import restore_params, stored_params
     from t5lite.objectives.finetune import ClassificationObjective
@@ -438,26 +480,29 @@ def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert
     cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int4", "--out", out])
     config = load_config(os.path.join(out, "model_config.json"))
     assert config.weight_quantization == "int4"
-    stored = flatten_dict(jax.tree.map(lambda m: jnp.dtype(m.dtype), stored_params(out)))
-    packed = {p for p, d in stored.items() if d == jnp.uint8}
+    stored = flatten_dict(stored_params(out))
+    dtypes = {p: jnp.dtype(m.dtype) for p, m in stored.items()}
+    packed = {p for p, d in dtypes.items() if d == jnp.uint8}
     assert packed and all(p[0] == "backbone" and p[-1] == "kernel" for p in packed)
-    assert {p[-1] for p, d in stored.items() if d == jnp.int8} == {"embedding"}
-    assert all(d == jnp.float32 for p, d in stored.items() if p[0] == "head")
+    assert {p[-1] for p, d in dtypes.items() if d == jnp.int8} == {"embedding"}
+    assert all(d == jnp.float32 for p, d in dtypes.items() if p[0] == "head")
     module = ClassificationObjective(num_labels=2, pooling="pooler").build_model(config)
     loaded = flatten_dict(restore_params(out, predict.abstract_params(config, module=module)))
     source = flatten_dict(restore_params(bert_tiny_sst2_run, predict.abstract_params(
         config.replace(weight_quantization="none"), module=module)))
-    for path in packed:
-        outputs = stored_params(out)
-        for key in path[:-1] + (path[-1] + "_scale",):
-            outputs = outputs[key]
-        w2d = np.asarray(source[path]).reshape(-1, outputs.shape[1])
-        group = 128 if w2d.shape[0] % 128 == 0 else w2d.shape[0]
-        q, scale = _int4_rule(w2d, group)
-        tie = np.abs(np.abs(w2d / np.repeat(scale, group, axis=0)) % 1 - 0.5) < 4e-5
-        got = np.asarray(loaded[path]).reshape(w2d.shape)
-        expected = q * np.repeat(scale, group, axis=0)
-        assert_close(got[~tie], expected[~tie], rtol=1e-5)
+    int8_backbone = flatten_dict(predict.abstract_params(config.replace(weight_quantization="int8")))
+    kernels = [p for p in source if p[0] == "backbone" and p[-1] == "kernel"]
+    for path in kernels:
+        channel_scale = int8_backbone[path[1:-1] + ("kernel_scale",)]   # one per output channel: inputs = size / scales
+        w2d = np.asarray(source[path]).reshape(source[path].size // channel_scale.size, -1)
+        if w2d.shape[0] % 128:
+            assert path not in packed and dtypes[path] == jnp.float32
+            np.testing.assert_array_equal(loaded[path], source[path])
+            continue
+        assert path in packed
+        q, scale, zero = _mslk_int4_row_quantize_zp(torch.from_numpy(np.ascontiguousarray(w2d.T)))
+        expected = q.float().numpy().T * np.repeat(scale.numpy(), 128, axis=0) + np.repeat(zero.numpy(), 128, axis=0)
+        np.testing.assert_allclose(np.asarray(loaded[path]).reshape(w2d.shape), expected, rtol=1e-6, atol=1e-7)
     gin.clear_config()
     cli.main(["eval", "--gin_file=configs/local/bert_tiny_finetune_sst2.gin", f"--gin.CHECKPOINT_PATH='{out}'",
               f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'", "--gin.eval.max_examples=8"])

@@ -24,7 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--preset", default=None, help="model preset, for runs without model_config.json")
     parser.add_argument("--quantize", default=None, choices=["int8", "int4"],
                         help="write a weight-only quantised run (int8: kernels and tables with per-output-channel "
-                             "scales; int4: packed int4 kernels, scales per 128 inputs) of --from_hf HF_DIR or "
+                             "scales; int4: torchao's Int4WeightOnlyConfig, packed int4 kernels with a scale and zero point "
+                             "per 128 inputs) of --from_hf HF_DIR or "
                              "--from_run RUN_DIR")
     parser.add_argument("--from_run", default=None, help="with --quantize: a t5lite run directory to quantise")
     parser.add_argument("--from_elmo", default=None, help="an original ELMo weights .hdf5 to import as a t5lite run")

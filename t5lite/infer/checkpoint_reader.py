@@ -92,14 +92,16 @@ def restore_params(path: str, abstract_params: Any) -> Any:
         flat = flatten_dict(params)
         for p in int4:
             scale = p[:-1] + (p[-1] + quantization.SCALE_SUFFIX,)
-            flat[p] = quantization.dequantize_int4(flat[p], flat.pop(scale), expected[p].shape)
+            flat[p] = quantization.dequantize_int4(flat[p], flat.pop(scale), flat.pop(quantization.zero_path(p)),
+                                                   expected[p].shape)
         params = unflatten_dict(flat)
     return jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), params, abstract_params)
 
 
 def _as_stored(abstract_params, stored_params, int8_paths, int4_paths=frozenset()):
     """`abstract_params` with the float weights at `int8_paths` read as the stored int8 values and
-    their (replicated) scales, and those at `int4_paths` as the stored packed bytes (replicated)."""
+    their (replicated) scales, and those at `int4_paths` as the stored packed bytes, scales and
+    zero points (replicated)."""
     if not int8_paths and not int4_paths:
         return abstract_params
     flat, stored = flatten_dict(abstract_params), flatten_dict(stored_params)
@@ -111,6 +113,9 @@ def _as_stored(abstract_params, stored_params, int8_paths, int4_paths=frozenset(
         flat[path] = (jax.ShapeDtypeStruct(flat[path].shape, jax.numpy.int8, sharding=sharding) if path in int8_paths
                       else jax.ShapeDtypeStruct(tuple(stored[path].shape), jax.numpy.uint8, sharding=replicated))
         flat[scale] = jax.ShapeDtypeStruct(tuple(stored[scale].shape), jax.numpy.float32, sharding=replicated)
+        if path in int4_paths:
+            zero = quantization.zero_path(path)
+            flat[zero] = jax.ShapeDtypeStruct(tuple(stored[zero].shape), jax.numpy.float32, sharding=replicated)
     return unflatten_dict(flat)
 
 

@@ -8,12 +8,15 @@ exactly Qwix's. A quantised layer keeps `kernel` as int8 and a float32 `kernel_s
 the kernel with its input axes reduced to 1 (an embedding table: one scale per row), and
 computes `(x @ q) * scale`, the weight-only matmul of torchao.
 
-Int4 (`t5lite convert --quantize int4`) is a storage format: each dense kernel, flattened to
-[inputs, outputs], gets one scale per output channel and group of `INT4_GROUP` inputs (all inputs
-when fewer, or when the group does not divide them), symmetric absmax (Qwix's rule: scale =
-absmax / 7.5, q = clip(round(w / scale), -8, 7)), and two values per byte (`uint8`, the even
-input row in the low nibble); embedding tables are int8 as above. Loading dequantises it to a
-float32 model (`q * scale`): XLA:CPU has no int4 matmul.
+Int4 (`t5lite convert --quantize int4`) is a storage format, torchao's `Int4WeightOnlyConfig`
+(0.18: version 2, plain packing, `Int4Tensor.from_hp`, which quantises with MSLK's
+`int4_row_quantize_zp` and packs with its `pack_int4`): each dense kernel, flattened to [inputs,
+outputs], gets per output channel and group of `INT4_GROUP` inputs an asymmetric scale and zero
+point, scale = max(max - min, 1e-6) / 15, zero = min + 8 scale, q = clip(round((w - min) / scale),
+0, 15) - 8 in [-8, 7], w ~ q * scale + zero; two values per byte (`uint8`, the even input row in
+the low nibble), float32 `kernel_scale` and `kernel_zero` [groups, outputs] beside it. A kernel
+whose inputs the group does not divide stays float32, as torchao skips it. Embedding tables are
+int8 as above. Loading dequantises it to a float32 model: XLA:CPU has no int4 matmul.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from t5lite.errors import ConfigError
 
 WEIGHT_QUANTIZATIONS = ("none", "int8", "int4")
 SCALE_SUFFIX = "_scale"
-INT4_GROUP = 128   # inputs per int4 scale: torchao's default group_size for int4 weight-only (Qwix's tile_size)
+ZERO_SUFFIX = "_zero"
+INT4_GROUP = 128   # inputs per int4 scale and zero point: Int4WeightOnlyConfig's default group_size
 
 
 def _qwix():
@@ -69,31 +73,34 @@ def quantized_leaves(tree) -> set[tuple[str, ...]]:
     return {p for p, leaf in flat.items() if _is_int8(leaf) and _scale_path(p) in flat}
 
 
-def quantize_int4(weight, in_ndim: int) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """(packed uint8 [ceil(inputs / 2), outputs], float32 scales [groups, outputs]) of a float
-    kernel whose first `in_ndim` axes are its inputs."""
-    w = jnp.asarray(weight, jnp.float32)
+def quantize_int4(weight, in_ndim: int) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """(packed uint8 [inputs / 2, outputs], float32 scales and zero points [groups, outputs]) of a
+    float kernel whose first `in_ndim` axes are its inputs, `INT4_GROUP` of which divide them."""
+    w = np.asarray(weight, np.float32)
     inputs = int(np.prod(w.shape[:in_ndim]))
-    w = w.reshape(inputs, -1)
-    group = INT4_GROUP if inputs % INT4_GROUP == 0 else inputs
-    qarray = _qwix().quantize(w, jnp.int4, channelwise_axes=(1,), tiled_axes={0: group}, calibration_method="absmax")
-    q = np.asarray(qarray.qvalue, np.int8)
-    if inputs % 2:
-        q = np.concatenate([q, np.zeros((1, q.shape[1]), np.int8)])
+    groups = w.reshape(inputs // INT4_GROUP, INT4_GROUP, -1)
+    low, high = groups.min(axis=1), groups.max(axis=1)
+    scale = np.maximum(high - low, np.float32(1e-6)) / np.float32(15)
+    zero = low + scale * np.float32(8)
+    q = np.clip(np.round((groups - low[:, None]) / scale[:, None]), 0, 15).astype(np.int8).reshape(inputs, -1) - 8
     packed = (q[0::2] & 0xF) | ((q[1::2] & 0xF) << 4)
-    return jnp.asarray(packed.astype(np.uint8)), jnp.asarray(qarray.scale, jnp.float32)
+    return jnp.asarray(packed.astype(np.uint8)), jnp.asarray(scale), jnp.asarray(zero)
 
 
-def dequantize_int4(packed, scale, shape) -> jnp.ndarray:
+def dequantize_int4(packed, scale, zero, shape) -> jnp.ndarray:
     """The float32 kernel of `shape` (inputs first) that a packed int4 kernel and its group
-    scales [groups, outputs] stand for."""
+    scales and zero points [groups, outputs] stand for: q * scale + zero."""
     packed = np.asarray(packed, np.uint8)
     nibbles = np.stack([packed & 0xF, packed >> 4], axis=1).reshape(-1, packed.shape[1]).astype(np.int8)
-    q = np.where(nibbles >= 8, nibbles - 16, nibbles)
-    scale = np.asarray(scale, np.float32)
-    inputs = int(np.prod(shape)) // scale.shape[1]
-    w = q[:inputs].astype(np.float32) * np.repeat(scale, inputs // scale.shape[0], axis=0)
+    q = np.where(nibbles >= 8, nibbles - 16, nibbles).astype(np.float32)
+    repeat = q.shape[0] // np.shape(scale)[0]
+    w = q * np.repeat(np.asarray(scale, np.float32), repeat, axis=0) + np.repeat(np.asarray(zero, np.float32),
+                                                                                 repeat, axis=0)
     return jnp.asarray(w.reshape(shape))
+
+
+def zero_path(path: tuple[str, ...]) -> tuple[str, ...]:
+    return path[:-1] + (path[-1] + ZERO_SUFFIX,)
 
 
 def int4_leaves(tree) -> set[tuple[str, ...]]:
@@ -105,8 +112,8 @@ def int4_leaves(tree) -> set[tuple[str, ...]]:
 def quantize_params(params, abstract_quantized, scheme: str = "int8") -> dict:
     """Float `params` in the layout of a quantised model (`abstract_quantized`, its params'
     shapes): each weight the model holds as int8 quantised with its `<name>_scale` (`scheme`
-    'int4': its dense kernels packed int4 with group scales instead), every other leaf of
-    `params` as it is."""
+    'int4': its dense kernels packed int4 with group scales and zero points instead, or float
+    where the group does not divide their inputs), every other leaf of `params` as it is."""
     floats, wanted = flatten_dict(params), flatten_dict(abstract_quantized)
     int8, out = quantized_leaves(abstract_quantized), {}
     for path, leaf in floats.items():   # the model may own more (a pre-training head a task run dropped)
@@ -114,7 +121,10 @@ def quantize_params(params, abstract_quantized, scheme: str = "int8") -> dict:
         if path in int8 and scheme == "int4" and path[-1] == "kernel":
             # the leading reduced axes (all of them but the last when every axis is reduced: one output)
             in_ndim = next((i for i, n in enumerate(scale_shape) if n != 1), len(scale_shape) - 1)
-            out[path], out[_scale_path(path)] = quantize_int4(leaf, in_ndim)
+            if int(np.prod(np.shape(leaf)[:in_ndim])) % INT4_GROUP:
+                out[path] = leaf
+            else:
+                out[path], out[_scale_path(path)], out[zero_path(path)] = quantize_int4(leaf, in_ndim)
         elif path in int8:
             out[path], out[_scale_path(path)] = quantize(leaf, scale_shape)
         else:
