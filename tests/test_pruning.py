@@ -20,10 +20,10 @@ from tests.conftest import assert_close, train_tiny
 def _params(rng, ties=False):
     a = rng.normal(size=(6, 8)).astype(np.float32)
     b = rng.normal(size=(5, 2, 4)).astype(np.float32)
-    if ties:   # a weight pruned already, and 4 equal magnitudes (both signs) at the 20% threshold
+    if ties:   # an exact zero, and 4 equal magnitudes (both signs) at the 20% threshold
         a[5, 7] = 0.0
         flat = np.concatenate([a.ravel(), b.ravel()])
-        order = np.argsort(np.abs(flat))[1:]              # the kept ones, smallest first
+        order = np.argsort(np.abs(flat))                  # smallest first, the zero first
         k = math.ceil(0.2 * order.size)
         flat[order[k - 1:k + 3]] = np.sign(flat[order[k - 1:k + 3]]) * np.abs(flat[order[k]])
         a, b = flat[:a.size].reshape(a.shape), flat[a.size:].reshape(b.shape)
@@ -31,14 +31,16 @@ def _params(rng, ties=False):
             "attention": {"out": {"kernel": b}}, "norm": {"scale": np.ones(4, np.float32)}}
 
 
-def _open_lth(weights, fraction):
-    """open_lth sparse_global's prune(), in numpy: masks for a list of arrays pruned together."""
-    masks = [w != 0 for w in weights]
-    remaining = sum(m.sum() for m in masks)
-    k = int(np.ceil(fraction * remaining))
-    vector = np.concatenate([w[m] for w, m in zip(weights, masks)])
-    threshold = np.sort(np.abs(vector))[k]
-    return [np.where(np.abs(w) > threshold, m, False) for w, m in zip(weights, masks)]
+def _open_lth(weights, fraction, current_mask=None):
+    """facebookresearch/open_lth, pruning/sparse_global.py, Strategy.prune, on a list of arrays
+    pruned together (current_mask None: pruning/mask.py's Mask.ones_like)."""
+    current_mask = [np.ones_like(w) for w in weights] if current_mask is None else [m.astype(w.dtype) for w, m
+                                                                                    in zip(weights, current_mask)]
+    number_of_remaining_weights = np.sum([np.sum(v) for v in current_mask])
+    number_of_weights_to_prune = np.ceil(fraction * number_of_remaining_weights).astype(int)
+    weight_vector = np.concatenate([v[m == 1] for v, m in zip(weights, current_mask)])
+    threshold = np.sort(np.abs(weight_vector))[number_of_weights_to_prune]
+    return [np.where(np.abs(v) > threshold, m, np.zeros_like(v)).astype(bool) for v, m in zip(weights, current_mask)]
 
 
 def _kernels(tree):
@@ -53,15 +55,31 @@ def test_global_masks_equal_the_open_lth_rule_in_numpy(ties):
     for got, expected in zip(_kernels(masks), _open_lth(_kernels(params), 0.2)):
         np.testing.assert_array_equal(got, expected)
     kept = sum(int(m.sum()) for m in _kernels(masks))
-    remaining = 88 - ties
-    # ceil(0.2 n) + 1 go; with the tie, the 2 more equal to the threshold go with them.
-    assert remaining - kept == math.ceil(0.2 * remaining) + 1 + 2 * ties
-    # Two rounds: the second takes 20% of what the first kept.
+    # ceil(0.2 n) + 1 go, the zero weight among them; with the tie, the 2 more equal to the threshold.
+    assert 88 - kept == math.ceil(0.2 * 88) + 1 + 2 * ties
+    # Two rounds: the second takes 20% of what the first kept (open_lth's next level, given its mask).
     twice = pruning.magnitude_masks(params, 0.2, rounds=2, scope="global")
-    first = [np.where(m, w, 0) for w, m in zip(_kernels(params), _open_lth(_kernels(params), 0.2))]
-    for got, expected in zip(_kernels(twice), _open_lth(first, 0.2)):
+    first = _open_lth(_kernels(params), 0.2)
+    for got, expected in zip(_kernels(twice), _open_lth(_kernels(params), 0.2, first)):
         np.testing.assert_array_equal(got, expected)
     assert masks["mlp"]["wi"]["bias"].shape == () and masks["norm"]["scale"]
+
+
+def test_the_first_mask_is_all_ones_and_a_later_round_continues_the_current_mask():
+    """open_lth's first round counts exact zeros among the remaining weights and prunes them by
+    magnitude: with 30 zeros among 88 weights, 20% (k = 18) is all zeros, so the 30 go and no
+    other weight does. A round given the current mask takes 20% of what it keeps."""
+    params = _params(np.random.default_rng(3))
+    params["mlp"]["wi"]["kernel"][:, :5] = 0.0
+    first = pruning.magnitude_masks(params, 0.2, scope="global")
+    expected = _open_lth(_kernels(params), 0.2)
+    for got, want in zip(_kernels(first), expected):
+        np.testing.assert_array_equal(got, want)
+    assert sum(int(m.sum()) for m in expected) == 88 - 30
+    second = pruning.magnitude_masks(params, 0.2, scope="global", current_mask=first)
+    for got, want in zip(_kernels(second), _open_lth(_kernels(params), 0.2, expected)):
+        np.testing.assert_array_equal(got, want)
+    assert sum(int(m.sum()) for m in _kernels(second)) == 58 - math.ceil(0.2 * 58) - 1
 
 
 def test_per_layer_and_global_masks_equal_torch_prune():
@@ -121,6 +139,18 @@ def test_pruned_weights_stay_zero_through_training_and_rewinding_restores_kept_w
     for path, mask in jax.tree_util.tree_leaves_with_path(expected_masks):
         np.testing.assert_array_equal(np.asarray(_at(start, path)), np.where(mask, np.asarray(_at(early, path)), 0))
 
+    # A round from the pruned run continues its mask, as open_lth's next level is given the last one's.
+    again = tmp_path / "again"
+    train_tiny(again, micro_config, 1, initial_checkpoint_path=str(pruned), async_checkpoints=False,
+               optimizer=(optimizers.adafactor(zero), zero), pruning=pruning.MagnitudePruning(fraction=0.5, scope="layer"))
+    second = restore_params(str(again), abstract)
+    for path, mask in jax.tree_util.tree_leaves_with_path(expected_masks):
+        if mask.ndim:
+            w = np.asarray(_at(after, path))
+            (want,) = _open_lth([w], 0.5, [mask])
+            np.testing.assert_array_equal(np.asarray(_at(second, path)), np.where(want, w, 0))
+    assert json.loads((again / "sparsity.json").read_text())["total"] == pytest.approx(0.75, abs=0.01)
+
 
 def _at(tree, path):
     for key in path:
@@ -128,7 +158,74 @@ def _at(tree, path):
     return tree
 
 
-def test_head_importance_equals_a_torch_head_mask_on_hugging_faces_bert(tmp_path):
+def _michel_importance(torch, model, batches, normalize_scores_by_layer):
+    """pmichel31415/pytorch-pretrained-BERT (branch paul), examples/classifier_eval.py,
+    calculate_head_importance, on a Hugging Face BertForMaskedLM: each layer's per-head context
+    (their `context_layer_val`, [batch, heads, length, head_dim], kept with retain_grad) dotted
+    with its gradient, |.| per example, head and token, summed; divided by the token count (the
+    last layer by the example count), then by each layer's l2 norm. Returns (sums, scores)."""
+    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    contexts = {}
+
+    def keep(layer):
+        def hook(mod, args, out):
+            out[0].retain_grad()
+            contexts[layer] = out[0]
+        return hook
+    hooks = [layer.attention.self.register_forward_hook(keep(i)) for i, layer in enumerate(model.bert.encoder.layer)]
+    head_importance = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    tot_tokens, subset_size = 0, 0
+    for batch in batches:
+        logits = model(input_ids=torch.from_numpy(batch["tokens"])).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 torch.from_numpy(batch["labels"]).reshape(-1)).sum()
+        loss.backward()
+        for layer in range(n_layers):
+            b, length, _ = contexts[layer].shape
+            ctx = contexts[layer].view(b, length, n_heads, -1).permute(0, 2, 1, 3)
+            grad_ctx = contexts[layer].grad.view(b, length, n_heads, -1).permute(0, 2, 1, 3)
+            dot = torch.einsum("bhli,bhli->bhl", [grad_ctx, ctx])
+            head_importance[layer] += dot.abs().sum(-1).sum(0).detach().double()
+        tot_tokens += batch["tokens"].size
+        subset_size += len(batch["tokens"])
+    for hook in hooks:
+        hook.remove()
+    sums = head_importance.clone().numpy()
+    head_importance[:-1] /= tot_tokens
+    head_importance[-1] /= subset_size
+    if normalize_scores_by_layer:
+        exponent = 2
+        norm_by_layer = torch.pow(torch.pow(head_importance, exponent).sum(-1), 1 / exponent)
+        head_importance /= norm_by_layer.unsqueeze(-1) + 1e-20
+    return sums, head_importance.numpy()
+
+
+def _bertology_importance(torch, model, batches):
+    """Hugging Face's run_bertology.py, compute_heads_importance: a head_mask [layers, heads] (HF
+    4.x's, applied here to each layer's self-attention output, as 5.x removed it), |d loss / d mask|
+    of each batch, summed."""
+    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    head_dim = model.config.hidden_size // n_heads
+    mask = torch.ones(n_layers, n_heads, requires_grad=True)
+    hooks = [layer.attention.self.register_forward_hook(
+        lambda mod, args, out, i=i: (out[0] * mask[i].repeat_interleave(head_dim)[None, None, :],) + tuple(out[1:]))
+        for i, layer in enumerate(model.bert.encoder.layer)]
+    expected = np.zeros((n_layers, n_heads))
+    for batch in batches:
+        logits = model(input_ids=torch.from_numpy(batch["tokens"])).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 torch.from_numpy(batch["labels"]).reshape(-1))
+        (grad,) = torch.autograd.grad(loss, mask)
+        expected += grad.abs().numpy()
+    for hook in hooks:
+        hook.remove()
+    return expected
+
+
+def test_head_importance_equals_michel_et_als_code_and_run_bertology_on_hugging_faces_bert(tmp_path):
+    """The default ('token') is Michel et al.'s calculate_head_importance: raw sums, and scores
+    after their divisions and layer normalisation; 'batch' is run_bertology's |.| per batch.
+    They differ: per batch, examples that pull a head opposite ways cancel."""
     torch = pytest.importorskip("torch", reason="the Hugging Face BERT is the reference (extra 'hf')")
     transformers = pytest.importorskip("transformers", reason="the Hugging Face BERT (extra 'hf')")
     from t5lite.interop import hf
@@ -141,33 +238,26 @@ def test_head_importance_equals_a_torch_head_mask_on_hugging_faces_bert(tmp_path
     rng = np.random.default_rng(0)
     batches = [{"tokens": rng.integers(5, 97, (3, 10)), "labels": rng.integers(5, 97, (3, 10))} for _ in range(3)]
 
-    # Torch: a mask per layer multiplies each head's context (HF 4.x's head_mask), |grad| summed.
-    mask = torch.ones(2, 4, requires_grad=True)
-    hooks = [layer.attention.self.register_forward_hook(
-        lambda mod, args, out, i=i: (out[0] * mask[i].repeat_interleave(8)[None, None, :],) + tuple(out[1:]))
-        for i, layer in enumerate(model.bert.encoder.layer)]
-    expected = np.zeros((2, 4))
-    for batch in batches:
-        logits = model(input_ids=torch.from_numpy(batch["tokens"])).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 97), torch.from_numpy(batch["labels"]).reshape(-1))
-        (grad,) = torch.autograd.grad(loss, mask)
-        expected += grad.abs().numpy()
-    for hook in hooks:
-        hook.remove()
-
     def loss_fn(variables, batch):
         logits = module.apply(variables, encoder_input_tokens=batch["tokens"])[..., :97]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32))
         return -jnp.mean(jnp.take_along_axis(logp, batch["labels"][..., None], -1))
 
-    importance = pruning.head_importance(loss_fn, variables["params"], batches)
     paths = pruning.attention_paths(variables["params"])
     assert len(paths) == 2
+    sums, scores = _michel_importance(torch, model, batches, normalize_scores_by_layer=True)
+    michel = pruning.head_importance(loss_fn, variables["params"], batches)
+    assert_close(np.stack([michel[p] for p in paths]), sums, rtol=1e-4)
+    normalized = pruning.normalized_by_layer(michel)
+    assert_close(np.stack([normalized[p] for p in paths]), scores, rtol=1e-4)
+    expected = _bertology_importance(torch, model, batches)
+    importance = pruning.head_importance(loss_fn, variables["params"], batches, granularity="batch")
     assert_close(np.stack([importance[p] for p in paths]), expected, rtol=1e-4)
+    assert np.all(sums > expected * 1.01)
 
     # Pruning the least important heads computes what gating them off computes.
-    chosen = pruning.least_important_heads(importance, 3)
-    flat_order = sorted((expected[i, h], i, h) for i in range(2) for h in range(4))[:3]
+    chosen = pruning.least_important_heads(normalized, 3)
+    flat_order = sorted((scores[i, h], i, h) for i in range(2) for h in range(4))[:3]
     assert sorted((paths.index(p), h) for p, hs in chosen.items() for h in hs) == sorted((i, h) for _, i, h in flat_order)
     gates = jax.tree.map(lambda x: x, pruning.head_gates(variables["params"]))
     for path, heads in chosen.items():
@@ -228,28 +318,6 @@ def _heads_of(params):
     return {p[:-2]: flat[p].shape[0] for p in flat if p[-2:] == ("out", "kernel")}
 
 
-def test_importance_from_gradients_equals_the_gated_importance(micro_config):
-    """d loss / d gate_h (the `head_gates` collection) equals sum(W_out[h] * d loss / d W_out[h])."""
-    import flax.linen as nn
-
-    from t5lite import models
-    module = models.build(micro_config)
-    rng = np.random.default_rng(0)
-    batches = [{k: jnp.asarray(rng.integers(3, 2000, (2, 10)), jnp.int32)
-                for k in ("encoder_input_tokens", "decoder_input_tokens")} for _ in range(2)]
-    params = nn.unbox(module.init(jax.random.key(0), **batches[0]))["params"]
-
-    def loss_fn(variables, batch):
-        return jnp.mean(jax.nn.log_softmax(module.apply(variables, **batch))[..., 5])
-
-    gated = pruning.head_importance(loss_fn, params, batches)
-    grads = [jax.grad(lambda p: loss_fn({"params": p}, b))(params) for b in batches]
-    ours = pruning.importance_from_gradients(params, grads)
-    assert set(ours) == set(gated) and len(ours) == 3     # encoder, decoder self and cross attention
-    for path in ours:
-        assert_close(ours[path], gated[path], rtol=1e-4)
-
-
 def _michel_heads(importance, fraction, normalize=True):
     """The heads to remove, in numpy: scores divided by their layer's l2 norm (Michel et al.'s code,
     Hugging Face's run_bertology.py), then the int(fraction x heads) lowest over all layers."""
@@ -261,11 +329,11 @@ def _michel_heads(importance, fraction, normalize=True):
     return sorted(owner[i] for i in np.argsort(scores, kind="stable")[:k])
 
 
-def test_head_pruning_masks_the_least_important_heads_and_they_stay_zero(tmp_path, micro_config):
-    """`train.pruning = HeadPruning(0.3)` on a micro T5 (4 attention modules of 4 heads):
-    the heads removed are a numpy re-derivation's from the run's recorded importance; after 3
-    training steps their weights are zero, so gating them off changes nothing (their outputs are
-    zero), while the kept heads trained."""
+def test_head_pruning_masks_the_least_important_heads_and_they_stay_zero(tmp_path, micro_config, monkeypatch):
+    """`train.pruning = HeadPruning(0.3)` on a micro T5 (4 attention modules of 4 heads): the run
+    scores heads per example and token, without dropout; the heads removed are a numpy
+    re-derivation's from the run's recorded importance; after 3 training steps their weights are
+    zero, so gating them off changes nothing (their outputs are zero), while the kept heads trained."""
     from flax.traverse_util import flatten_dict
     from t5lite import models
     from t5lite.models.layers import HEAD_GATES
@@ -273,11 +341,22 @@ def test_head_pruning_masks_the_least_important_heads_and_they_stay_zero(tmp_pat
     dense = tmp_path / "dense"
     train_tiny(dense, config, 2, async_checkpoints=False)
     out = tmp_path / "pruned"
+    calls, scored = [], pruning.head_importance
+    monkeypatch.setattr(pruning, "head_importance", lambda *args: calls.append(args) or scored(*args))
     train_tiny(out, config, 3, initial_checkpoint_path=str(dense), async_checkpoints=False,
                pruning=pruning.HeadPruning(fraction=0.3, batches=2))
     record = json.loads(RunDir(out).head_pruning.read_text())["rounds"]
     assert len(record) == 1
     importance = record[0]["importance"]
+    (loss_fn, params, batches, granularity), = calls
+    assert granularity == "token" and len(batches) == 2 and config.dropout_rate > 0
+    variables = {"params": params, HEAD_GATES: pruning.head_gates(params)}
+    batch, key = batches[0]
+    assert float(loss_fn(variables, (batch, key))) == float(loss_fn(variables, (batch, jax.random.fold_in(key, 1))))
+    per_batch = scored(loss_fn, params, batches, "batch")
+    for path, values in importance.items():
+        assert_close(np.asarray(values), scored(loss_fn, params, batches)[tuple(path.split("/"))], rtol=1e-5)
+        assert np.all(np.asarray(values) >= per_batch[tuple(path.split("/"))])
     assert sum(map(len, importance.values())) == 16
     expected = _michel_heads(importance, 0.3)
     assert len(expected) == 4
@@ -344,8 +423,8 @@ def test_head_pruning_refuses_stacked_layers_and_bad_settings():
         **{n: {"kernel": np.ones((2, 8, 4, 2), np.float32)} for n in ("query", "key", "value")},
         "out": {"kernel": np.ones((2, 4, 2, 8), np.float32)}}}}}
     with pytest.raises(ConfigError, match="scan_layers = False"):
-        pruning.importance_from_gradients(stacked, [])
-    for bad in (dict(fraction=1.0), dict(fraction=0.0), dict(rounds=0), dict(batches=0)):
+        pruning.head_importance(lambda variables, batch: 0.0, stacked, [])
+    for bad in (dict(fraction=1.0), dict(fraction=0.0), dict(rounds=0), dict(batches=0), dict(granularity="example")):
         with pytest.raises(ConfigError, match="HeadPruning"):
             pruning.HeadPruning(**bad)
     with pytest.raises(ConfigError, match="train.pruning"):

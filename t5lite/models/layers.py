@@ -19,8 +19,9 @@ import jax.numpy as jnp
 from t5lite.models.config import ModelConfig
 
 NEG_INF = -1e10
-# A variable collection: given `{HEAD_GATES: {<attention path>: {"heads": [heads]}}}`, attention
-# multiplies each head's output by its gate (t5lite.train.pruning.head_importance).
+# A variable collection: given `{HEAD_GATES: {<attention path>: {"heads": [heads]}}}` (or one gate
+# per example and token, [rows, length, heads]), attention multiplies each head's output by its gate
+# (t5lite.train.pruning.head_importance).
 HEAD_GATES = "head_gates"
 ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "gelu_exact": lambda x: nn.gelu(x, approximate=False),
                "silu": nn.silu, "tanh": jnp.tanh, "linear": lambda x: x}
@@ -412,8 +413,8 @@ class MultiHeadAttention(nn.Module):
                 out = out + jnp.einsum("bhqk,bqkr,rd->bqhd", weights, buckets, rel_v)
             out = (out / total).astype(dtype)
         out = out.reshape(rows, -1, h, hd)
-        if self.has_variable(HEAD_GATES, "heads"):   # Michel et al.'s head mask, a gate per head
-            out = out * self.get_variable(HEAD_GATES, "heads").astype(dtype)[:, None]
+        if self.has_variable(HEAD_GATES, "heads"):   # Michel et al.'s head mask: [heads] or [rows, length, heads]
+            out = out * self.get_variable(HEAD_GATES, "heads").astype(dtype)[..., None]
         out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5)(out)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
 

@@ -4,13 +4,16 @@ kept through training, lottery-ticket rewinding, and attention-head importance a
 
 A round removes `fraction` of the weights that remain (open_lth `sparse_global`): with n
 remaining, k = ceil(fraction * n), threshold = sort(|w|)[k], keep |w| > threshold (so ties at
-the threshold go too). Only dense kernels are pruned (open_lth prunes layer weights, not biases,
-norms or embeddings). A pruned weight is an exact zero in the checkpoint, so a pruned run is a
-plain run every command loads, and its mask is its non-zero pattern: iterative pruning is one
+the threshold go too). The first round starts from a mask of all ones (open_lth's
+`Mask.ones_like`), so a weight that is exactly zero counts among the n and is pruned by magnitude
+like any other. Only dense kernels are pruned (open_lth prunes layer weights, not biases, norms
+or embeddings). A pruned weight is an exact zero in the checkpoint, so a pruned run is a plain
+run every command loads, and its mask is its non-zero pattern: iterative pruning is one
 `t5lite train` per round, each from the last (`train.initial_checkpoint_path`), with
-`train.pruning = @MagnitudePruning()`; `rewind_checkpoint` (an early step of the dense run)
-gives the kept weights their values of that step (Frankle et al.'s rewinding). A task head
-(`WithHead`'s "head") is never pruned.
+`train.pruning = @MagnitudePruning()`, and a round started from a pruned run (one that wrote
+`sparsity.json`) continues from that run's mask, as open_lth's next level loads the last one's;
+`rewind_checkpoint` (an early step of the dense run) gives the kept weights their values of that
+step (Frankle et al.'s rewinding). A task head (`WithHead`'s "head") is never pruned.
 
 `train.pruning = @HeadPruning()` removes whole attention heads instead, the least important by
 Michel et al.'s score over all layers, with the same masks kept through training.
@@ -21,6 +24,7 @@ import json
 import math
 from typing import Any, Callable, Iterable
 
+import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
@@ -42,9 +46,15 @@ def prunable(path: tuple[str, ...]) -> bool:
 
 
 def nonzero_masks(params) -> dict:
-    """The mask of a (pruned) params tree: True where a prunable weight is non-zero, a scalar
+    """The mask of a pruned run's params: True where a prunable weight is non-zero, a scalar
     True for every other leaf (so masks have the params' structure)."""
     return unflatten_dict({p: (np.asarray(w) != 0) if prunable(p) else np.array(True)
+                           for p, w in flatten_dict(jax.device_get(params)).items()})
+
+
+def ones_masks(params) -> dict:
+    """Nothing pruned yet: `nonzero_masks`' structure, all True (open_lth's `Mask.ones_like`)."""
+    return unflatten_dict({p: np.ones(np.shape(w), bool) if prunable(p) else np.array(True)
                            for p, w in flatten_dict(jax.device_get(params)).items()})
 
 
@@ -60,15 +70,17 @@ def _prune_round(weights: dict, masks: dict, fraction: float) -> dict:
     return {p: masks[p] & (np.abs(w) > threshold) for p, w in weights.items()}
 
 
-def magnitude_masks(params, fraction: float = 0.2, rounds: int = 1, scope: str = "global") -> dict:
-    """Masks after `rounds` open_lth rounds on `params`, starting from its non-zero pattern;
-    `scope` 'global' ranks all prunable weights together, 'layer' each kernel alone."""
+def magnitude_masks(params, fraction: float = 0.2, rounds: int = 1, scope: str = "global",
+                    current_mask: dict | None = None) -> dict:
+    """Masks after `rounds` open_lth rounds on `params`, starting from `current_mask` (None: all
+    ones, as open_lth's `sparse_global.prune`); `scope` 'global' ranks all prunable weights
+    together, 'layer' each kernel alone."""
     if scope not in SCOPES:
         raise ConfigError(f"pruning scope {scope!r}: expected one of {SCOPES}")
     if not 0 < fraction < 1 or rounds < 1:
         raise ConfigError(f"pruning fraction={fraction}, rounds={rounds}: expected 0 < fraction < 1 and rounds >= 1")
     flat = flatten_dict(jax.device_get(params))
-    masks = flatten_dict(nonzero_masks(params))
+    masks = flatten_dict(ones_masks(params) if current_mask is None else jax.device_get(current_mask))
     weights = {p: np.asarray(w) for p, w in flat.items() if prunable(p)}
     if not weights:
         raise ConfigError("the model has no dense kernels to prune")
@@ -121,9 +133,10 @@ class MagnitudePruning:
         return (f"MagnitudePruning(fraction={self.fraction}, rounds={self.rounds}, scope={self.scope!r}, "
                 f"rewind_checkpoint={self.rewind_checkpoint!r})")
 
-    def masks(self, params, gradients=None) -> dict:
-        """The masks of `params` (`gradients`, which head pruning scores heads with, is unused)."""
-        return magnitude_masks(params, self.fraction, self.rounds, self.scope)
+    def masks(self, params, scoring=None, current_mask: dict | None = None) -> dict:
+        """The masks of `params` from `current_mask` (None: all ones; `scoring`, which head
+        pruning scores heads with, is unused)."""
+        return magnitude_masks(params, self.fraction, self.rounds, self.scope, current_mask)
 
 
 # ----------------------------------------------------------------------------- heads
@@ -142,31 +155,67 @@ def head_gates(params) -> dict:
                            for p in attention_paths(params)})
 
 
-def head_importance(loss_fn: Callable[[dict, Any], jax.Array], params, batches: Iterable) -> dict:
-    """Michel et al.'s importance of each head: sum over `batches` of |d loss / d gate_h|, the
-    gate a mask on the head's output; `loss_fn(variables, batch)` applies the model to
-    `variables` ({"params": ..., HEAD_GATES: ...}). Returns {attention path: [heads]}."""
-    gates = head_gates(params)
-    grad = jax.jit(jax.grad(lambda g, batch: loss_fn({"params": params, HEAD_GATES: g}, batch)))
-    total = jax.tree.map(jnp.zeros_like, gates)
-    for batch in batches:
-        total = jax.tree.map(lambda t, g: t + jnp.abs(g), total, grad(gates, batch))
-    return {p[:-1]: np.asarray(v) for p, v in flatten_dict(total).items()}
+GRANULARITIES = ("token", "batch")
 
 
-def importance_from_gradients(params, gradients: Iterable) -> dict:
-    """Michel et al.'s importance from the loss's parameter gradients, one tree per batch: a
-    head's gate scales its rows of the output kernel ([heads, kv, embed]), so d loss / d gate_h =
-    sum(W_out[h] * d loss / d W_out[h]) at gates 1, exactly. Returns {attention path: [heads]}."""
+def head_importance(loss_fn: Callable[[dict, Any], jax.Array], params, batches: Iterable,
+                    granularity: str = "token") -> dict:
+    """Michel et al.'s importance of each head, summed over `batches`: |d loss / d xi|, xi a gate
+    on the head's output; `loss_fn(variables, batch)` applies the model to `variables`
+    ({"params": ..., HEAD_GATES: ...}). `granularity` 'token' (the default) takes |.| per example
+    and token, as Michel et al.'s code does (pmichel31415/pytorch-pretrained-BERT, branch paul,
+    examples/classifier_eval.py, calculate_head_importance: |ctx . d loss / d ctx| per example,
+    head and token, summed), so examples pulling a head opposite ways add up; 'batch' takes |.|
+    of each batch's gradient, as Hugging Face's run_bertology.py does with its head_mask.
+    Michel et al. then divide by the number of tokens (for BERT's last layer, of examples): a
+    constant per layer, which `normalized_by_layer` cancels, so it is left out here.
+    Returns {attention path: [heads]}."""
+    if granularity not in GRANULARITIES:
+        raise ConfigError(f"head importance granularity {granularity!r}: expected one of {GRANULARITIES}")
     paths = attention_paths(params)
-    kernels = {p: jnp.asarray(_at(params, p + ("out", "kernel"))) for p in paths}
-    if any(k.ndim != 3 for k in kernels.values()):
+    if any(np.ndim(_at(params, p + ("out", "kernel"))) != 3 for p in paths):
         raise ConfigError("head pruning needs the layers unstacked: set model_config.scan_layers = False")
-    total = {p: np.zeros(k.shape[0]) for p, k in kernels.items()}
-    for grads in gradients:
-        for p, w in kernels.items():
-            total[p] += np.abs(np.asarray(jnp.sum(w * _at(grads, p + ("out", "kernel")), axis=(1, 2))))
-    return total
+    per_head = head_gates(params)
+    grad = jax.jit(jax.grad(lambda g, p, batch: loss_fn({"params": p, HEAD_GATES: g}, batch)))
+    total = {p: np.zeros(np.shape(v)) for p, v in flatten_dict(per_head).items()}
+    for batch in batches:
+        gates = per_head if granularity == "batch" else _token_gates(loss_fn, params, per_head, batch)
+        for path, g in flatten_dict(jax.device_get(grad(gates, params, batch))).items():
+            total[path] += np.abs(np.asarray(g, np.float64)).reshape(-1, g.shape[-1]).sum(0)
+    return {p[:-1]: v for p, v in total.items()}
+
+
+def _token_gates(loss_fn, params, per_head, batch) -> dict:
+    """Ones of each attention module's output shape [rows, length, heads] on `batch` (read off a
+    shape-only pass), so the gradient is one per example, token and head."""
+    shapes = {}
+
+    def record(call, args, kwargs, context):
+        module = context.module
+        if module.name == "out" and isinstance(module.parent, nn.Module) and \
+                module.parent.has_variable(HEAD_GATES, "heads"):
+            shapes[tuple(module.parent.path) + ("heads",)] = args[0].shape[:-1]
+        return call(*args, **kwargs)
+    with nn.intercept_methods(record):
+        jax.eval_shape(lambda g, p, b: loss_fn({"params": p, HEAD_GATES: g}, b), per_head, params, batch)
+    return unflatten_dict({p: jnp.ones(shapes[p], jnp.float32) for p in flatten_dict(per_head)})
+
+
+class WithVariables:
+    """`module` applied with `variables` (the head gates) beside its params and without dropout,
+    as Michel et al. score heads with the model in eval mode. Other attributes are the module's."""
+
+    def __init__(self, module, variables: dict):
+        self.module, self.variables = module, variables
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+    def apply(self, variables, *args, **kwargs):
+        if kwargs.get("enable_dropout"):
+            kwargs = {**kwargs, "enable_dropout": False,
+                      "rngs": {k: v for k, v in (kwargs.get("rngs") or {}).items() if k != "dropout"}}
+        return self.module.apply({**variables, **self.variables}, *args, **kwargs)
 
 
 def _at(tree, path):
@@ -204,10 +253,11 @@ def least_important_heads(importance: dict, count: int, skip: dict | None = None
     return chosen
 
 
-def head_masks(params, heads: dict) -> dict:
-    """`nonzero_masks(params)` with the query, key, value (kernels and biases) and output weights
-    of `heads` ({attention path: [indices]}) masked: `prune_heads`' zeros, kept through training."""
-    flat = flatten_dict(nonzero_masks(params))
+def head_masks(params, heads: dict, current_mask: dict | None = None) -> dict:
+    """`current_mask` (None: all ones) with the query, key, value (kernels and biases) and output
+    weights of `heads` ({attention path: [indices]}) masked: `prune_heads`' zeros, kept through
+    training."""
+    flat = flatten_dict(ones_masks(params) if current_mask is None else jax.device_get(current_mask))
     shapes = {p: np.shape(w) for p, w in flatten_dict(params).items()}
     for path, indices in heads.items():
         idx = np.asarray(indices)
@@ -229,40 +279,47 @@ def head_masks(params, heads: dict) -> dict:
 class HeadPruning:
     """`train.pruning = @HeadPruning()`: Michel et al.'s structured pruning at the start of a run.
     Each of `rounds` rounds scores every attention head on `batches` batches of the run's training
-    data (`importance_from_gradients`, scores normalised per layer unless `normalize_by_layer` is
-    False), removes the int(`fraction` x remaining) least important heads over all layers (at
+    data (`head_importance` with the run's loss, without dropout; |.| per example and token unless
+    `granularity` is 'batch'; scores normalised per layer unless `normalize_by_layer` is False),
+    removes the int(`fraction` x remaining) least important heads over all layers (at
     least one), and the next round scores the pruned model. Pruned heads' query, key, value and
     output weights are zeros, masked after every update, so their outputs stay zero; a resumed
     run keeps its own pattern. `MODEL_DIR/head_pruning.json` records each round's scores and heads."""
 
     rewind_checkpoint = None
 
-    def __init__(self, fraction: float = 0.1, rounds: int = 1, batches: int = 8, normalize_by_layer: bool = True):
-        if not 0 < fraction < 1 or rounds < 1 or batches < 1:
-            raise ConfigError(f"HeadPruning(fraction={fraction}, rounds={rounds}, batches={batches}): expected "
-                              "0 < fraction < 1, rounds >= 1 and batches >= 1")
+    def __init__(self, fraction: float = 0.1, rounds: int = 1, batches: int = 8, normalize_by_layer: bool = True,
+                 granularity: str = "token"):
+        if not 0 < fraction < 1 or rounds < 1 or batches < 1 or granularity not in GRANULARITIES:
+            raise ConfigError(f"HeadPruning(fraction={fraction}, rounds={rounds}, batches={batches}, "
+                              f"granularity={granularity!r}): expected 0 < fraction < 1, rounds >= 1, batches >= 1 "
+                              f"and granularity one of {GRANULARITIES}")
         self.fraction, self.rounds, self.batches, self.normalize_by_layer = fraction, rounds, batches, normalize_by_layer
+        self.granularity = granularity
         self.record: list[dict] = []
 
     def __repr__(self):
         return (f"HeadPruning(fraction={self.fraction}, rounds={self.rounds}, batches={self.batches}, "
-                f"normalize_by_layer={self.normalize_by_layer})")
+                f"normalize_by_layer={self.normalize_by_layer}, granularity={self.granularity!r})")
 
-    def masks(self, params, gradients: Callable[[Any], Iterable] | None = None) -> dict:
-        """Masks after the rounds; `gradients(params)` gives the loss's gradients on the batches."""
-        if gradients is None:
+    def masks(self, params, scoring: tuple[Callable[[dict, Any], jax.Array], list] | None = None,
+              current_mask: dict | None = None) -> dict:
+        """Masks after the rounds, from `current_mask` (None: all ones); `scoring` is
+        (loss_fn, batches) as `head_importance` takes them."""
+        if scoring is None:
             raise ConfigError("HeadPruning scores heads on the training data: use it as train.pruning")
-        masks, self.record = nonzero_masks(params), []
+        loss_fn, batches = scoring
+        masks, self.record = current_mask, []
         for _ in range(self.rounds):
-            current = apply_masks(params, masks)
-            importance = importance_from_gradients(current, gradients(current))
+            current = params if masks is None else apply_masks(params, masks)
+            importance = head_importance(loss_fn, current, batches, self.granularity)
             ranked = normalized_by_layer(importance) if self.normalize_by_layer else importance
             done = pruned_heads(current)
             remaining = sum(len(v) for v in importance.values()) - sum(len(v) for v in done.values())
             heads = least_important_heads(ranked, max(1, int(self.fraction * remaining)), skip=done)
             for path, indices in done.items():
                 heads.setdefault(path, []).extend(indices)
-            masks = head_masks(params, heads)
+            masks = head_masks(params, heads, current_mask)
             self.record.append({"importance": {"/".join(p): v.tolist() for p, v in importance.items()},
                                 "pruned": {"/".join(p): sorted(v) for p, v in heads.items()}})
         return masks

@@ -245,8 +245,11 @@ def _pruned(trainer: TrainTask, c: TrainConfig, state: TrainState, teacher, make
     first)."""
     pruning = c.pruning
     if fresh:
-        gradients = _loss_gradients(trainer, teacher, state.rng, make_loader, getattr(pruning, "batches", 0))
-        masks = pruning.masks(state.params, gradients)
+        pruned = c.initial_checkpoint_path and RunDir.of_step(   # a pruned run's zeros are its mask
+            checkpoint_reader.step_directory(c.initial_checkpoint_path)).sparsity.exists()
+        with trainer.mesh_context():
+            scoring = _head_scoring(trainer, teacher, state.rng, make_loader, getattr(pruning, "batches", 0))
+            masks = pruning.masks(state.params, scoring, pruning_lib.nonzero_masks(state.params) if pruned else None)
         params = state.params
         if pruning.rewind_checkpoint:
             rewound = trainer.objective.initial_params(pruning.rewind_checkpoint, trainer.abstract_state.params)
@@ -267,18 +270,18 @@ def _pruned(trainer: TrainTask, c: TrainConfig, state: TrainState, teacher, make
             {f"sparsity/{k}": v for k, v in sparsity["layers"].items()})
 
 
-def _loss_gradients(trainer: TrainTask, teacher, rng, make_loader, count: int):
-    """`gradients(params)`: the training loss's gradients on the first `count` batches of a fresh
-    `make_loader()` (the same batches at every call), with the run's dropout (head pruning's scores)."""
-    def loss(params, batch, key):
-        normalizers = trainer.objective.normalizers(batch, trainer.loss)
-        return trainer._loss(params, None, batch, key, normalizers, trainer.loss, teacher=teacher)[0]
-    grad = jax.jit(jax.grad(loss))
+def _head_scoring(trainer: TrainTask, teacher, rng, make_loader, count: int):
+    """(loss_fn, batches) as `pruning.head_importance` takes them: the training loss of
+    {"params", "head_gates"}, without dropout, on the first `count` batches of `make_loader()`."""
+    extra = {} if teacher is None else {"frozen": teacher}
 
-    def gradients(params):
-        with trainer.mesh_context():
-            for i, batch in enumerate(itertools.islice(make_loader(), count)):
-                key = jax.random.fold_in(jax.random.wrap_key_data(rng), i)
-                yield jax.device_get(grad(params, trainer.partitioner.shard_batch(batch), key))
-    return gradients
+    def loss_fn(variables, item):
+        batch, key = item
+        module = pruning_lib.WithVariables(trainer.model, {k: v for k, v in variables.items() if k != "params"})
+        normalizers = trainer.objective.normalizers(batch, trainer.loss)
+        return trainer.objective.loss_and_metrics(module, variables["params"], batch, key, normalizers, trainer.loss,
+                                                  **extra)[0]
+    batches = [(trainer.partitioner.shard_batch(batch), jax.random.fold_in(jax.random.wrap_key_data(rng), i))
+               for i, batch in enumerate(itertools.islice(make_loader(), count))] if count else []
+    return loss_fn, batches
 
