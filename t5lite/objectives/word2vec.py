@@ -12,8 +12,13 @@ Per step and row, on device, with the step's key:
 Loss of a pair with input vector h and centre word w: -log s(h . v_w) - sum_neg log s(-h . v_neg),
 where s is the sigmoid, h the context word's input vector (skip-gram: word2vec.c predicts the centre
 from each context word) or the mean of the window's input vectors (CBOW), and v the output vectors.
-The step minimises the pairs' summed loss divided by the batch's words; the logged `loss` is
-the mean per pair. `export_vectors` writes the input table as a word2vec text file.
+The step minimises the pairs' summed loss, so that plain SGD at rate alpha moves each table
+row by alpha times the sum of its pairs' gradients: word2vec.c's update of every pair, applied
+at once for the batch's pairs rather than one after the other. CBOW's mean passes its whole
+gradient to each context word, as word2vec.c's does. The shipped configs train as word2vec.c:
+SGD (`optimizers.sgd`) at alpha 0.025 (skip-gram) or 0.05 (CBOW), decaying linearly to
+alpha x 1e-4 (`optimizers.linear_decay`). The logged `loss` is the mean per pair.
+`export_vectors` writes the input table as a word2vec text file.
 """
 from __future__ import annotations
 
@@ -129,7 +134,7 @@ class Word2VecObjective(Objective):
         return None    # the tables are as big as the word2vec vocabulary; the task's token ids are not read
 
     def normalizers(self, batch, loss: LossConfig):
-        return {"words": jnp.maximum(jnp.sum(batch["encoder_input_tokens"] != PAD_ID), 1).astype(jnp.float32)}
+        return {}    # the step's loss is the pairs' sum (see the module's docstring)
 
     def loss_and_metrics(self, module: nn.Module, params, batch, rng, normalizers, loss: LossConfig):
         sample_rng, window_rng, negative_rng = jax.random.split(rng, 3)
@@ -144,14 +149,17 @@ class Word2VecObjective(Objective):
         metrics = {"loss": (total, pairs), "pairs": pairs,
                    "kept_words": (jnp.sum(ids != PAD_ID).astype(jnp.float32),
                                   jnp.sum(words != PAD_ID).astype(jnp.float32))}
-        return total / normalizers["words"], metrics
+        return total, metrics
 
     def pair_inputs(self, inputs, ids, contexts, mask):
         """(h, centre ids, mask) of every pair: [..., length, 2 * window] pairs (a context word's input
         vector each) for skip-gram, [..., length] for CBOW (the mean over the window)."""
         if self.cbow:
             count = jnp.sum(mask, -1, keepdims=True)
-            hidden = jnp.sum(inputs[contexts] * mask[..., None], -2) / jnp.maximum(count, 1)
+            total = jnp.sum(inputs[contexts] * mask[..., None], -2)
+            # the mean forward; backward each context row gets h's whole gradient, as word2vec.c adds
+            # neu1e to every one of them (the mean's own gradient would be neu1e / count)
+            hidden = total + jax.lax.stop_gradient(total / jnp.maximum(count, 1) - total)
             return hidden, ids, count[..., 0] > 0
         return inputs[contexts], jnp.broadcast_to(ids[..., None], contexts.shape), mask
 

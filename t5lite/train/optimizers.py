@@ -59,6 +59,19 @@ def slanted_triangular(max_learning_rate: float = 0.01, total_steps: int = gin.R
     return schedule
 
 
+@gin.configurable
+def linear_decay(learning_rate: float = 0.025, decay_steps: int = gin.REQUIRED,
+                 end_fraction: float = 1e-4) -> optax.Schedule:
+    """word2vec.c's rate: learning_rate x (1 - step / decay_steps), never below learning_rate x
+    end_fraction (word2vec.c: alpha = starting_alpha * (1 - word_count_actual / (iter * train_words
+    + 1)), floored at starting_alpha * 0.0001). The fraction done counts steps where word2vec.c
+    counts words read: the same when every batch holds as many words."""
+    def schedule(step):
+        done = jnp.asarray(step, jnp.float32) / max(decay_steps, 1)
+        return learning_rate * jnp.maximum(1.0 - done, end_fraction)
+    return schedule
+
+
 # A parameter path element that names layer k: Transformer stacks (`layers_3`), AWD-LSTM's
 # (`lstm_3`) and ELMo's (`forward_1`, `backward_1`) LSTMs.
 _LAYER = re.compile(r"^(?:layers|lstm|forward|backward)_(\d+)$")
@@ -205,6 +218,12 @@ def adamw(schedule: optax.Schedule = gin.REQUIRED, b1: float = 0.9, b2: float = 
                                  mask=weight_decay_mask(param_specs, decay_embeddings)))
         return optax.chain(*chain)
     return make
+
+
+@gin.configurable
+def sgd(schedule: optax.Schedule = gin.REQUIRED) -> optax.GradientTransformation:
+    """Plain SGD, no momentum: params -= lr x gradient (word2vec.c's update)."""
+    return optax.sgd(schedule)
 
 
 @gin.configurable
