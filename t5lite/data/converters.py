@@ -75,19 +75,25 @@ def _make_row(examples: list[dict[str, np.ndarray]], lengths: Mapping[str, int])
     return row
 
 
-def pack(examples: Iterable[Example], lengths: Mapping[str, int]) -> Iterator[Row]:
-    """Greedy next-fit packing, as seqio's pure-TF path: never looks back at an earlier row.
+def pack(examples: Iterable[Example], lengths: Mapping[str, int], restart_every: int | None = None) -> Iterator[Row]:
+    """Greedy next-fit packing, seqio's pure-TF rule: never looks back at an earlier row.
 
     Each example (trimmed to `lengths` first) joins the current row if every feature still fits,
     otherwise the row is emitted and the example starts a new one. Next-fit wastes a little more
     padding than best-fit but keeps the example order, so `_examples` counts map rows onto a
     prefix of the input stream and a loader can resume mid-stream.
+
+    seqio (`utils.trim_and_pack_dataset`) packs within padded batches of max(lengths) examples, so
+    it also closes a row after every max(lengths)-th example; `restart_every=max(lengths)` does
+    the same and gives seqio's rows. The default, None, packs the stream without those breaks:
+    they depend on where the stream started, and a loader resuming at example m must pack as the
+    uninterrupted run did (the breaks add about one part-filled row per max(lengths) examples).
     """
     current: list[dict[str, np.ndarray]] = []
     used = dict.fromkeys(lengths, 0)
-    for example in examples:
+    for i, example in enumerate(examples):
         example = _trim(example, lengths)
-        if current and not _fits(used, example, lengths):
+        if current and (not _fits(used, example, lengths) or (restart_every and i % restart_every == 0)):
             yield _make_row(current, lengths)
             current, used = [], dict.fromkeys(lengths, 0)
         current.append(example)
@@ -103,8 +109,9 @@ def pad(examples: Iterable[Example], lengths: Mapping[str, int]) -> Iterator[Row
         yield _make_row([_trim(example, lengths)], lengths)
 
 
-def _pack_or_pad(examples: Iterable[Example], lengths: Mapping[str, int], packed: bool) -> Iterator[Row]:
-    return pack(examples, lengths) if packed else pad(examples, lengths)
+def _pack_or_pad(examples: Iterable[Example], lengths: Mapping[str, int], packed: bool,
+                 restart_every: int | None = None) -> Iterator[Row]:
+    return pack(examples, lengths, restart_every) if packed else pad(examples, lengths)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,11 +185,12 @@ class FeatureConverter:
         return lengths
 
     def convert(self, examples: Iterable[Example], task_feature_lengths: Mapping[str, int],
-                pack: bool = False) -> Iterator[Row]:
-        """Model-feature dicts of fixed-length int32 arrays, one per example or per packed row."""
+                pack: bool = False, restart_every: int | None = None) -> Iterator[Row]:
+        """Model-feature dicts of fixed-length int32 arrays, one per example or per packed row
+        (`restart_every`: see `pack`)."""
         row_lengths = self._row_lengths(task_feature_lengths)
         prepared = (self._prepare(example, task_feature_lengths) for example in examples)
-        for row in _pack_or_pad(prepared, row_lengths, pack):
+        for row in _pack_or_pad(prepared, row_lengths, pack, restart_every):
             features = self._features(row, pack)
             if pack:
                 features.update(self._packing_features(row))
