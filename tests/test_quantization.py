@@ -468,11 +468,13 @@ def test_int4_equals_torchaos_int4_weight_only_config(torchao_int4, shape, in_nd
     assert set(stored["dense"]) == {"kernel"} and stored["dense"]["kernel"].dtype == np.float32
 
 
-def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert_tiny_sst2_run, tmp_path):
+def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert_tiny_sst2_run, tmp_path,
+                                                                            monkeypatch):
     """`t5lite convert --quantize int4` of a classifier run: each dense kernel with a multiple of
     128 inputs packed uint8 beside float32 group scales and zero points, the others (64 inputs)
     float32, as torchao leaves them; embedding tables int8, the head float32; a float model reads
-    the packed kernels as MSLK's q * scale + zero, and `t5lite eval` scores the run."""
+    the packed kernels as MSLK's q * scale + zero, and `t5lite eval` scores the run. A run without
+    zero points (an earlier t5lite's symmetric int4) is refused, naming the fix."""
     from t5lite import cli
     from t5lite.infer.checkpoint_reader import restore_params, stored_params
     from t5lite.objectives.finetune import ClassificationObjective
@@ -503,6 +505,13 @@ def test_convert_int4_writes_packed_kernels_every_command_reads_dequantised(bert
         q, scale, zero = _mslk_int4_row_quantize_zp(torch.from_numpy(np.ascontiguousarray(w2d.T)))
         expected = q.float().numpy().T * np.repeat(scale.numpy(), 128, axis=0) + np.repeat(zero.numpy(), 128, axis=0)
         np.testing.assert_allclose(np.asarray(loaded[path]).reshape(w2d.shape), expected, rtol=1e-6, atol=1e-7)
+    with_zeros = quantization.quantize_params
+    monkeypatch.setattr(quantization, "quantize_params", lambda *args: unflatten_dict(
+        {p: v for p, v in flatten_dict(with_zeros(*args)).items() if p[-1] != "kernel_zero"}))
+    cli.main(["convert", "--from_run", bert_tiny_sst2_run, "--quantize", "int4", "--out", str(tmp_path / "old")])
+    from t5lite.errors import CheckpointError
+    with pytest.raises(CheckpointError, match="no zero point.*convert --quantize int4"):
+        restore_params(str(tmp_path / "old"), predict.abstract_params(config, module=module))
     gin.clear_config()
     cli.main(["eval", "--gin_file=configs/local/bert_tiny_finetune_sst2.gin", f"--gin.CHECKPOINT_PATH='{out}'",
               f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'", "--gin.eval.max_examples=8"])

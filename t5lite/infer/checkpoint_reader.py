@@ -67,6 +67,11 @@ def restore_params(path: str, abstract_params: Any) -> Any:
     flat_stored = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(stored_params)}
     expected = flatten_dict(abstract_params)
     int4 = {p for p in quantization.int4_leaves(stored_params) if p in expected}   # packed: shapes differ
+    without_zero = sorted(p for p in int4 if quantization.zero_path(p) not in flatten_dict(stored_params))
+    if without_zero:
+        raise CheckpointError(f"checkpoint {path}: int4 kernel {'/'.join(without_zero[0])} has no zero point (an "
+                              "int4 run of an earlier t5lite, symmetric); convert its float run again with "
+                              "`t5lite convert --quantize int4`")
     packed_names = {"".join(f"[{k!r}]" for k in p) for p in int4}
     for name, wanted in flat_expected.items():
         if name not in flat_stored:
