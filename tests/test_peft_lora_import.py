@@ -193,3 +193,33 @@ def test_imported_lora_is_a_peft_run_that_exports_merges_and_trains(tmp_path):
     moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), state.params, trained)
     assert jax.tree.leaves(moved) and all(jax.tree.leaves(moved))
     jax.tree.map(np.testing.assert_array_equal, frozen, variables["params"])
+
+
+@pytest.mark.slow   # fast sibling: the TrainTask step in test_imported_lora_is_a_peft_run_that_exports_merges_and_trains
+def test_t5lite_train_continues_an_imported_lora(tmp_path, micro_config):
+    """`t5lite train` with MODEL_DIR an imported LoRA run (train.peft the method in its peft.json,
+    the base its RUN/base) starts from the imported A and B, trains on, and keeps the base."""
+    from conftest import train_tiny
+    from t5lite.infer import checkpoint_reader, peft_checkpoint
+    train_tiny(tmp_path / "t5", micro_config, 1)
+    cli.main(["convert", "--to_hf", str(tmp_path / "t5"), "--out", str(tmp_path / "hf")])
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration.from_pretrained(str(tmp_path / "hf")).eval()
+    peft_model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, rank_pattern={"v": 2}))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    run = tmp_path / "run"
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--peft_adapter", str(tmp_path / "adapter"),
+              "--out", str(run)])
+    method = peft_checkpoint.method_of(peft_checkpoint.read(str(run)))
+    imported = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(str(run)))
+    train_tiny(run, micro_config, 2, peft=method, initial_checkpoint_path=str(run / "base"))
+    assert checkpoint_reader.step_directory(str(run)).endswith("2")
+    trained = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(str(run)))
+    assert jax.tree.map(np.shape, trained) == jax.tree.map(np.shape, imported)
+    # moved from the imported values by two small steps (not re-initialised: B stays far from zero)
+    for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(imported)):
+        assert not np.array_equal(a, b) and np.allclose(a, b, atol=0.2)
