@@ -125,16 +125,13 @@ def test_char_cnn_and_highway_match_numpy():
     np.testing.assert_allclose(np.asarray(got), _np_char_cnn(params, cfg, ids), rtol=1e-5, atol=1e-6)
 
 
-def test_bilm_params_have_logical_axes_and_gate_bias():
+def test_bilm_params_have_logical_axes():
     cfg = BiLMConfig(filters=((1, 4), (2, 4)), char_embed_dim=4, lstm_dim=8, projection_dim=4)
     ids, lengths = elmo_chars.batch_char_ids([["a", "b"]])
     variables = BiLM(cfg).init(jax.random.PRNGKey(0), ids, lengths)
     specs = nn.get_partition_spec(variables)["params"]
     assert tuple(specs["forward_1"]["kernel"]) == ("lstm_in", "lstm_gates")
     assert tuple(specs["char_cnn"]["char_embed"]) == ("char_vocab", "embed")
-    # The highway gate on x starts at bias 1: carry = sigmoid(-1).
-    carry_bias = nn.unbox(variables)["params"]["char_cnn"]["highway_0_carry_bias"]
-    np.testing.assert_allclose(np.asarray(carry_bias), -1.0)
 
 
 def _fixture():
@@ -152,19 +149,74 @@ def _reference(k: int, j: int) -> np.ndarray:
     return np.concatenate([forward, backward], -1)
 
 
-@pytest.mark.parametrize("stateful", [False, True])
-def test_embed_reproduces_tensorflow_bilm(stateful):
+def _assert_reference(out, k, j):
+    want = _reference(k, j)
+    np.testing.assert_allclose(out[-1], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                               err_msg=f"list {j}, sentence {k}")
+
+
+def test_stateful_embedder_reproduces_tensorflow_bilm_over_consecutive_calls():
+    """The fixture: 10 calls of bilm-tf's model on batches of 3, LSTM states kept per row between
+    calls (bilm/model.py, _build_lstms: tf.Variable states updated after each call), as allennlp's
+    tests/modules/elmo_test.py::test_elmo_bilm feeds its stateful _ElmoBiLm."""
     pytest.importorskip("h5py", reason="the bilm weights are hdf5")
     module, variables, sentences, order = _fixture()
-    layers = elmo.embed(module, variables, sentences, stateful=stateful, batch_size=3)
-    for (k, j), sentence, out in zip(order, sentences, layers):
-        assert out.shape == (3, len(sentence), 32)
-        np.testing.assert_allclose(out[0, :, :16], out[0, :, 16:])  # layer 0 duplicated
-        if stateful or k == 0:  # without state, only the first batch started from zeros
-            np.testing.assert_allclose(out[-1], _reference(k, j), rtol=1e-5, atol=1e-5,
-                                       err_msg=f"list {j}, sentence {k}")
+    embedder = elmo.Embedder(module, variables)  # stateful by default, as allennlp's Elmo
+    for call in range(10):
+        batch = sentences[3 * call:3 * call + 3]
+        layers = embedder.embed_batch(batch)
+        for (k, j), sentence, out in zip(order[3 * call:3 * call + 3], batch, layers):
+            assert out.shape == (3, len(sentence), 32)
+            np.testing.assert_allclose(out[0, :, :16], out[0, :, 16:])  # layer 0 duplicated
+            _assert_reference(out, k, j)
+    # reset_states starts over: the first call's outputs again.
+    embedder.reset_states()
+    for (k, j), out in zip(order[:3], embedder.embed_batch(sentences[:3])):
+        _assert_reference(out, k, j)
+
+
+def test_embed_and_stateless_embedder_start_each_batch_from_zeros():
+    module, variables, sentences, order = _fixture()
+    layers = elmo.embed(module, variables, sentences, batch_size=3)
+    assert len(layers) == 30
+    stateless = elmo.Embedder(module, variables, stateful=False).embed_sentences(sentences, batch_size=3)
+    for (k, j), out, again in zip(order, layers, stateless):
+        np.testing.assert_array_equal(out, again)
+        if k == 0:  # only the first batch of the original started from zeros
+            _assert_reference(out, k, j)
         else:
             assert not np.allclose(out[-1], _reference(k, j), rtol=1e-5, atol=1e-5)
+
+
+def test_reset_states_of_some_rows():
+    """allennlp's _EncoderBase.reset_states(mask) zeroes only the masked rows' states."""
+    module, variables, sentences, order = _fixture()
+    embedder = elmo.Embedder(module, variables)
+    embedder.embed_batch(sentences[:3])
+    embedder.reset_states(rows=[1])
+    out = embedder.embed_batch(sentences[3:6])
+    for b in (0, 2):
+        _assert_reference(out[b], *order[3 + b])
+    np.testing.assert_allclose(out[1], elmo.embed(module, variables, [sentences[4]])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_states_are_kept_per_batch_row_across_batch_sizes():
+    """bilm-tf's update after each call (bilm/model.py, _build_lstms): new_state =
+    concat([final_state[:batch_size], init_state[batch_size:]]), so each row continues only its own
+    history and rows past a smaller batch keep theirs; allennlp's _EncoderBase grows its states with
+    zeros for new rows. Rows are thus independent streams of sentences."""
+    module, variables, sentences, _ = _fixture()
+    short = [sentences[i] for i in (4, 9, 10, 14, 15, 16, 22, 23, 28)]  # one compiled length
+    batches = [short[0:3], short[3:4], short[4:6], short[6:9]]
+    embedder = elmo.Embedder(module, variables)
+    got = [embedder.embed_batch(batch) for batch in batches]
+    rows = [elmo.Embedder(module, variables) for _ in range(3)]
+    for batch, outs in zip(batches, got):
+        for b, (sentence, out) in enumerate(zip(batch, outs)):
+            alone = rows[b].embed_batch([sentence])[0]
+            np.testing.assert_allclose(out, alone, rtol=1e-5, atol=1e-5 * np.abs(alone).max())
+    # The first call starts from zeros, so it is the stateless embedding.
+    np.testing.assert_allclose(got[0][2], elmo.embed(module, variables, short[:3])[2], rtol=1e-6, atol=1e-6)
 
 
 def test_load_names_missing_and_wrong_files(tmp_path):
@@ -269,8 +321,10 @@ def test_user_errors_name_the_input():
 
 
 def test_bilm_initialisers_are_bilm_tfs():
-    """bilm-tf's training.py: characters U(-1, 1), relu convolutions U(-0.05, 0.05), highway and
-    projection kernels N(0, 1 / fan in), LSTM kernels Glorot uniform (limit sqrt(6 / (fan in + fan out)))."""
+    """bilm-tf's bilm/training.py, LanguageModel._build_word_char_embeddings: characters U(-1, 1),
+    relu convolutions U(-0.05, 0.05), highway and projection kernels N(0, 1 / fan in), the highway
+    carry bias b_carry tf.constant_initializer(-2.0) and transform bias 0; LSTM kernels Glorot
+    uniform (TF's default; limit sqrt(6 / (fan in + fan out)))."""
     cfg = BiLMConfig(filters=((1, 64), (2, 64)), char_embed_dim=16, n_highway=1, lstm_dim=128, projection_dim=64)
     params = nn.unbox(BiLM(cfg).init(jax.random.key(0), np.ones((1, 3, 50), np.int32), np.array([3])))["params"]
     cnn = params["char_cnn"]
@@ -280,6 +334,8 @@ def test_bilm_initialisers_are_bilm_tfs():
     assert np.std(np.asarray(cnn["conv_1_kernel"])) == pytest.approx(0.05 / np.sqrt(3), rel=0.1)
     for name, fan_in in (("highway_0_carry_kernel", 128), ("highway_0_transform_kernel", 128), ("proj_kernel", 128)):
         assert np.std(np.asarray(cnn[name])) == pytest.approx(1 / np.sqrt(fan_in), rel=0.1), name
+    np.testing.assert_array_equal(np.asarray(cnn["highway_0_carry_bias"]), np.full(128, -2.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(cnn["highway_0_transform_bias"]), np.zeros(128, np.float32))
     kernel = np.asarray(params["forward_0"]["kernel"])
     limit = np.sqrt(6 / (kernel.shape[0] + kernel.shape[1]))
     assert np.abs(kernel).max() <= limit and np.std(kernel) == pytest.approx(limit / np.sqrt(3), rel=0.1)

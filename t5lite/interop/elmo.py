@@ -4,8 +4,10 @@ them) as a t5lite `BiLM` and back, and contextual embeddings of whitespace-token
     module, variables = load("options.json", "weights.hdf5")
     layers = embed(module, variables, [["The", "cat", "sat", "."]])   # [[3, 4, 1024]]
 
-With `stateful=True` the LSTM states carry from one batch to the next row by row, as the original
-TensorFlow bilm does (row i of a batch starts where row i of the previous batch stopped).
+`embed` starts every sentence from zero LSTM states. `Embedder(module, variables)` is stateful as
+the original TensorFlow bilm and allennlp's `Elmo` are: the states carry from one `embed_batch`
+call to the next, row by row (row i of a batch starts where row i of the previous batch stopped),
+until `reset_states()`.
 
 `to_run` imports the files as a t5lite run directory (its biLM in `params["bilm"]`, what
 `BiLMObjective` trains and the frozen-ELMo classifier grafts); `from_run` writes a trained run's
@@ -22,9 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5lite.errors import CheckpointError, CheckpointNotFoundError
-from t5lite.infer.elmo_layers import embed, load_run  # noqa: F401  (public here too)
+from t5lite.infer.elmo_layers import Embedder, embed, load_run
 from t5lite.interop.checkpoint import _write_run
 from t5lite.models.recurrent import BiLM, BiLMConfig, BiLMLanguageModel
+
+__all__ = ["Embedder", "embed", "from_run", "load", "load_run", "save", "to_run"]
 
 _LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 

@@ -7,7 +7,8 @@ LSTM kernels are [input + projection, 4 * hidden] with the gates in TF's order (
 forget, output), a forget bias of 1 added at run time, the cell clipped before the output gate and
 the projection clipped after it; the second and later layers add their input to their output (skip
 connection). Highway layers compute carry * relu(x W_t + b_t) + (1 - carry) * x, carry =
-sigmoid(x W_c + b_c): the gate on x has bias -b_c, initialised to 1 here.
+sigmoid(x W_c + b_c), b_c initialised to -2 as in bilm-tf (bilm/training.py), so that at first the
+layers mostly pass x through.
 
 Parameters carry logical axis names (`char_vocab`, `conv_width`, `embed`, `mlp`, `highway`,
 `lstm_in`, `lstm_gates`, `lstm_hidden`) like the rest of `t5lite.models`.
@@ -23,7 +24,8 @@ from t5lite.models.recurrent_config import BiLMConfig
 
 
 # bilm-tf's initialisers (bilm/training.py): characters U(-1, 1); relu convolutions U(-0.05, 0.05)
-# (Kim et al.), tanh ones N(0, 1 / (width * char dim)); highway and projection N(0, 1 / fan in);
+# (Kim et al.), tanh ones N(0, 1 / (width * char dim)); highway and projection N(0, 1 / fan in),
+# the highway carry bias -2;
 # LSTM kernels Glorot uniform (TensorFlow's default); the softmax N(0, 1 / projection dim).
 def _uniform(scale: float):
     return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -scale, scale)
@@ -62,7 +64,7 @@ class CharCNN(nn.Module):
             def p(name, init, shape, axes, k=k):
                 return param_with_axes(self, f"highway_{k}_{name}", init, shape, axes)
             carry = nn.sigmoid(h @ p("carry_kernel", _fan_in_normal(dim), (dim, dim), ("highway", "mlp"))
-                               + p("carry_bias", nn.initializers.constant(-1.0), (dim,), ("mlp",)))
+                               + p("carry_bias", nn.initializers.constant(-2.0), (dim,), ("mlp",)))
             transform = nn.relu(h @ p("transform_kernel", _fan_in_normal(dim), (dim, dim), ("highway", "mlp"))
                                 + p("transform_bias", nn.initializers.zeros, (dim,), ("mlp",)))
             h = carry * transform + (1.0 - carry) * h
