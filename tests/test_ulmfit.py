@@ -45,8 +45,8 @@ def _torch_reference(params, tokens, cfg, hidden_kernels=None):
         with torch.no_grad():
             lstm.weight_ih_l0.copy_(torch.tensor(np.asarray(p["input_kernel"]).T))
             lstm.weight_hh_l0.copy_(torch.tensor(hh.T))
-            lstm.bias_ih_l0.copy_(torch.tensor(np.asarray(p["bias"])))
-            lstm.bias_hh_l0.zero_()
+            lstm.bias_ih_l0.copy_(torch.tensor(np.asarray(p["input_bias"])))
+            lstm.bias_hh_l0.copy_(torch.tensor(np.asarray(p["hidden_bias"])))
             x = lstm(x)[0]
         outputs.append(x.numpy())
     return outputs
@@ -59,7 +59,7 @@ def _init(module, *args):
 def test_awd_lstm_without_dropout_equals_torch_lstm():
     tokens = _tokens()
     params = _init(AWDLSTM(TINY), tokens)
-    ours = AWDLSTM(TINY).apply({"params": params}, tokens)
+    ours = AWDLSTM(TINY).apply({"params": params}, tokens)[0]
     ref = _torch_reference(params, tokens, TINY)
     for k, (o, r) in enumerate(zip(ours, ref)):
         # Row 1 stops at its length (zeros after it); torch runs on over the padding.
@@ -73,8 +73,8 @@ def test_weight_drop_masks_hidden_to_hidden_only():
     cfg = TINY.replace(embed_p=0.0, input_p=0.0, hidden_p=0.0, output_p=0.0, weight_p=0.5)
     tokens = _tokens()
     params = _init(AWDLSTM(cfg), tokens)
-    outputs, state = AWDLSTM(cfg).apply({"params": params}, tokens, enable_dropout=True,
-                                        rngs={"dropout": jax.random.key(3)}, mutable=["intermediates"])
+    (outputs, _), state = AWDLSTM(cfg).apply({"params": params}, tokens, enable_dropout=True,
+                                             rngs={"dropout": jax.random.key(3)}, mutable=["intermediates"])
     dropped = [np.asarray(state["intermediates"][f"lstm_{k}"]["dropped_hidden_kernel"][0]) for k in range(3)]
     for k, d in enumerate(dropped):
         kernel = np.asarray(params[f"lstm_{k}"]["hidden_kernel"])
@@ -104,9 +104,10 @@ def test_embedding_dropout_drops_whole_rows():
     cfg = TINY.replace(embed_p=0.5, input_p=0.0, hidden_p=0.0, output_p=0.0, weight_p=0.0)
     tokens = np.arange(1, 41, dtype=np.int32).reshape(1, 40)
     params = _init(AWDLSTM(cfg), tokens)
-    out = AWDLSTM(cfg).apply({"params": params}, tokens[:, :1], enable_dropout=True, rngs={"dropout": jax.random.key(0)})
-    plain = AWDLSTM(cfg).apply({"params": params}, tokens[:, :1])
-    both = [AWDLSTM(cfg).apply({"params": dict(params, embedding=params["embedding"] * s)}, tokens[:, :1])[-1]
+    out = AWDLSTM(cfg).apply({"params": params}, tokens[:, :1], enable_dropout=True,
+                             rngs={"dropout": jax.random.key(0)})[0]
+    plain = AWDLSTM(cfg).apply({"params": params}, tokens[:, :1])[0]
+    both = [AWDLSTM(cfg).apply({"params": dict(params, embedding=params["embedding"] * s)}, tokens[:, :1])[0][-1]
             for s in (0.0, 2.0)]
     assert any(np.allclose(np.asarray(out[-1]), np.asarray(b), rtol=1e-5, atol=1e-7) for b in both)
     assert not np.allclose(np.asarray(out[-1]), np.asarray(plain[-1]))
@@ -127,7 +128,7 @@ def test_lm_decoder_is_tied_and_classifier_shapes():
     params = _init(lm, tokens)
     assert "decoder_kernel" not in params and set(params) == {"encoder", "decoder_bias"}
     logits = lm.apply({"params": params}, tokens)
-    top = AWDLSTM(TINY).apply({"params": params["encoder"]}, tokens)[-1]
+    top = AWDLSTM(TINY).apply({"params": params["encoder"]}, tokens)[0][-1]
     np.testing.assert_allclose(np.asarray(logits), np.asarray(top @ params["encoder"]["embedding"].T), rtol=1e-5,
                                atol=1e-6)
     clf = AWDLSTMClassifier(TINY, num_classes=3)
@@ -186,7 +187,7 @@ def test_a_train_step_stores_the_heads_running_statistics(monkeypatch):
     with task.mesh_context():
         new, _ = jax.jit(task.train_step)(state, batch)
     params = jax.device_get(state.params)
-    top = AWDLSTM(config).apply({"params": params["encoder"]}, tokens)[-1]
+    top = AWDLSTM(config).apply({"params": params["encoder"]}, tokens)[0][-1]
     pooled = np.asarray(concat_pool(top, jnp.asarray((tokens > 0).sum(1))))
     stored = jax.device_get(new.params)["head"]["bn_0"]
     np.testing.assert_allclose(stored["running_mean"], 0.1 * pooled.mean(0), rtol=1e-4, atol=1e-7)
@@ -286,7 +287,7 @@ def test_awd_lstm_lm_on_real_text_keeps_its_top_layer_out_of_saturation(monkeypa
     order = np.random.default_rng(0).integers(0, len(train), (steps, 16))
     for i in range(steps):
         params, state = step(params, state, jnp.asarray(train[order[i]]), jax.random.key(i))
-    top = AWDLSTM(module.config).apply({"params": params["encoder"]}, held_out)[-1]
+    top = AWDLSTM(module.config).apply({"params": params["encoder"]}, held_out)[0][-1]
     top = np.asarray(top)[np.asarray(held_out) != 0]
     assert np.mean(np.abs(top) > 0.9) < 0.05
 
@@ -423,3 +424,162 @@ def test_layer_groups_of_a_bert_classifier():
     assert {g for p, g in flat.items() if "embed" in p} == {0}
     assert {g for p, g in flat.items() if "layers_1" in p} == {2}
     assert {g for p, g in flat.items() if p.startswith("head")} == {n - 1}
+
+
+# --- fastai's initialisation, LM data layout and stateful LM.
+
+def test_lstm_params_and_init_are_torchs_two_biases():
+    """torch.nn.LSTM has two biases, b_ih and b_hh, and initialises every array U(+-1/sqrt(hidden))
+    (torch/nn/modules/rnn.py, RNNBase.reset_parameters): the gate bias is their sum, whose spread is
+    sqrt(2) times one uniform's. Each of ours against torch's own draws (two-sample KS test)."""
+    torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference LSTM")
+    from scipy.stats import ks_2samp
+    cfg = AWDLSTMConfig(vocab_size=50, emb_dim=64, hidden_dim=256, n_layers=4)
+    params = _init(AWDLSTM(cfg), _tokens())
+    torch.manual_seed(0)
+    refs = [torch.nn.LSTM(64 if k == 0 else 256, 256) for k in range(3)]     # our layers 0-2: 256 wide
+    pairs = {"input_kernel": "weight_ih_l0", "hidden_kernel": "weight_hh_l0", "input_bias": "bias_ih_l0",
+             "hidden_bias": "bias_hh_l0"}
+    for ours_name, theirs_name in pairs.items():
+        ours = np.concatenate([np.asarray(params[f"lstm_{k}"][ours_name]).ravel() for k in range(3)])
+        theirs = np.concatenate([getattr(ref, theirs_name).detach().numpy().ravel() for ref in refs])
+        assert np.abs(ours).max() <= 1 / 16 and ks_2samp(ours, theirs).pvalue > 0.01, ours_name
+    summed = np.concatenate([np.asarray(params[f"lstm_{k}"]["input_bias"] + params[f"lstm_{k}"]["hidden_bias"])
+                             for k in range(3)])
+    assert ks_2samp(summed, np.concatenate([(r.bias_ih_l0 + r.bias_hh_l0).detach().numpy() for r in refs])).pvalue > 0.01
+
+
+def test_classifier_head_init_is_fastais():
+    """fastai's LinBnDrop (fastai/layers.py): `BatchNorm(n_in, ndim=1)` is `_get_norm`, which sets
+    `bn.bias.data.fill_(1e-3)` and `bn.weight.data.fill_(1.)`; `nn.Linear(n_in, n_out, bias=False)`
+    keeps torch's default init, kaiming_uniform_(a=sqrt(5)) = U(+-1/sqrt(fan in)); no `init` is
+    applied to the classifier (fastai/text/models/core.py, get_text_classifier: awd_lstm_clas_config
+    has none). Linear kernels against torch's own draws (two-sample KS test)."""
+    torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference nn.Linear")
+    from scipy.stats import ks_2samp
+
+    def fastai_batchnorm(nf):   # fastai/layers.py, _get_norm('BatchNorm', nf, ndim=1), transcribed
+        bn = torch.nn.BatchNorm1d(nf)
+        bn.bias.data.fill_(1e-3)
+        bn.weight.data.fill_(1.)
+        return bn
+
+    params = _init(PoolingLinearClassifier(2, hidden=50), np.ones((2, 1200), np.float32))
+    for k, (n_in, n_out) in enumerate(((1200, 50), (50, 2))):
+        bn = fastai_batchnorm(n_in)
+        np.testing.assert_array_equal(params[f"bn_{k}"]["bias"], bn.bias.detach().numpy())
+        np.testing.assert_array_equal(params[f"bn_{k}"]["scale"], bn.weight.detach().numpy())
+        kernel = np.asarray(params[f"linear_{k}"]["kernel"])
+        theirs = torch.nn.Linear(n_in, n_out, bias=False).weight.detach().numpy()
+        assert kernel.shape == theirs.T.shape and np.abs(kernel).max() <= 1 / math.sqrt(n_in)
+        if kernel.size > 1000:
+            assert ks_2samp(kernel.ravel(), theirs.ravel()).pvalue > 0.01
+
+
+def _fastai_lm_batches(stream, bs, seq_len):
+    """fastai/text/data.py, LMDataLoader.__init__ and create_item, transcribed: (x, y) of every
+    item, grouped into batches of `bs` items (item `seq` is row seq % bs of batch seq // bs)."""
+    corpus = (len(stream) - 1) // bs * bs      # round_multiple(sum(lens)-1, bs, round_down=True)
+    bl = corpus // bs
+    n_batches = bl // seq_len + int(bl % seq_len != 0)
+    last_len = bl - (n_batches - 1) * seq_len
+    batches = []
+    for b in range(n_batches):
+        items = []
+        for seq in range(b * bs, (b + 1) * bs):
+            sl = last_len if seq // bs == n_batches - 1 else seq_len
+            st = (seq % bs) * bl + (seq // bs) * seq_len
+            txt = stream[st: st + sl + 1]
+            items.append((txt[:-1], txt[1:]))
+        batches.append(items)
+    return batches
+
+
+def test_lm_stream_is_laid_out_as_fastais_lmdataloader(monkeypatch):
+    """The `word_lm_stream` rows are fastai's LMDataLoader items: row r of batch k continues row r
+    of batch k - 1; reads ids[:-1], predicts ids[1:]. Only fastai's shorter last batch is dropped."""
+    from t5lite.data import converter_registry, word_converters
+    lines = (shared_data_dir() / "glue" / "SST-2" / "train.tsv").read_text().splitlines()[1:201]
+    texts = [line.rsplit("\t", 1)[0] for line in lines]
+    vocabulary = word_vocab.build(texts, size=300, lowercase=True)
+    monkeypatch.setattr(word_converters, "word_vocabulary", lambda: vocabulary)
+    converter = converter_registry.get_feature_converter("word_lm_stream", stream_examples=100)
+    rows = converter.convert([{"inputs_pretokenized": t} for t in texts], {"targets": 9})
+    ours = list(converter.batch(rows, 4))
+    for first, last in ((0, 100), (100, 200)):      # two streams of 100 sentences
+        stream = np.concatenate([vocabulary.encode_tokens(["<S>", *vocabulary.tokens(t), "</S>"])
+                                 for t in texts[first:last]])
+        theirs = _fastai_lm_batches(stream, 4, 8)
+        assert len(theirs[-1][0][0]) < 8           # a shorter last batch, which we drop
+        batches, ours = ours[:len(theirs) - 1], ours[len(theirs) - 1:]
+        for k, (batch, items) in enumerate(zip(batches, theirs)):
+            np.testing.assert_array_equal(batch["encoder_input_tokens"][:, :-1], [x for x, _ in items])
+            np.testing.assert_array_equal(batch["encoder_input_tokens"][:, 1:], [y for _, y in items])
+            np.testing.assert_array_equal(batch["reset_state"], int(k == 0))
+            assert batch["_examples"] == (last - first if k == len(batches) - 1 else 0)
+    assert not ours
+
+
+def _torch_lm(torch, params, tokens, hidden):
+    """fastai's AWD_LSTM language model without dropout (fastai/text/models/awdlstm.py, AWD_LSTM.forward:
+    each layer `rnn(output, self.hidden[l])`, the new hidden kept detached for the next batch;
+    LinearDecoder tied to the embedding): (logits, new hidden)."""
+    x = torch.tensor(np.asarray(params["encoder"]["embedding"]))[torch.tensor(np.asarray(tokens), dtype=torch.long)]
+    new = []
+    for k, (n_in, width) in enumerate(TINY.layer_dims()):
+        p = params["encoder"][f"lstm_{k}"]
+        lstm = torch.nn.LSTM(n_in, width, batch_first=True)
+        with torch.no_grad():
+            for theirs, ours in (("weight_ih_l0", "input_kernel"), ("weight_hh_l0", "hidden_kernel")):
+                getattr(lstm, theirs).copy_(torch.tensor(np.asarray(p[ours]).T))
+            lstm.bias_ih_l0.copy_(torch.tensor(np.asarray(p["input_bias"])))
+            lstm.bias_hh_l0.copy_(torch.tensor(np.asarray(p["hidden_bias"])))
+            x, state = lstm(x, hidden[k])
+        new.append(tuple(s.detach() for s in state))
+    embedding = torch.tensor(np.asarray(params["encoder"]["embedding"]))
+    logits = x @ embedding.T + torch.tensor(np.asarray(params["decoder_bias"]))
+    return logits.detach().numpy(), new
+
+
+def test_stateful_lm_carries_its_state_across_batches_as_fastai(monkeypatch):
+    """Two train steps (learning rate 0) of a stream's first two batches: after each, the trainer
+    stores the LSTM states that fastai's AWD_LSTM keeps in `self.hidden` (torch, same weights);
+    the second batch's loss is the cross entropy of torch's logits from that state, not from zeros."""
+    torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference LSTM")
+    monkeypatch.setattr(recurrent_objectives, "word_vocabulary",
+                        lambda: word_vocab.build(["a b c"], size=TINY.vocab_size))
+    config = TINY.replace(embed_p=0.0, input_p=0.0, weight_p=0.0, hidden_p=0.0, output_p=0.0)
+    stream = np.random.default_rng(0).integers(1, TINY.vocab_size, 2 * 2 * 6 + 1).astype(np.int32)
+    items = _fastai_lm_batches(stream, 2, 6)
+    batches = [{"encoder_input_tokens": jnp.asarray([np.append(x, y[-1]) for x, y in b]),
+                "reset_state": jnp.full((2, 1), int(k == 0), jnp.int32)} for k, b in enumerate(items)]
+    schedule = optax.constant_schedule(0.0)
+    objective = recurrent_objectives.AWDLSTMLMObjective(stream_rows=2)
+    task = TrainTask(config, optax.sgd(schedule), schedule, Partitioner(),
+                     {"encoder_input_tokens": 7, "reset_state": 1}, objective=objective)
+    state = task.init_state(0)
+    params = jax.device_get(state.params)
+    hidden = [tuple(torch.zeros(1, 2, width) for _ in "hc") for _, width in TINY.layer_dims()]
+    step = jax.jit(task.train_step)
+    for batch, batch_items in zip(batches, items):
+        logits, hidden = _torch_lm(torch, params, [x for x, _ in batch_items], hidden)
+        targets = np.asarray([y for _, y in batch_items])
+        ce = -np.mean(np.take_along_axis(torch.log_softmax(torch.tensor(logits), -1).numpy(), targets[..., None], -1))
+        with task.mesh_context():
+            state, metrics = step(state, batch)
+        np.testing.assert_allclose(float(metrics["loss"]), ce, rtol=1e-5)
+        stored = jax.device_get(state.params)
+        for k, (h, c) in enumerate(hidden):
+            np.testing.assert_allclose(stored[f"carried_state_{k}_h"], h[0].numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(stored[f"carried_state_{k}_c"], c[0].numpy(), rtol=1e-5, atol=1e-6)
+    zero = [tuple(torch.zeros(1, 2, width) for _ in "hc") for _, width in TINY.layer_dims()]
+    from_zero, _ = _torch_lm(torch, params, [x for x, _ in items[1]], zero)
+    targets = np.asarray([y for _, y in items[1]])
+    assert not np.isclose(-np.mean(np.take_along_axis(torch.log_softmax(torch.tensor(from_zero), -1).numpy(),
+                                                      targets[..., None], -1)), float(metrics["loss"]), rtol=1e-4)
+
+
+def test_stateful_lm_on_sentence_rows_says_which_converter(monkeypatch):
+    objective = recurrent_objectives.AWDLSTMLMObjective(stream_rows=2)
+    with pytest.raises(ConfigError, match="word_lm_stream"):
+        objective.normalizers({"encoder_input_tokens": jnp.ones((2, 5), jnp.int32)}, None)

@@ -13,7 +13,7 @@ from t5lite.data.converters import (DecoderOnlyLMFeatureConverter, EncDecFeature
 from t5lite.data.finetune_converters import (EncoderClassificationConverter, EncoderSpanConverter,
                                              EncoderTaggingConverter)
 from t5lite.data.consecutive_sentences import ConsecutiveSentencesConverter
-from t5lite.data.word_converters import WordClassificationConverter, WordLMConverter
+from t5lite.data.word_converters import WordClassificationConverter, WordLMConverter, WordLMStreamConverter
 from t5lite.data.sentence_texts import SentenceTextsConverter
 from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.data.gpt_inputs import DecoderClassificationConverter
@@ -30,6 +30,7 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     "encoder_sbo": functools.partial(EncoderFeatureConverter, span_boundaries=True),
     # Word-level recurrent models (t5lite.data.word_converters): ULMFiT's AWD-LSTM, ELMo (with chars).
     "word_lm": WordLMConverter,
+    "word_lm_stream": WordLMStreamConverter,
     "word_lm_chars": functools.partial(WordLMConverter, chars=True),
     "word_classification": WordClassificationConverter,
     "word_classification_chars": functools.partial(WordClassificationConverter, chars=True),
@@ -43,7 +44,8 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
     features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
     "decoder_classification" / "decoder_classification_both_orders" (a decoder-only model's last-token
-    classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "sentence_texts"
+    classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "word_lm_stream"
+    (ULMFiT's LM: fastai's contiguous-row stream); "sentence_texts"
     (bi-encoders: each text on its own); "consecutive_sentences" (a text's sentences in order,
     for Quick-Thought); "word2vec" (word ids of text lines for t5lite.objectives.word2vec)."""
     if name not in FEATURE_CONVERTERS:

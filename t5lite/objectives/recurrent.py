@@ -250,27 +250,72 @@ class AWDLSTMLMObjective(_WordLMObjective):
     tied-decoder LM learns the unigram distribution by driving the top layer to the same
     saturated output for every word (gates past +-4, cells growing along the sentence), a state
     no gradient leaves, so the LM stops at unigram perplexity and its layers carry nothing a
-    classifier can use. The logged `loss` stays the cross entropy alone."""
+    classifier can use. The logged `loss` stays the cross entropy alone.
 
-    def __init__(self, alpha: float = 2.0, beta: float = 1.0):
-        self.alpha, self.beta = alpha, beta
+    `stream_rows` = the batch size (gin/objectives/awd_lstm_lm.gin sets it, with the
+    `word_lm_stream` converter) makes the LM stateful as fastai's: each row reads S words of one
+    stream and predicts the next S, starting from the state (detached) its row ended the last batch
+    with, reset at a stream's start; validation perplexity is taken the same way over one stream of
+    the split. 0: each row is one sentence read from a zero state (the `word_lm` converter)."""
+    converter = "word_lm"
+
+    def __init__(self, alpha: float = 2.0, beta: float = 1.0, stream_rows: int = 0):
+        self.alpha, self.beta, self.stream_rows = alpha, beta, stream_rows
+        if stream_rows:
+            self.converter = "word_lm_stream"
 
     def __repr__(self):
-        return f"AWDLSTMLMObjective(alpha={self.alpha}, beta={self.beta})"
+        return f"AWDLSTMLMObjective(alpha={self.alpha}, beta={self.beta}, stream_rows={self.stream_rows})"
+
+    def _inputs(self, batch):
+        """(tokens the LM reads, their next words' count per row): a stream row's last id is a target only."""
+        tokens = batch["encoder_input_tokens"]
+        if not self.stream_rows:
+            return tokens
+        if "reset_state" not in batch:
+            raise ConfigError("AWDLSTMLMObjective(stream_rows > 0) reads the 'word_lm_stream' converter's batches: "
+                              "set train.feature_converter = 'word_lm_stream', or AWDLSTMLMObjective.stream_rows = 0")
+        return tokens[:, :-1]
+
+    def init_features(self, feature_lengths):
+        features = super().init_features(feature_lengths)
+        if self.stream_rows:
+            features = {"encoder_input_tokens": jnp.ones((self.stream_rows, 2), jnp.int32),
+                        "reset_state": jnp.ones((self.stream_rows, 1), jnp.int32)}
+        return features
 
     def normalizers(self, batch, loss: LossConfig) -> dict[str, Any]:
-        tokens = batch["encoder_input_tokens"]
+        tokens = self._inputs(batch)
         return {**super().normalizers(batch, loss),
                 "steps": jnp.maximum(jnp.sum(tokens != 0), 1).astype(jnp.float32),
                 "step_pairs": jnp.maximum(jnp.sum((tokens[:, 1:] != 0) & (tokens[:, :-1] != 0)), 1).astype(jnp.float32)}
 
+    def apply(self, module, params, batch, rng, initial_state=None):
+        """(logits of every read position, sown collections) of one batch."""
+        kwargs = {} if rng is None else {"enable_dropout": True, "rngs": {"dropout": rng}}
+        if self.stream_rows:
+            kwargs.update(reset_state=batch["reset_state"], initial_state=initial_state)
+        return module.apply({"params": params}, self._inputs(batch), **kwargs,
+                            mutable=["intermediates", RUNNING_STATISTICS])
+
+    def stream_loss(self, logits, batch, normalizers):
+        """`lm_loss` of a stream batch: logits [B, S] of its inputs against its ids 1..S."""
+        targets = batch["encoder_input_tokens"][:, 1:]
+        ce = jnp.sum(optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets))
+        correct = jnp.sum((jnp.argmax(logits, -1) == targets).astype(jnp.float32))
+        n = jnp.asarray(targets.size, jnp.float32)
+        return ce / normalizers["predictions"], {"loss": (ce, n), "accuracy": (correct, n), "target_tokens": n}
+
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss):
+        tokens = self._inputs(batch)
+        logits, state = self.apply(module, params, batch, rng)
+        if self.stream_rows:
+            value, metrics = self.stream_loss(logits, batch, normalizers)
+            metrics[RUNNING_STATISTICS] = sown_values(state[RUNNING_STATISTICS])
+        else:
+            value, metrics = self.lm_loss((logits,), tokens, normalizers)
         if rng is None or not (self.alpha or self.beta):
-            return super().loss_and_metrics(module, params, batch, rng, normalizers, loss)
-        tokens = batch["encoder_input_tokens"]
-        logits, state = module.apply({"params": params}, tokens, enable_dropout=True, rngs={"dropout": rng},
-                                     mutable=["intermediates"])
-        value, metrics = self.lm_loss((logits,), tokens, normalizers)
+            return value, metrics
         raw, dropped = state["intermediates"]["raw_top"][0], state["intermediates"]["dropped_top"][0]
         (ar, ar_n), (tar, tar_n) = activation_regularisers(raw, dropped, tokens)
         width = raw.shape[-1]   # the means are over the whole batch's steps (normalizers), as the loss's
@@ -281,7 +326,56 @@ class AWDLSTMLMObjective(_WordLMObjective):
 
     def build_model(self, config):
         _check_config(config, AWDLSTMConfig, "AWDLSTMLMObjective")
-        return AWDLSTMLanguageModel(config)
+        return AWDLSTMLanguageModel(config, self.stream_rows)
+
+    def initial_params(self, path, abstract_params):
+        """The LM run's params but its carried state (that of a stream this run does not continue)."""
+        kept = {k: v for k, v in abstract_params.items() if not k.startswith("carried_state")}
+        restored = checkpoint_reader.restore_params(path, kept)
+        return {k: restored.get(k) for k in abstract_params}
+
+    def evaluators(self, task, split, task_feature_lengths, batch_size=32, data_dir=None, max_examples=None, **_):
+        if not self.stream_rows:
+            return super().evaluators(task, split, task_feature_lengths, batch_size, data_dir, max_examples)
+        return {task.name: StreamPerplexityEvaluator(self, task, split, task_feature_lengths, batch_size, data_dir,
+                                                     max_examples)}
+
+
+class StreamPerplexityEvaluator:
+    """A stateful LM's validation perplexity as fastai takes it: the split's first `max_examples`
+    examples in order as one `word_lm_stream` stream of `batch_size` rows, the state reset at its
+    start and carried from batch to batch."""
+
+    def __init__(self, objective: AWDLSTMLMObjective, task, split, task_feature_lengths, batch_size: int = 32,
+                 data_dir=None, max_examples=None):
+        self.objective = objective
+        examples = itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir), max_examples)
+        converter = converter_registry.get_feature_converter("word_lm_stream", stream_examples=None)
+        rows = list(converter.convert(examples, task_feature_lengths))
+        if not rows:
+            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
+        self.batches = [{k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}
+                        for b in converter.batch(rows, batch_size)]
+
+    def evaluate(self, module, params) -> EvalResult:
+        rows, loss, count = self.batches[0]["encoder_input_tokens"].shape[0], 0.0, 0.0
+        state = [(jnp.zeros((rows, width)),) * 2 for _, width in module.config.layer_dims()]
+        for batch in self.batches:
+            (total, n), state = jax.device_get(_stream_eval(self.objective, module, params, batch, state))
+            loss, count = loss + float(total), count + float(n)
+        length = self.batches[0]["encoder_input_tokens"].shape[1] - 1
+        done = count / length * self.objective.forward_flops_per_example(module.config, length)
+        return EvalResult({"perplexity": math.exp(loss / count), "loss": loss / count}, [], flops=done)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _stream_eval(objective, module, params, batch, state):
+    """((summed cross entropy, count), final state) of one stream batch from `state`."""
+    logits, sown = objective.apply(module, params, batch, None, state)
+    _, metrics = objective.stream_loss(logits, batch, {"predictions": 1.0})
+    final = sown_values(sown[RUNNING_STATISTICS])
+    layers = range(module.config.n_layers)
+    return metrics["loss"], [(final[f"carried_state_{k}_c"], final[f"carried_state_{k}_h"]) for k in layers]
 
 
 def _padded_table(table: np.ndarray, key, shape, dtype=jnp.float32):
