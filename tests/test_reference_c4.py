@@ -39,6 +39,11 @@ def random_page(rng):
 
 
 @pytest.fixture
+def no_beam_counters(monkeypatch):
+    monkeypatch.setattr(c4_utils, "get_counter_inc_fn", lambda namespace: lambda *args: None)
+
+
+@pytest.fixture
 def tfds_sentences(monkeypatch):
     """TFDS's `_get_sentences` counting as t5lite's `count_sentences` (punkt needs a download)."""
     monkeypatch.setattr(c4_utils, "_get_sentences", lambda text: [text] * c4.count_sentences(text))
@@ -98,10 +103,9 @@ def test_line_deduplication_equals_tfdss(seed, tfds_sentences):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_whole_filter_equals_tfdss_pipeline(seed, tfds_sentences, monkeypatch):
+def test_whole_filter_equals_tfdss_pipeline(seed, tfds_sentences, no_beam_counters):
     """TFDS's steps in its builder's order (c4.py): `is_valid_length`, `select_newest_page` per
     normalised URL, `clean_page`, line de-duplication, then the bad-word filter (language id left out)."""
-    monkeypatch.setattr(c4_utils, "get_counter_inc_fn", lambda namespace: lambda *args: None)
     rng = np.random.default_rng(seed)
     pages = []
     for i in range(80):
@@ -130,7 +134,7 @@ def test_whole_filter_equals_tfdss_pipeline(seed, tfds_sentences, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_badword_filter_equals_tfdss(seed):
+def test_badword_filter_equals_tfdss(seed, no_beam_counters):
     words = ["darn", "heck", "two words", "a+b"]
     keep = c4_utils.get_badwords_filter_fn({"en": words}, filter_fraction=1.0)
     ours = c4.badword_filter(words)
