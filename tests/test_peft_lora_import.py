@@ -148,7 +148,6 @@ def test_imported_lora_is_a_peft_run_that_exports_merges_and_trains(tmp_path):
     fingerprint); `convert --to_hf` of it is a peft folder with peft's logits; `convert --merge`
     gives peft's merge_and_unload logits; one more train step moves A and B, not the base."""
     from t5lite.infer import checkpoint_reader, peft_checkpoint
-    from t5lite.run_layout import RunDir
     fields = dict(r=4, lora_alpha=8, target_modules=["c_attn"], rank_pattern={"h.1.attn.c_attn": 2}, lora_bias=True,
                   fan_in_fan_out=True)
     base_dir, peft_model, torch_inputs, features, adapter_dir = _peft_adapter(_gpt2, peft.LoraConfig(**fields),
