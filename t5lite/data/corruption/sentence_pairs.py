@@ -44,9 +44,10 @@ def tokenize_sentences(dataset: Iterable[Example], output_features: Mapping[str,
 
 
 def _truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random.Generator):
-    """BERT's `truncate_seq_pair`: one token at a time off the longer segment, front or back at random."""
+    """BERT's `truncate_seq_pair`: one token at a time off the longer segment (B when they are
+    equal), front or back at random."""
     while len(a) + len(b) > max_tokens:
-        if len(a) >= len(b):
+        if len(a) > len(b):
             a = a[1:] if rng.random() < 0.5 else a[:-1]
         else:
             b = b[1:] if rng.random() < 0.5 else b[:-1]
