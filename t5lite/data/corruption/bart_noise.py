@@ -2,9 +2,16 @@
 
 Token masking, token deletion, text infilling (span lengths ~ Poisson(3), each span, even an empty
 one, becomes a single [MASK]), sentence permutation and document rotation. `bart_denoise` applies
-them in fairseq's order (permute, mask, delete, rotate); its defaults are BART's pre-training
+them in the order of fairseq's `DenoisingDataset` (permute, mask, rotate; deletion, which fairseq
+does through `replace_length=0`, comes after the mask); its defaults are the paper's pre-training
 recipe: infilling 30% of tokens plus a full sentence permutation. Inputs are the noised tokens,
 targets the original. Spans and masks are over tokens (fairseq can also count whole words).
+
+The infilling is the paper's description, not fairseq's `add_whole_word_mask`: here round(ratio x
+length) tokens are covered by non-overlapping spans laid out uniformly, and every span's tokens
+become one [MASK]; fairseq masks ceil(ratio x words), starts spans at random word starts (they may
+overlap), turns 10% of the span heads into random tokens (`--mask-random 0.1` in BART's recipe)
+and adds the zero-length spans as insertions at random places.
 """
 from __future__ import annotations
 
