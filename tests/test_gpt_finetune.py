@@ -280,15 +280,15 @@ def test_gpt2_tiny_fine_tunes_and_t5lite_eval_agrees(task, converter, pack, tmp_
 
 
 def _torch_bilstm(params, width, hidden):
-    """torch's bidirectional LSTM with t5lite's forward / backward LSTM weights (one bias each)."""
+    """torch's bidirectional LSTM with t5lite's forward / backward LSTM weights (torch's two biases each)."""
     lstm = torch.nn.LSTM(width, hidden, batch_first=True, bidirectional=True)
     with torch.no_grad():
         for suffix, name in (("", "forward_lstm"), ("_reverse", "backward_lstm")):
             p = {k: torch.tensor(np.asarray(v)) for k, v in params[name].items()}
             getattr(lstm, "weight_ih_l0" + suffix).copy_(p["input_kernel"].T)
             getattr(lstm, "weight_hh_l0" + suffix).copy_(p["hidden_kernel"].T)
-            getattr(lstm, "bias_ih_l0" + suffix).copy_(p["bias"])
-            getattr(lstm, "bias_hh_l0" + suffix).zero_()
+            getattr(lstm, "bias_ih_l0" + suffix).copy_(p["input_bias"])
+            getattr(lstm, "bias_hh_l0" + suffix).copy_(p["hidden_bias"])
     return lstm
 
 
