@@ -1,7 +1,7 @@
 """BERT-style fine-tuning inputs: `[CLS] A [SEP] B [SEP]`, token types and longest-first cuts equal
 Hugging Face's BertTokenizerFast on MiniLM's vocabulary over real GLUE pairs; SQuAD windows,
-their overlap and answer positions equal run_qa's `prepare_train_features` (re-derived below from
-its description) on real SQuAD questions; the converters pad and type the labels."""
+their overlap and answer positions equal run_qa's `prepare_train_features` (transcribed below from
+transformers' examples/pytorch/question-answering/run_qa.py) on real SQuAD questions; the converters pad and type the labels."""
 import itertools
 import os
 
@@ -84,25 +84,35 @@ def test_classification_converter_pads_and_types_labels(wordpiece):
 
 
 def run_qa_features(tokenizer, question, context, answers, length, stride):
-    """Hugging Face run_qa's `prepare_train_features`, re-derived from its description."""
+    """Hugging Face's `prepare_train_features` (transformers examples/pytorch/question-answering/run_qa.py)
+    for one example, transcribed: pad_on_right, no padding to max length, its loop unchanged."""
     enc = tokenizer(question.lstrip(), context, truncation="only_second", max_length=length, stride=stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True)
     out = []
-    for ids, offsets, seq_ids in zip(enc["input_ids"], enc["offset_mapping"], map(enc.sequence_ids, itertools.count())):
+    for i, offsets in enumerate(enc["offset_mapping"]):
+        input_ids = enc["input_ids"][i]
+        cls_index = input_ids.index(tokenizer.cls_token_id)
+        sequence_ids = enc.sequence_ids(i)
+        if len(answers["answer_start"]) == 0:
+            out.append((input_ids, cls_index, cls_index))
+            continue
         start_char = answers["answer_start"][0]
         end_char = start_char + len(answers["text"][0])
-        first = seq_ids.index(1)
-        last = len(seq_ids) - 1 - seq_ids[::-1].index(1)
-        if not (offsets[first][0] <= start_char and offsets[last][1] >= end_char):
-            out.append((ids, 0, 0))
-            continue
-        s = first
-        while s < len(offsets) and seq_ids[s] == 1 and offsets[s][0] <= start_char:
-            s += 1
-        e = last
-        while offsets[e][1] >= end_char:
-            e -= 1
-        out.append((ids, s - 1, e + 1))
+        token_start_index = 0
+        while sequence_ids[token_start_index] != 1:
+            token_start_index += 1
+        token_end_index = len(input_ids) - 1
+        while sequence_ids[token_end_index] != 1:
+            token_end_index -= 1
+        if not (offsets[token_start_index][0] <= start_char and offsets[token_end_index][1] >= end_char):
+            out.append((input_ids, cls_index, cls_index))
+        else:
+            while token_start_index < len(offsets) and offsets[token_start_index][0] <= start_char:
+                token_start_index += 1
+            start = token_start_index - 1
+            while offsets[token_end_index][1] >= end_char:
+                token_end_index -= 1
+            out.append((input_ids, start, token_end_index + 1))
     return out
 
 
