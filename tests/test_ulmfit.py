@@ -583,3 +583,35 @@ def test_stateful_lm_on_sentence_rows_says_which_converter(monkeypatch):
     objective = recurrent_objectives.AWDLSTMLMObjective(stream_rows=2)
     with pytest.raises(ConfigError, match="word_lm_stream"):
         objective.normalizers({"encoder_input_tokens": jnp.ones((2, 5), jnp.int32)}, None)
+
+
+def test_stream_validation_perplexity_carries_the_state_as_fastai(monkeypatch):
+    """Validation as fastai's (ModelResetter.before_validate, then the LMDataLoader batches in order
+    through AWD_LSTM, its hidden state carried): exp of the mean cross entropy of torch's logits."""
+    torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference LSTM")
+    from t5lite.data import word_converters
+    texts = ["the cat sat on the mat", "a dog ran in the park and the cat ran too", "the end of it all"] * 3
+    vocabulary = word_vocab.build(texts, size=TINY.vocab_size)
+    for module in (word_converters, recurrent_objectives):
+        monkeypatch.setattr(module, "word_vocabulary", lambda: vocabulary)
+
+    class Texts:
+        name = "texts"
+
+        def get_dataset(self, split, lengths, data_dir=None):
+            return iter([{"targets_pretokenized": t} for t in texts])
+
+    objective = recurrent_objectives.AWDLSTMLMObjective(stream_rows=2)
+    module = objective.build_model(TINY)
+    params = _init(module, *objective.init_features({}).values())
+    evaluator = objective.evaluators(Texts(), "validation", {"targets": 6}, batch_size=2)["texts"]
+    stream = np.concatenate([vocabulary.encode_tokens(["<S>", *vocabulary.tokens(t), "</S>"]) for t in texts])
+    hidden = [tuple(torch.zeros(1, 2, width) for _ in "hc") for _, width in TINY.layer_dims()]
+    losses = []
+    for items in _fastai_lm_batches(stream, 2, 5)[:-1]:     # fastai's shorter last batch is dropped
+        logits, hidden = _torch_lm(torch, params, [x for x, _ in items], hidden)
+        targets = np.asarray([y for _, y in items])
+        losses.append(-np.take_along_axis(torch.log_softmax(torch.tensor(logits), -1).numpy(), targets[..., None], -1))
+    assert len(losses) > 2
+    np.testing.assert_allclose(evaluator.evaluate(module, params).metrics["perplexity"],
+                               math.exp(np.mean(losses)), rtol=1e-5)
