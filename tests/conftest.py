@@ -103,6 +103,15 @@ def random_variables(module, seed=0, scale=0.3):
     return jax.tree.map(lambda s: jnp.asarray(rng.normal(0.0, scale, s.shape), s.dtype), shapes)
 
 
+def nonzero_lora_b(peft_model, std: float = 0.3) -> None:
+    """Draw a peft model's LoRA B matrices from N(0, std) (peft starts them at 0), so the update shows."""
+    import torch
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, std)
+
+
 def assert_close(actual, expected, rtol: float = 2e-5) -> None:
     """Float32 results of two code paths (XLA and torch, AVX2 and AVX-512 kernels) agree to `rtol` of
     the magnitudes compared: each entry to rtol of itself, and an entry near zero to rtol of the

@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers", reason="peft parity tests nee
 peft = pytest.importorskip("peft", reason="peft parity tests need peft (extras 'hf')")
 
 from t5lite.interop import hf  # noqa: E402
-from conftest import assert_close  # noqa: E402
+from conftest import assert_close, nonzero_lora_b  # noqa: E402
 
 V = 97
 RTOL, ATOL = 1e-4, 1e-5   # float32 forward passes of different libraries; atol only for logits near 0
@@ -104,10 +104,7 @@ def test_lora_logits_equal_peft_both_ways(family, tmp_path):
     # peft -> t5lite: peft's default targets for the family, non-zero B so the update shows.
     lora_config = peft.LoraConfig(r=4, lora_alpha=8, use_rslora=family == "bert", target_modules=EXPLICIT.get(family))
     peft_model = peft.get_peft_model(model, lora_config).eval()
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
+    nonzero_lora_b(peft_model)
     peft_model.save_pretrained(str(tmp_path / "peft_adapter"))
     ref = _torch_logits(peft_model, torch_inputs)
     with peft_model.disable_adapter():

@@ -20,7 +20,7 @@ peft = pytest.importorskip("peft", reason="peft parity tests need peft (extras '
 from t5lite import cli  # noqa: E402
 from t5lite.interop import hf  # noqa: E402
 from t5lite.interop.hf import adapter as adapter_lib  # noqa: E402
-from conftest import assert_close  # noqa: E402
+from conftest import assert_close, nonzero_lora_b  # noqa: E402
 
 V, RTOL = 97, 1e-4
 
@@ -54,10 +54,7 @@ def _peft_adapter(make, lora_config, tmp_path):
     model, torch_inputs, features = make()
     model.eval().save_pretrained(str(tmp_path / "base"))
     peft_model = peft.get_peft_model(model, lora_config).eval()
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
+    nonzero_lora_b(peft_model)
     peft_model.save_pretrained(str(tmp_path / "adapter"))
     return str(tmp_path / "base"), peft_model, torch_inputs, features, str(tmp_path / "adapter")
 
@@ -205,10 +202,7 @@ def test_t5lite_train_continues_an_imported_lora(tmp_path, micro_config):
     torch.manual_seed(0)
     model = transformers.T5ForConditionalGeneration.from_pretrained(str(tmp_path / "hf")).eval()
     peft_model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, rank_pattern={"v": 2}))
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
+    nonzero_lora_b(peft_model)
     peft_model.save_pretrained(str(tmp_path / "adapter"))
     run = tmp_path / "run"
     cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--peft_adapter", str(tmp_path / "adapter"),

@@ -14,7 +14,7 @@ from t5lite.data.tasks.glue import GLUE_TASKS
 
 tf = pytest.importorskip("tensorflow", reason="the t5 reference needs the `reference` extra")
 glue_utils = pytest.importorskip("t5.data.glue_utils", reason="the t5 reference needs the `reference` extra")
-tfds_glue = pytest.importorskip("tensorflow_datasets.text.glue")
+tfds_glue = pytest.importorskip("tensorflow_datasets.text.glue", reason="TFDS's GLUE label names are the reference")
 
 GLUE = str(shared_data_dir() / "glue")
 ROWS = 40
