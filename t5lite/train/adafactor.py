@@ -153,7 +153,7 @@ def adafactor(learning_rate: optax.ScalarOrSchedule, param_specs: Any, *, decay_
         if params is None:
             raise ValueError("t5lite's Adafactor needs `params` in update() (for the parameter scale)")
         if global_norm_clip_threshold:
-            norm = optax.global_norm(grads)
+            norm = optax.tree.norm(grads)
             clip = global_norm_clip_threshold * jnp.minimum(1.0 / global_norm_clip_threshold, 1.0 / norm)
             grads = jax.tree.map(lambda g: g * clip, grads)
         t = (state.count - step_offset + 1).astype(jnp.float32)

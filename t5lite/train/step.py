@@ -172,7 +172,7 @@ class TrainTask:
         if masks is not None:
             params = pruning_lib.apply_masks(params, masks)
         metrics = {**self.objective.derived_metrics(ratio_metrics(sums)), "learning_rate": self.schedule(state.step),
-                   "grad_norm": optax.global_norm(grads)}
+                   "grad_norm": optax.tree.norm(grads)}
         metrics[FINITE] = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"]) & _all_finite(params)
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
