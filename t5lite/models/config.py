@@ -94,8 +94,9 @@ class ModelConfig(Replaceable):
 
     # Activation dtype; params stay float32. "bfloat16" on TPU.
     dtype: str = "float32"
-    # "einsum" (explicit softmax; required for Shaw embeddings and attention dropout) or "jax"
-    # (jax.nn.dot_product_attention, fused kernels on GPU/TPU).
+    # "einsum" (explicit softmax; required for Shaw embeddings and attention dropout), "jax"
+    # (jax.nn.dot_product_attention, XLA's fused attention on any device) or "cudnn" (the same call
+    # with cuDNN's fused kernel: NVIDIA GPUs, bfloat16 or float16 activations).
     attention_impl: str = "einsum"
     scan_layers: bool = False
     # "none", "full" (recompute everything) or "minimal" (save matmul outputs).
@@ -107,7 +108,7 @@ class ModelConfig(Replaceable):
 
     def __post_init__(self):
         choices = dict(arch=ARCHITECTURES, position_encoding=POSITION_ENCODINGS, encoder_head=ENCODER_HEADS,
-                       norm=("rms", "layer"), norm_position=("pre", "post"), attention_impl=("einsum", "jax"),
+                       norm=("rms", "layer"), norm_position=("pre", "post"), attention_impl=("einsum", "jax", "cudnn"),
                        remat_policy=("none", "full", "minimal"), weight_quantization=("none", "int8", "int4"))
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:

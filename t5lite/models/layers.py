@@ -385,9 +385,10 @@ class MultiHeadAttention(nn.Module):
         if self.is_mutable_collection("attention_scores") and not self.is_initializing():   # TinyBERT distillation
             self.sow("attention_scores", "scores", sum(biases, jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32)))
         dropout = cfg.dropout_rate if not self.deterministic else 0.0
-        if cfg.attention_impl == "jax" and not shaw and dropout == 0.0:
+        if cfg.attention_impl != "einsum" and not shaw and dropout == 0.0:
             out = jax.nn.dot_product_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
-                                               bias=sum(biases).astype(dtype), scale=1.0)
+                                               bias=sum(biases).astype(dtype), scale=1.0,
+                                               implementation="cudnn" if cfg.attention_impl == "cudnn" else None)
         else:
             logits = sum(biases, jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32))
             if shaw:
