@@ -22,9 +22,9 @@ import time
 import numpy as np
 
 
-def random_model(preset: str, seed: int = 0):
+def random_model(preset: str, seed: int = 0, device: str = "cpu"):
     """A t5lite module with its own initial weights (T5's fan-in scaling, GPT-2's 0.02) and the same
-    weights as an HF PyTorch model.
+    weights as an HF PyTorch model (on torch `device`).
 
     Those weights give logits with a spread near 1, so greedy and beam decisions are margins far
     above float32 noise and the token check is meaningful. Weights all drawn N(0, 0.05) make the
@@ -44,7 +44,7 @@ def random_model(preset: str, seed: int = 0):
     folder = hf.save(module, variables, tempfile.mkdtemp(prefix="t5lite_decode_bench_"))
     with open(os.path.join(folder, "config.json")) as f:
         hf_class = getattr(transformers, json.load(f)["architectures"][0])
-    return module, variables["params"], hf_class.from_pretrained(folder).eval()
+    return module, variables["params"], hf_class.from_pretrained(folder).float().to(device).eval()
 
 
 def until_eos(tokens, eos: int, pad: int) -> np.ndarray:
@@ -69,19 +69,21 @@ def timed(fns, runs: int) -> tuple[list[float], list]:
 
 def cases(args):
     """(name, ours(new) -> tokens [batch, new], theirs(new) -> tokens [batch, <= new], eos id) per
-    case in `args.cases`; `new` is the number of tokens to generate."""
+    case in `args.cases`; `new` is the number of tokens to generate. Hugging Face runs on torch
+    device `args.torch_device` (default the CPU)."""
     import jax.numpy as jnp
     import torch
 
     from t5lite.infer import decoding
-    hf_new = lambda out, start: out[:, start:].numpy()
+    device = getattr(args, "torch_device", "cpu")
+    hf_new = lambda out, start: out[:, start:].cpu().numpy()
     if {"greedy", "beam"} & set(args.cases):
-        t5, t5_params, t5_hf = random_model(args.t5)
+        t5, t5_params, t5_hf = random_model(args.t5, device=device)
         rng = np.random.RandomState(1)
         enc = {"encoder_input_tokens": jnp.asarray(rng.randint(3, t5.config.vocab_size, (args.batch, args.inputs)),
                                                    jnp.int32)}
-        t5_hf_in = dict(input_ids=torch.tensor(np.asarray(enc["encoder_input_tokens"]), dtype=torch.long),
-                        attention_mask=torch.ones((args.batch, args.inputs), dtype=torch.long))
+        t5_hf_in = dict(input_ids=torch.tensor(np.asarray(enc["encoder_input_tokens"]), dtype=torch.long, device=device),
+                        attention_mask=torch.ones((args.batch, args.inputs), dtype=torch.long, device=device))
     if "greedy" in args.cases:
         yield (f"{args.t5} greedy",
                lambda new: np.asarray(decoding.greedy(t5, t5_params, enc, max_decode_length=new).tokens),
@@ -95,7 +97,7 @@ def cases(args):
                                                  length_penalty=0.0, early_stopping=False), 1),
                t5.config.eos_token_id)
     if "gpt2" in args.cases:
-        gpt, gpt_params, gpt_hf = random_model(args.gpt2)
+        gpt, gpt_params, gpt_hf = random_model(args.gpt2, device=device)
         rng = np.random.RandomState(2)   # the same prompts whichever cases run
         low, high = args.prompt
         lengths = rng.randint(low, high + 1, args.batch)
@@ -105,12 +107,33 @@ def cases(args):
             prompt[r, :n] = left[r, high - n:] = rng.randint(0, gpt.config.vocab_size, n)
             mask[r, high - n:] = 1
         ours_in = {"decoder_prompt_tokens": jnp.asarray(prompt), "decoder_prompt_lengths": jnp.asarray(lengths)}
-        gpt_hf_in = dict(input_ids=torch.tensor(left, dtype=torch.long), attention_mask=torch.tensor(mask))
+        gpt_hf_in = dict(input_ids=torch.tensor(left, dtype=torch.long, device=device),
+                         attention_mask=torch.tensor(mask, device=device))
         yield (f"{args.gpt2} greedy",
                lambda new: np.asarray(decoding.greedy(gpt, gpt_params, ours_in, max_decode_length=new).tokens),
                lambda new: hf_new(gpt_hf.generate(**gpt_hf_in, max_new_tokens=new, do_sample=False,
                                                   pad_token_id=gpt.config.eos_token_id), high),
                gpt.config.eos_token_id)
+
+
+def measure(args):
+    """One dict per case: tokens/s of both libraries (median of `args.runs`), their ratio, whether
+    the best sequences agree, and with `args.split` the first token's and the loop's seconds."""
+    for name, ours, theirs, eos in cases(args):
+        fns = [lambda: ours(args.new), lambda: theirs(args.new)]
+        if args.split:
+            fns += [lambda: ours(1), lambda: theirs(1)]
+        seconds, outputs = timed(fns, args.runs)
+        ours_tokens, hf_tokens = outputs[:2]
+        hf_tokens = until_eos(np.pad(hf_tokens, ((0, 0), (0, args.new - hf_tokens.shape[1])), constant_values=eos),
+                              eos, -1)
+        tokens = args.batch * args.new
+        row = dict(case=name, t5lite_tokens_per_s=tokens / seconds[0], hf_tokens_per_s=tokens / seconds[1],
+                   ratio=seconds[1] / seconds[0], same_tokens=bool(np.array_equal(until_eos(ours_tokens, eos, -1),
+                                                                                  hf_tokens)))
+        if args.split:
+            row.update(first_token_s=seconds[2:4], loop_s=[seconds[0] - seconds[2], seconds[1] - seconds[3]])
+        yield row
 
 
 def main():
@@ -140,24 +163,14 @@ def main():
                     if args.split else "")
     print(f"| case | t5lite tokens/s | HF tokens/s | ratio | same tokens |{split_header}")
     print("|---" * (5 + 4 * args.split) + "|")
-    for name, ours, theirs, eos in cases(args):
-        fns = [lambda: ours(args.new), lambda: theirs(args.new)]
+    for r in measure(args):
+        line = (f"| {r['case']} | {r['t5lite_tokens_per_s']:.0f} | {r['hf_tokens_per_s']:.0f} | {r['ratio']:.2f} | "
+                f"{'yes' if r['same_tokens'] else 'NO'} |")
         if args.split:
-            fns += [lambda: ours(1), lambda: theirs(1)]
-        seconds, outputs = timed(fns, args.runs)
-        ours_tokens, hf_tokens = outputs[:2]
-        hf_tokens = until_eos(np.pad(hf_tokens, ((0, 0), (0, args.new - hf_tokens.shape[1])), constant_values=eos),
-                              eos, -1)
-        same = np.array_equal(until_eos(ours_tokens, eos, -1), hf_tokens)
-        tokens = args.batch * args.new
-        row = (f"| {name} | {tokens / seconds[0]:.0f} | {tokens / seconds[1]:.0f} | {seconds[1] / seconds[0]:.2f} | "
-               f"{'yes' if same else 'NO'} |")
-        if args.split:
-            loop = [seconds[0] - seconds[2], seconds[1] - seconds[3]]
-            steps = args.new - 1
-            row += (f" {seconds[2]:.2f} / {seconds[3]:.2f} | {loop[0]:.2f} / {loop[1]:.2f} | "
-                    f"{1e3 * loop[0] / steps:.1f} / {1e3 * loop[1] / steps:.1f} | {loop[1] / loop[0]:.2f} |")
-        print(row, flush=True)
+            first, loop, steps = r["first_token_s"], r["loop_s"], args.new - 1
+            line += (f" {first[0]:.2f} / {first[1]:.2f} | {loop[0]:.2f} / {loop[1]:.2f} | "
+                     f"{1e3 * loop[0] / steps:.1f} / {1e3 * loop[1] / steps:.1f} | {loop[1] / loop[0]:.2f} |")
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

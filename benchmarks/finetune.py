@@ -65,8 +65,8 @@ def t5lite_batches(task: str, examples, rows: int) -> list[dict]:
     return out
 
 
-def hf_batches(task: str, examples, batch: int) -> list[dict]:
-    """What `Trainer`'s collator makes of each `batch` examples: padded to the batch's longest."""
+def hf_batches(task: str, examples, batch: int, device: str = "cpu") -> list[dict]:
+    """What `Trainer`'s collator makes of each `batch` examples: padded to the batch's longest, on `device`."""
     import torch
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, PreTrainedTokenizerFast
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_null_tokenizer(), pad_token="[PAD]")
@@ -77,7 +77,7 @@ def hf_batches(task: str, examples, batch: int) -> list[dict]:
                      "attention_mask": [1] * len(ex["inputs"]),
                      "labels": int(ex["label"]) if task == "sst2" else ex["tag_ids"].tolist()}
                     for ex in examples[i:i + batch]]
-        out.append({k: torch.as_tensor(v) for k, v in collator(features).items()})
+        out.append({k: torch.as_tensor(v).to(device) for k, v in collator(features).items()})
     return out
 
 
@@ -87,14 +87,15 @@ def _null_tokenizer():
     return Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 100}, unk_token="[UNK]"))
 
 
-def hf_model(task: str, model_path: str):
+def hf_model(task: str, model_path: str, device: str = "cpu"):
+    """MiniLM with a new head, float32 whatever the checkpoint's dtype, on `device`."""
     import torch
     import transformers
     torch.manual_seed(0)
     cls, labels = ((transformers.BertForSequenceClassification, 2) if task == "sst2"
                    else (transformers.BertForTokenClassification, 7))
     return cls.from_pretrained(model_path, num_labels=labels, hidden_dropout_prob=0.1,
-                               attention_probs_dropout_prob=0.1)
+                               attention_probs_dropout_prob=0.1).float().to(device)
 
 
 def as_t5lite(model, task: str):
@@ -103,8 +104,8 @@ def as_t5lite(model, task: str):
         model.bert.save_pretrained(folder)
         backbone, variables = hf.load(folder)
     objective = ClassificationObjective(2, "pooler") if task == "sst2" else TaggingObjective(7)
-    head = {"classifier": {"kernel": model.classifier.weight.detach().numpy().T,
-                           "bias": model.classifier.bias.detach().numpy()}}
+    head = {"classifier": {"kernel": model.classifier.weight.detach().cpu().numpy().T,
+                           "bias": model.classifier.bias.detach().cpu().numpy()}}
     return backbone.config.replace(dropout_rate=0.1), objective, {"backbone": variables["params"], "head": head}
 
 
@@ -128,23 +129,33 @@ def t5lite_runner(config, objective, params, batches):
     return run
 
 
-def hf_runner(model, batches):
+def hf_runner(model, batches, autocast: bool = False):
+    """Trainer's loop on the model's device; `autocast`: bfloat16 autocast (`--bf16` on a GPU)."""
+    import contextlib
+
     import torch
+    device = next(model.parameters()).device
+    precision = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     no_decay = lambda name: name.endswith("bias") or "LayerNorm" in name
     groups = [{"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": 0.01},
               {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=LR)
     model.train()
-    model(**batches[0]).loss.backward()     # warm-up (allocator, autograd), no update
+    with precision():
+        loss = model(**batches[0]).loss
+    loss.backward()     # warm-up (allocator, autograd), no update
     opt.zero_grad(set_to_none=True)
 
     def run(indices):
         for i in indices:
-            out = model(**batches[i])
-            out.loss.backward()
+            with precision():
+                loss = model(**batches[i]).loss
+            loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
     return run
 
 
@@ -173,35 +184,50 @@ def time_alternately(sides, chunk: int):
 
 
 def dev_score(task, config, objective, params, data_dir, eval_examples) -> float:
+    """The dev (SST-2) or test (UNER) score; `eval_examples` caps the examples scored (None: all)."""
     name, folder, _, split, _, score = TASKS[task]
     evaluator = (classify.ClassificationEvaluator if task == "sst2" else classify.TaggingEvaluator)(
         get_task(name), split, {"inputs": LENGTH}, batch_size=32, data_dir=os.path.join(data_dir, folder),
-        max_examples=eval_examples if task == "uner" else None)
+        max_examples=eval_examples)
     return evaluator.evaluate(objective.build_model(config), params).metrics[score]
 
 
-def bench(task, args, model_path, peak):
+def measure(task, args, model_path, device: str = "cpu", dtype: str = "float32") -> list[dict]:
+    """Both sides' medians over the alternating chunks and their dev scores, a dict per side.
+    `dtype` is the activation dtype of both: t5lite's model config, Hugging Face's autocast
+    ("bfloat16") or none ("float32"); both trained models are scored in float32."""
     examples = train_examples(task, args.data_dir, args.examples)
-    model = hf_model(task, model_path)
+    model = hf_model(task, model_path, device)
     config, objective, params = as_t5lite(model, task)
-    ours, theirs = t5lite_batches(task, examples, args.rows), hf_batches(task, examples, args.batch)
-    t5_run, hf_run = t5lite_runner(config, objective, params, ours), hf_runner(model, theirs)
+    ours, theirs = t5lite_batches(task, examples, args.rows), hf_batches(task, examples, args.batch, device)
+    t5_run = t5lite_runner(config.replace(dtype=dtype), objective, params, ours)
+    hf_run = hf_runner(model, theirs, autocast=dtype == "bfloat16")
     timed = time_alternately([(t5_run, counts(ours, False)), (hf_run, counts(theirs, True))], args.chunk)
     model.eval()
     hf_config, _, hf_params = as_t5lite(model, task)
-    scores = [dev_score(task, config, objective, t5_run.params(), args.data_dir, args.eval_examples),
-              dev_score(task, hf_config, objective, hf_params, args.data_dir, args.eval_examples)]
+    scored = args.eval_examples if task == "uner" else getattr(args, "dev_examples", None)   # SST-2: all 872
+    scores = [dev_score(task, config, objective, t5_run.params(), args.data_dir, scored),
+              dev_score(task, hf_config, objective, hf_params, args.data_dir, scored)]
     flops_per_token = flops.train_flops_per_example(config, LENGTH) / LENGTH
     names = ("t5lite packed (JAX jit)", "HF PyTorch eager, Trainer-style collator")
     sizes = (f"{args.rows} rows × {LENGTH} (~{np.mean(counts(ours, False)[:, 0]):.0f} examples)", f"{args.batch} examples")
     rows = []
     for name, size, chunks, score in zip(names, sizes, timed, scores):
-        rates = chunks[:, :3] / chunks[:, 3:]
-        med = np.median(rates, axis=0)
-        rows.append(med)
-        print(f"| {task} | {name} | {size} | {med[0]:.1f} | {med[1]:.0f} | {med[2]:.0f} | {chunks[:, 3].sum():.1f} | "
-              f"{100 * flops_per_token * med[1] / peak:.1f}% | {score:.1f} |", flush=True)
-    return rows[0][0] / rows[1][0], rows[0][1] / rows[1][1]
+        med = np.median(chunks[:, :3] / chunks[:, 3:], axis=0)
+        rows.append(dict(task=task, implementation=name, batch=size, examples_per_s=med[0], real_tokens_per_s=med[1],
+                         padded_tokens_per_s=med[2], wall_s=chunks[:, 3].sum(),
+                         real_token_flops_per_s=flops_per_token * med[1], dev_score=score))
+    return rows
+
+
+def bench(task, args, model_path, peak):
+    rows = measure(task, args, model_path)
+    for r in rows:
+        print(f"| {task} | {r['implementation']} | {r['batch']} | {r['examples_per_s']:.1f} | "
+              f"{r['real_tokens_per_s']:.0f} | {r['padded_tokens_per_s']:.0f} | {r['wall_s']:.1f} | "
+              f"{100 * r['real_token_flops_per_s'] / peak:.1f}% | {r['dev_score']:.1f} |", flush=True)
+    return (rows[0]["examples_per_s"] / rows[1]["examples_per_s"],
+            rows[0]["real_tokens_per_s"] / rows[1]["real_tokens_per_s"])
 
 
 def main():
