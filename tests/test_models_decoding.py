@@ -174,3 +174,25 @@ def test_dot_product_attention_impl_matches_einsum():
     b = models.build(cfg.replace(attention_impl="jax"))
     assert_close(jax.jit(a.apply)(variables, encoder_input_tokens=ids),
                  jax.jit(b.apply)(variables, encoder_input_tokens=ids))
+
+
+def test_cudnn_attention_impl_asks_jax_for_cudnns_kernel(monkeypatch):
+    """attention_impl='cudnn' is the same call with implementation='cudnn' (cuDNN exists on NVIDIA
+    GPUs only, so here XLA's kernel stands in for it and the outputs must match einsum's)."""
+    asked = []
+    xla = jax.nn.dot_product_attention
+
+    def recording(*args, implementation=None, **kwargs):
+        asked.append(implementation)
+        return xla(*args, implementation=None, **kwargs)
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
+    cfg = models.get_config("t5_1_1_tiny", dtype="bfloat16")
+    ids = tokens((2, 8), 8)
+    a = models.build(cfg)
+    variables = random_variables(a, scale=0.2)
+    out = models.build(cfg.replace(attention_impl="cudnn")).apply(variables, encoder_input_tokens=ids,
+                                                                  decoder_input_tokens=ids)
+    assert asked and set(asked) == {"cudnn"}
+    ref = a.apply(variables, encoder_input_tokens=ids, decoder_input_tokens=ids)
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(ref, np.float32),
+                               atol=0.05 * float(np.abs(np.asarray(ref, np.float32)).max()))
