@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 RUN    ?= runs/demo
 
-.PHONY: demo test test-slow bench docs clean
+.PHONY: demo test test-slow bench bench-accelerator docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test-slow: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/train_throughput.py
+
+bench-accelerator: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/accelerator.py --out runs/accelerator
 
 docs: $(VENV)/.installed-test
 	$(BIN)/mkdocs build --strict --site-dir site

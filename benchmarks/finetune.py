@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import tempfile
 import time
 
