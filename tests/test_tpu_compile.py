@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -204,6 +205,37 @@ def test_accelerator_types_name_their_cloud_tpu_shapes():
         ["v4:2x2x1", "v4:2x2x4", "v5p:2x4x4", "v5p:4x4x4", "v5e:4x4", "v6e:16x16", "v5e:2x4"]
     with pytest.raises(ConfigError, match="v4-33: no Cloud TPU slice"):
         tpu_compile.topology_name("v4-33")
+
+
+@pytest.mark.parametrize("topology,message", [
+    ("v5e:0x0", "a v5e shape is v5e:AxB with whole numbers of at least 1"),   # libtpu died of SIGFPE
+    ("v5e:4x-1", "a v5e shape is v5e:AxB"), ("v5e:2.5x2", "a v5e shape is v5e:AxB"), ("v5e:4x", "v5e:AxB"),
+    ("v5e:2x2x1", "a v5e shape is v5e:AxB"), ("v4:2x2", "a v4 shape is v4:AxBxC"), ("v5p:2x0x4", "v5p:AxBxC"),
+    ("v9x:2x2", "unknown TPU generation 'v9x'"), ("4x4", "give a shape such as v5e:4x4"),
+    ("v4-0", "no Cloud TPU slice has that size"),
+])
+def test_malformed_topologies_are_refused_before_libtpu(topology, message):
+    with pytest.raises(ConfigError, match=rf"^--topology={re.escape(topology)}: .*{re.escape(message)}"):
+        tpu_compile.topology_name(topology)
+
+
+def test_shapes_are_normalised_for_libtpu():
+    assert [tpu_compile.topology_name(t) for t in ("V5E:4X4", "v5litepod:2x2", " v4:2x2x01 ")] == \
+        ["v5e:4x4", "v5e:2x2", "v4:2x2x1"]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--topology=v5e:0x0"], "--topology=v5e:0x0: a v5e shape is v5e:AxB with whole numbers of at least 1; give a "
+                             "shape such as v5e:4x4"),
+    (["--topology=v5e:2x2", "--num_slices=0"], "--num_slices=0: give a whole number of at least 1"),
+])
+def test_compile_refuses_a_malformed_topology_in_one_line_without_libtpu(flags, message):
+    """Refused before gin is parsed and libtpu loads: no config is needed to see it, and no SIGFPE."""
+    out = run_cli("compile", *flags)
+    assert out.returncode == 2, out.stdout + out.stderr[-3000:]
+    error = [line for line in out.stderr.splitlines() if line.startswith("t5lite: error:")]
+    assert len(error) == 1 and error[0].startswith(f"t5lite: error: {message}"), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "compile time" not in out.stdout
 
 
 @needs_libtpu

@@ -36,8 +36,11 @@ from t5lite.train.step import TrainTask
 log = logging.getLogger("t5lite")
 GIB = 1024 ** 3
 # HBM per chip, by the generation prefix of a topology name ("v5e:4x4", "v4:2x2x1").
-HBM_BYTES = {"v4": 32 * GIB, "v5e": 16 * GIB, "v5litepod": 16 * GIB, "v5p": 95 * GIB, "v6e": 32 * GIB}
-MEGACORE = ("v4", "v5p")
+HBM_BYTES = {"v4": 32 * GIB, "v5e": 16 * GIB, "v5p": 95 * GIB, "v6e": 32 * GIB}
+MEGACORE = ("v4", "v5p")   # two TensorCores per chip, 3-D shapes; the others count chips in 2-D shapes
+GENERATION_ALIASES = {"v5litepod": "v5e"}   # Cloud TPU's name of v5e, unknown to libtpu
+TOPOLOGY_FORM = ("a shape such as v5e:4x4, v6e:2x4, v4:2x2x4, v5p:2x4x4 or an accelerator type such as v4-32, "
+                 "v5p-64, v5litepod-16")
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 _COLLECTIVE_RE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\(")
 _ARRAY_RE = re.compile(r"\b(pred|bf16|[fsuc]\d+|f8e\w+)\[([\d,]*)\]")
@@ -50,32 +53,55 @@ _OOM_RES = (re.compile(r"temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM
 
 
 def topology_name(topology: str) -> str:
-    """libtpu's name of a slice: "v5e:4x4" as given, or a Cloud TPU accelerator type ("v4-32",
-    "v5p-64", "v5litepod-16", "v6e-16") as the shape Cloud TPU gives it (v4 and v5p count two
-    TensorCores per chip and have 3-D shapes; v5e and v6e count chips, 2-D)."""
-    match = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", topology.strip().lower())
-    if not match:
-        return topology
-    generation, count = {"v5litepod": "v5e"}.get(match.group(1), match.group(1)), int(match.group(2))
+    """libtpu's name of a slice: a shape ("v5e:4x4") checked, or a Cloud TPU accelerator type ("v4-32",
+    "v5p-64", "v5litepod-16", "v6e-16") as the shape Cloud TPU gives it. libtpu dies of SIGFPE on a
+    zero side, so every shape is checked here before it reaches libtpu."""
+    text = topology.strip().lower()
+    accelerator = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", text)
+    if accelerator:
+        return _accelerator_shape(topology, _generation(topology, accelerator.group(1)), int(accelerator.group(2)))
+    shape = re.fullmatch(r"(v\d+[a-z]*):([^:]*)", text)
+    if not shape:
+        raise ConfigError(f"--topology={topology}: give {TOPOLOGY_FORM}")
+    generation, sides = _generation(topology, shape.group(1)), shape.group(2).split("x")
+    dimensions = 3 if generation in MEGACORE else 2
+    if len(sides) != dimensions or not all(re.fullmatch(r"0*[1-9]\d*", side) for side in sides):
+        form = "x".join("ABC"[:dimensions])
+        raise ConfigError(f"--topology={topology}: a {generation} shape is {generation}:{form} with whole numbers "
+                          f"of at least 1; give {TOPOLOGY_FORM}")
+    return f"{generation}:{'x'.join(str(int(side)) for side in sides)}"
+
+
+def _generation(topology: str, name: str) -> str:
+    """The TPU generation a topology names, refused unless t5lite knows its chip (HBM, shape)."""
+    generation = GENERATION_ALIASES.get(name, name)
+    if generation not in HBM_BYTES:
+        raise ConfigError(f"--topology={topology}: unknown TPU generation {name!r}; known: "
+                          f"{sorted(HBM_BYTES) + sorted(GENERATION_ALIASES)}")
+    return generation
+
+
+def _accelerator_shape(topology: str, generation: str, count: int) -> str:
+    """The shape Cloud TPU gives an accelerator type of `count` cores (v4, v5p: two per chip, 3-D)
+    or chips (v5e, v6e: 2-D)."""
     three_d = generation in MEGACORE
     chips, dims = (count // 2, [2, 2, 1]) if three_d else (count, [1, 1])
     while math.prod(dims) < chips:  # double the smallest side, the last one first: 2x2x1, 2x2x2, 2x2x4, 2x4x4
         smallest = max(i for i, d in enumerate(dims) if d == min(dims))
         dims[smallest] *= 2
     if math.prod(dims) != chips or (three_d and count % 2):
-        raise ConfigError(f"--topology={topology}: no Cloud TPU slice has that size; use an accelerator type "
-                          "such as v4-32, v5p-64, v5litepod-16 or a shape such as v5e:4x4, v4:2x2x4")
+        raise ConfigError(f"--topology={topology}: no Cloud TPU slice has that size; give {TOPOLOGY_FORM}")
     return f"{generation}:{'x'.join(map(str, dims))}"
 
 
 def topology_devices(topology: str, num_slices: int = 1) -> list:
     """The compile-only TPU devices of `topology` ("v5e:4x4", "v4-32"), `num_slices` copies over DCN."""
     import importlib.util
+    name = topology_name(topology)
     if importlib.util.find_spec("libtpu") is None:
         raise ConfigError(f"--topology={topology}: compiling for a TPU needs libtpu; install the `tpu` extra "
                           "(pip install 't5lite[tpu]')")
     from jax.experimental import topologies
-    name = topology_name(topology)
     # Compile-only: no chip is opened, so several processes (parallel tests, compiles) may load libtpu.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
@@ -91,10 +117,7 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
 
 
 def hbm_bytes(topology: str) -> int:
-    generation = topology_name(topology).split(":")[0].lower()
-    if generation not in HBM_BYTES:
-        raise ConfigError(f"--topology={topology}: unknown TPU generation {generation!r}; known: {sorted(HBM_BYTES)}")
-    return HBM_BYTES[generation]
+    return HBM_BYTES[topology_name(topology).split(":")[0]]
 
 
 def train_activation_bytes(config: ModelConfig, lengths: Mapping[str, int], rows: int, model_parallel: int) -> int:
