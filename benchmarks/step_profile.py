@@ -46,7 +46,8 @@ MATMUL_PARTS = (("attention QK / AV", r"bqhd,bhkd->bhqk|bhqk,bhkd->bqhd"),
 # (group, pattern on a non-matmul, non-layout op's op_name), first match wins.
 GROUPS = (("relative-position bias", r"relpos_bias"),
           ("layer norms (RMSNorm)", r"_norm\b"),
-          ("attention softmax, masks, elementwise", r"_attention\b"),
+          ("attention softmax, elementwise", r"_attention\b"),
+          ("attention masks and bias rows, once per stack", r"_padding_mask|\.(en|de)code/(en|de)coder/[^/]+$"),
           ("loss: log-softmax / cross entropy over the vocabulary", r"jvp\(\)|_one_hot|lm_head"),
           ("other model ops (ReLU, residuals, embeddings)", r"EncoderDecoder"),
           ("Adafactor update, gradient norm, finite checks", r"^jit\(train_step\)/"),
@@ -92,7 +93,7 @@ def group_of(op: Op) -> str:
         name = next((n for n in op.dot_names if n), op.op_name)
         part = next(p for p, pattern in MATMUL_PARTS if re.search(pattern, name))
         return f"matmul: {part}, {'backward' if 'transpose(jvp' in name else 'forward'}"
-    if op.opcodes <= LAYOUT:
+    if op.opcodes - {"fusion"} <= LAYOUT:
         return LAYOUT_GROUP
     return next(g for g, pattern in GROUPS if re.search(pattern, op.op_name))
 
