@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Copies t5lite to every worker and installs it with JAX for TPU.  Usage: tpu_scripts/setup.sh [--dry-run]
-# REPO_URL set: each worker clones it; otherwise this checkout is copied with scp.
+# usage: tpu_scripts/setup.sh [--dry-run]
+# Copies t5lite to every worker of TPU_NAME and installs it with JAX for TPU: with REPO_URL set each
+# worker clones it, otherwise this checkout is copied with scp.
 source "$(dirname "$0")/common.sh"
 if [[ -n "$REPO_URL" ]]; then
   on_all_workers "rm -rf $REMOTE_DIR && git clone $REPO_URL $REMOTE_DIR"
