@@ -12,12 +12,12 @@ averages over the attending word's. And heatmaps of one sentence's heads.
 from __future__ import annotations
 
 import collections
-import json
 import os
 from typing import Sequence
 
 import numpy as np
 
+from t5lite import finite
 from t5lite.analysis import forward, loading, words
 from t5lite.errors import ConfigError
 
@@ -154,7 +154,7 @@ def write(subject: loading.Subject, results: dict, weights: Sequence[np.ndarray]
     labels = [subject.vocabulary.decode([int(t)]) for t in encoded.tokens]
     results = results | {"heatmap_sentence": " ".join(sentences[example].words)}
     with open(os.path.join(out, "attention.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        finite.dump(results, f, indent=1)
     png = os.path.join(out, "attention_heads.png")
     heatmaps(weights[example], labels, png, f"{subject.name}: {' '.join(sentences[example].words)[:100]}")
     return [os.path.join(out, "attention.json"), png]

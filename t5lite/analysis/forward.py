@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5lite import finite
 from t5lite.analysis import words
 from t5lite.analysis.loading import Subject
 from t5lite.analysis.words import Encoded
@@ -82,6 +83,7 @@ def run(subject: Subject, encoded: Sequence[Encoded], attention: bool = False, b
     for chosen, tokens in _batches(encoded, batch_size, limit):
         hidden, probs = _run(subject.module, subject.variables, jnp.asarray(tokens), attention)
         hidden = np.asarray(hidden)
+        finite.require_finite(hidden, "hidden states", subject.checkpoint)
         probs = None if probs is None else np.asarray(probs)
         for row, i in enumerate(chosen):
             n = len(encoded[i].tokens)

@@ -27,6 +27,7 @@ class Subject:
     variables: dict
     vocabulary: object
     name: str
+    checkpoint: str | None = None   # where the parameters come from: a step directory or a Hugging Face folder
 
 
 def _is_hf_folder(path: str) -> bool:
@@ -55,13 +56,13 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
         vocab = _vocabulary(vocabulary, path)
         if vocab is None:
             raise ConfigError(f"--model {path}: the folder has no tokenizer t5lite reads; pass --vocabulary FILE")
-        return Subject(module, variables, vocab, name or os.path.basename(os.path.normpath(path)))
+        return Subject(module, variables, vocab, name or os.path.basename(os.path.normpath(path)), path)
     config = predict.model_config_of(path, None)
     step_dir = checkpoint_reader.step_directory(path)
     run = str(RunDir.of_step(step_dir))
     if config.arch == "bilm":     # ELMo reads characters: no vocabulary
         module, variables = elmo_layers.load_run(path)
-        return Subject(module, variables, None, name or os.path.basename(os.path.normpath(run)))
+        return Subject(module, variables, None, name or os.path.basename(os.path.normpath(run)), step_dir)
     vocab = _vocabulary(vocabulary, str(RunDir(run).tokenizer)) or vocab_lib.DEFAULT_VOCABULARY
     # Fine-tuned: the backbone, not the head. ELECTRA: the discriminator (the run's model), not the generator.
     part = next((p for p in ("backbone", "discriminator") if p in checkpoint_reader.stored_param_names(step_dir)), None)
@@ -73,7 +74,7 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
     if config.scan_layers:
         params = models.unscan_params(params)
     return Subject(models.build(config.replace(**READABLE)), {"params": params}, vocab_lib.resolved(vocab),
-                   name or os.path.basename(os.path.normpath(run)))
+                   name or os.path.basename(os.path.normpath(run)), step_dir)
 
 
 def untrained(subject: Subject, seed: int = 0) -> Subject:
@@ -85,4 +86,4 @@ def untrained(subject: Subject, seed: int = 0) -> Subject:
         features["decoder_input_tokens"] = features["encoder_input_tokens"]
     variables = nn.unbox(subject.module.init(jax.random.key(seed), **features))
     return dataclasses.replace(subject, variables={"params": variables["params"]},
-                               name=f"{subject.name} (untrained)")
+                               name=f"{subject.name} (untrained)", checkpoint=None)

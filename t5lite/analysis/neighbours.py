@@ -4,12 +4,12 @@ word ("same": do the senses of "play" separate?) or among every word of the corp
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Sequence
 
 import numpy as np
 
+from t5lite import finite
 from t5lite.analysis import forward, loading, words
 from t5lite.errors import ConfigError, DataError
 from t5lite.interop import elmo
@@ -57,7 +57,7 @@ def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], wo
     occurrences = []
     for row, q in enumerate(queries):
         cosine[row, q] = -np.inf                        # not its own neighbour
-        best = np.argsort(-cosine[row], kind="stable")[:k]
+        best = np.argsort(-cosine[row], kind="stable")[:min(k, len(places) - 1)]   # never itself
         i, j = places[q]
         occurrences.append({"sentence": " ".join(chosen[i].words), "index": j, "neighbours": [
             {"sentence": " ".join(chosen[places[n][0]].words), "index": places[n][1],
@@ -71,5 +71,5 @@ def write(result: dict, out: str) -> str:
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "neighbours.json")
     with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+        finite.dump(result, f, indent=1)
     return path

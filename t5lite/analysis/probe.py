@@ -9,13 +9,13 @@ identities alone.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Sequence
 
 import numpy as np
 
+from t5lite import finite
 from t5lite.analysis import forward, linear, loading, spans, structural, words
 from t5lite.data.tasks.tagging import UNER_TAGS, UPOS_TAGS
 from t5lite.errors import ConfigError
@@ -151,7 +151,7 @@ def write(results: dict, out: str) -> list[str]:
     import matplotlib.pyplot as plt
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "probe.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        finite.dump(finite.null_non_finite(results), f, indent=1)   # undefined: null
     panels = [(p, score) for p in PROBES if p in results for score in next(iter(results[p].values()))
               if score not in ("loss", "epochs")]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from t5lite import writable
+from t5lite import finite, writable
 from t5lite.cli.gin_flags import model_from_run_unless_given, parse_gin
 from t5lite.cli.inputs import add_text_inputs, input_texts
 
@@ -30,7 +29,7 @@ def cmd_infer(args, gin_files, gin_bindings) -> None:
     records = infer(texts)
     if not args.output:
         for record in records:
-            print(json.dumps(record, ensure_ascii=False), flush=True)
+            print(finite.dumps(record, ensure_ascii=False), flush=True)
         return
     write_predictions(args.output, records)
     print(f"wrote {len(texts)} predictions to {args.output}")

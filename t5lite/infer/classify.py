@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from t5lite import metrics as metrics_lib
+from t5lite import finite, metrics as metrics_lib
 from t5lite.data import converter_registry, converters
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer.evaluation import EvalResult
@@ -80,7 +80,7 @@ class _HeadEvaluator:
 
     def _outputs(self, module, params) -> list[np.ndarray]:
         """The model's outputs for every example in the split's order (a tuple of arrays per
-        output), fetched once."""
+        output), fetched once; refused if any is not finite."""
         fetched = jax.device_get([_apply(module, params, b) for b in self.batches])
         outputs = [o if isinstance(o, (tuple, list)) else (o,) for o in fetched]
         restored = []
@@ -88,6 +88,7 @@ class _HeadEvaluator:
             if self.per_token:
                 parts = [np.pad(p, [(0, 0), (0, self.length - p.shape[1])] + [(0, 0)] * (p.ndim - 2)) for p in parts]
             restored.append(converters.restore_order(np.concatenate(parts)[:len(self.examples)], self.order))
+            finite.require_finite(restored[-1], "logits")
         return restored
 
 

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from t5lite import metrics as metrics_lib
+from t5lite import finite, metrics as metrics_lib
 from t5lite.data import vocab as vocab_lib
 from t5lite.data.sentence_texts import encode_text
 from t5lite.data.word_vectors import WordVectors, load_word_vectors
@@ -45,7 +45,8 @@ def _embed(module, params, tokens):
 
 def embed_tokens(module: BiEncoder, params, rows: Sequence[np.ndarray], batch_size: int = 64,
                  normalize: bool = False) -> np.ndarray:
-    """[len(rows), d_model] float32 embeddings of token rows (each without padding), in order."""
+    """[len(rows), d_model] float32 embeddings of token rows (each without padding), in order;
+    refused if any is not finite."""
     pad = module.config.pad_token_id
     out = []
     for start in range(0, len(rows), batch_size):
@@ -56,6 +57,7 @@ def embed_tokens(module: BiEncoder, params, rows: Sequence[np.ndarray], batch_si
             row[:len(ids)] = ids
         out.append(np.asarray(_embed(module, params, tokens))[:len(chunk)])
     embeddings = np.concatenate(out) if out else np.zeros((0, module.config.d_model), np.float32)
+    finite.require_finite(embeddings, "embeddings")
     return unit(embeddings) if normalize else embeddings
 
 
@@ -134,24 +136,27 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
     sentence-transformers' average word embeddings do, a text with none of them giving zeros."""
     require_positive({"embed.max_length": max_length, "embed.batch_size": batch_size})
     if epath.Path(checkpoint_path).is_file():
-        return _pooled_word_vectors(load_word_vectors(checkpoint_path), texts, pooling, normalize)
-    run = str(RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path)))
-    model = predict.model_config_of(checkpoint_path, model)
-    if model.arch == "word2vec":
-        path = RunDir(run).word_vectors
-        if not path.exists():
-            raise CheckpointError(f"{path} does not exist (the run writes it at its last step); write it from the "
-                                  "latest checkpoint with t5lite.objectives.word2vec.export_vectors(run_dir)")
-        return _pooled_word_vectors(load_word_vectors(path), texts, pooling, normalize)
-    if model.arch == "bilm":
-        module, variables = elmo_layers.load_run(checkpoint_path)
-        layers = elmo_layers.embed(module, variables, [text.split() for text in texts], batch_size=batch_size)
-        return _pooled([np.mean(x, axis=0) for x in layers], pooling, normalize, 2 * module.config.projection_dim)
-    vocab_lib.use_run_vocabulary(vocabulary_path, run)
-    module = objective.build_model(model) if objective is not None else BiEncoder(model, pooling)
-    params, _, _ = predict.load_params(model, checkpoint_path, module=module)
-    rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
-    return embed_tokens(module, params, rows, batch_size, normalize)
+        with finite.outputs_of(checkpoint_path):
+            return _pooled_word_vectors(load_word_vectors(checkpoint_path), texts, pooling, normalize)
+    step_dir = checkpoint_reader.step_directory(checkpoint_path)
+    run = str(RunDir.of_step(step_dir))
+    with finite.outputs_of(step_dir):
+        model = predict.model_config_of(checkpoint_path, model)
+        if model.arch == "word2vec":
+            path = RunDir(run).word_vectors
+            if not path.exists():
+                raise CheckpointError(f"{path} does not exist (the run writes it at its last step); write it from the "
+                                      "latest checkpoint with t5lite.objectives.word2vec.export_vectors(run_dir)")
+            return _pooled_word_vectors(load_word_vectors(path), texts, pooling, normalize)
+        if model.arch == "bilm":
+            module, variables = elmo_layers.load_run(checkpoint_path)
+            layers = elmo_layers.embed(module, variables, [text.split() for text in texts], batch_size=batch_size)
+            return _pooled([np.mean(x, axis=0) for x in layers], pooling, normalize, 2 * module.config.projection_dim)
+        vocab_lib.use_run_vocabulary(vocabulary_path, run)
+        module = objective.build_model(model) if objective is not None else BiEncoder(model, pooling)
+        params, _, _ = predict.load_params(model, checkpoint_path, module=module)
+        rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
+        return embed_tokens(module, params, rows, batch_size, normalize)
 
 
 def _pooled_word_vectors(vectors: WordVectors, texts: Sequence[str], pooling: str, normalize: bool) -> np.ndarray:
@@ -166,4 +171,5 @@ def _pooled(token_vectors: Sequence[np.ndarray], pooling: str, normalize: bool, 
     reduce = np.mean if pooling == "mean" else np.max
     rows = [reduce(x, axis=0) if len(x) else np.zeros(dim, np.float32) for x in token_vectors]
     embeddings = np.stack(rows).astype(np.float32) if rows else np.zeros((0, dim), np.float32)
+    finite.require_finite(embeddings, "embeddings")
     return unit(embeddings) if normalize else embeddings

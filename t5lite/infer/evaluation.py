@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 import logging
 import os
 from typing import Any, Mapping, Sequence
@@ -28,7 +27,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from t5lite import metrics as metrics_lib, models, storage, writable
+from t5lite import finite, metrics as metrics_lib, models, storage, writable
 from t5lite.data import catalog, converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, predict, scoring
@@ -191,8 +190,10 @@ class Evaluator:
                                o["decoded"][:rows] if "decoded" in o else None,
                                self.label_lengths if self.label_tokens is not None else ())
                    for b, o, rows in zip(self.batches, fetched, self.rows))
-        return ({k: converters.restore_order(np.concatenate([o[k] for o in fetched])[:n], self.order)
-                 for k in fetched[0]}, done)
+        out = {k: converters.restore_order(np.concatenate([o[k] for o in fetched])[:n], self.order) for k in fetched[0]}
+        finite.require_finite(out["log_likelihood"], "log-likelihoods of the targets")
+        finite.require_finite(out.get("label_scores", ()), "log-likelihoods of the labels")
+        return out, done
 
     def evaluate(self, module, params) -> EvalResult:
         out, done = self._run(module, params)
@@ -290,13 +291,14 @@ def flat_metrics(results: Mapping[str, EvalResult]) -> dict[str, float]:
 def write_predictions(path: str, predictions: Sequence[Mapping[str, Any]]) -> None:
     """JSON lines, one per example, to a local file or a gs:// object."""
     epath.Path(path).parent.mkdir(parents=True, exist_ok=True)
-    epath.Path(path).write_text("".join(json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    epath.Path(path).write_text("".join(finite.dumps(record, ensure_ascii=False, default=str) + "\n"
                                         for record in predictions), encoding="utf-8")
 
 
 def append_metrics(path: str, record: Mapping[str, Any]) -> None:
+    """One JSON line; an undefined metric (NaN) is null there, flagged under "non_finite"."""
     epath.Path(path).parent.mkdir(parents=True, exist_ok=True)
-    storage.append_text(path, json.dumps(dict(record), default=str) + "\n")
+    storage.append_text(path, finite.dumps(finite.flag_non_finite(record), default=str) + "\n")
 
 
 @gin.configurable("eval", denylist=["meter"])
@@ -330,15 +332,17 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     output_dir = output_dir or str(RunDir.of_step(step_dir).evaluations)
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = catalog.get_task_or_mixture(mixture_or_task_name)
-    if fewshot is not None:
-        tasks = task.tasks if isinstance(task, registry.Mixture) else [task]
-        results = {t.name: fewshot.evaluate(t, split, module, params, data_dir=data_dir, max_examples=max_examples,
-                                            batch_size=batch_size) for t in tasks if split in t.splits}
-    else:
-        make_evaluators = (functools.partial(evaluators, rank_classification=rank_classification)
-                           if objective is None else objective.evaluators)
-        results = evaluate_all(make_evaluators(task, split, task_feature_lengths, batch_size=batch_size,
-                                               data_dir=data_dir, max_examples=max_examples), module, params)
+    with finite.outputs_of(step_dir):
+        if fewshot is not None:
+            tasks = task.tasks if isinstance(task, registry.Mixture) else [task]
+            results = {t.name: fewshot.evaluate(t, split, module, params, data_dir=data_dir,
+                                                max_examples=max_examples, batch_size=batch_size)
+                       for t in tasks if split in t.splits}
+        else:
+            make_evaluators = (functools.partial(evaluators, rank_classification=rank_classification)
+                               if objective is None else objective.evaluators)
+            results = evaluate_all(make_evaluators(task, split, task_feature_lengths, batch_size=batch_size,
+                                                   data_dir=data_dir, max_examples=max_examples), module, params)
     if meter is not None:
         meter.add_flops(sum(result.flops for result in results.values()))
     totals = meter.totals() if meter is not None else {}

@@ -27,7 +27,7 @@ import numpy as np
 from etils import epath
 from tqdm.auto import tqdm
 
-from t5lite import models
+from t5lite import finite, models
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, peft_checkpoint, scoring
@@ -267,15 +267,16 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
         vocabulary = vocab_lib.DEFAULT_VOCABULARY
     config = model_config_of(checkpoint_path, model)
     module = models.build(config)
-    params, _, _ = load_params(config, checkpoint_path, partitioner, vocabulary)
+    params, _, step_dir = load_params(config, checkpoint_path, partitioner, vocabulary)
     predictor = Predictor(module, params, partitioner, method=method, max_decode_length=max_decode_length,
                           num_beams=num_beams, alpha=alpha, beam_rules=beam_rules, temperature=temperature,
                           top_k=top_k, top_p=top_p)
-    return _records(predictor, vocabulary, list(inputs), max_input_length, batch_size, seed, progress)
+    return _records(predictor, vocabulary, list(inputs), max_input_length, batch_size, seed, progress, step_dir)
 
 
 def _records(predictor: Predictor, vocabulary, texts: list[str], max_input_length: int, batch_size: int, seed: int,
-             progress: bool) -> Iterator[dict]:
+             progress: bool, checkpoint: str) -> Iterator[dict]:
+    """One record per text; a batch whose scores are not finite stops them, naming `checkpoint`."""
     config = predictor.module.config
     rng = jax.random.key(seed)
     with tqdm(total=len(texts), desc="infer", unit="input", disable=not progress) as bar:
@@ -284,6 +285,7 @@ def _records(predictor: Predictor, vocabulary, texts: list[str], max_input_lengt
             features = prompt_features(config, vocabulary, chunk, max_input_length, first_index=start)
             rng, key = jax.random.split(rng)
             tokens, lengths, scores = predictor(features, key)
+            finite.require_finite(scores, "scores", checkpoint)
             for text, ids, n, score in zip(chunk, tokens, lengths, scores):
                 yield {"input": text, "prediction": detokenize(vocabulary, until_eos(ids[:n], config.eos_token_id)),
                        "score": float(score), "tokens": int(n)}

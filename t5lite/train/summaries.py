@@ -9,7 +9,7 @@ import os
 import jax
 from etils import epath
 
-from t5lite import storage
+from t5lite import finite, storage
 from t5lite.run_layout import RunDir
 
 
@@ -33,10 +33,11 @@ class MetricsWriter:
         self._tb = SummaryWriter(str(run.tensorboard))
 
     def write(self, step: int, metrics: dict) -> None:
+        """One line per logged step; a NaN or infinite value is null there, flagged under "non_finite"."""
         if not self.active:
             return
         record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
-        storage.append_text(self.path, json.dumps(record) + "\n")
+        storage.append_text(self.path, finite.dumps(finite.flag_non_finite(record)) + "\n")
         for key, value in metrics.items():
             self._tb.add_scalar(key, float(value), int(step))
         self._tb.flush()
@@ -75,11 +76,12 @@ class _EpathEventFiles:
 
 
 def read_metrics(path: str) -> list[dict]:
-    """metrics.jsonl's records; a line cut short by a kill is left out."""
+    """metrics.jsonl's records as logged (a value flagged non-finite back as NaN or infinity); a line
+    cut short by a kill is left out."""
     records = []
     for line in epath.Path(path).read_text(encoding="utf-8").splitlines():
         try:
-            records.append(json.loads(line))
+            records.append(finite.unflag_non_finite(json.loads(line)))
         except ValueError:
             continue
     return records

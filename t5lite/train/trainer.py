@@ -191,9 +191,9 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                     last.update(_cost_metrics(run.meter, step))
                     last.update({**run.every_log, **(run.first_log if step == run.start + 1 else {})})
                     tick, tick_step, real = now, step, [0, 0]
+                    run.writer.write(step, last)   # a non-finite loss too: null there, flagged "non_finite"
                     if not math.isfinite(last["loss"]):
                         raise _non_finite(step, last, ckpt)
-                    run.writer.write(step, last)
                     _show(bar, last)
                 if run.evaluators and (step % c.eval_every == 0 or step == c.train_steps):
                     last.update(_evaluate(run, run.trainer.model, run.model_params(state.params), step))
