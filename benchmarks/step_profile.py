@@ -18,7 +18,6 @@ import argparse
 import collections
 import glob
 import gzip
-import inspect
 import json
 import os
 import re
@@ -129,9 +128,7 @@ def main():
     batch = synthetic_batch(args.batch, args.inputs, args.targets, cfg.vocab_size)
     run = t5lite_step_fn(cfg, batch)
     run()   # compile, warm up
-    built = inspect.getclosurevars(run).nonlocals   # the step, state and batch run() uses
-    with built["trainer"].mesh_context():
-        hlo = built["step"].lower(built["holder"]["state"], built["sharded"]).compile().as_text()
+    hlo = run.compiled_text()
     start = time.perf_counter()
     run()
     wall_ms = (time.perf_counter() - start) * 1e3

@@ -64,6 +64,12 @@ def t5lite_step_fn(cfg, batch):
         with trainer.mesh_context():
             holder["state"], metrics = step(holder["state"], sharded)
         jax.block_until_ready(metrics["loss"])
+
+    def compiled_text():
+        """The step's optimised HLO, for reading a profile's op names (benchmarks/step_profile.py)."""
+        with trainer.mesh_context():
+            return step.lower(holder["state"], sharded).compile().as_text()
+    run.compiled_text = compiled_text
     return run
 
 
