@@ -224,17 +224,13 @@ def test_shapes_are_normalised_for_libtpu():
         ["v5e:4x4", "v5e:2x2", "v4:2x2x1"]
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--topology=v5e:0x0"], "--topology=v5e:0x0: a v5e shape is v5e:AxB with whole numbers of at least 1; give a "
-                             "shape such as v5e:4x4"),
-    (["--topology=v5e:2x2", "--num_slices=0"], "--num_slices=0: give a whole number of at least 1"),
-])
-def test_compile_refuses_a_malformed_topology_in_one_line_without_libtpu(flags, message):
+def test_compile_refuses_a_malformed_topology_in_one_line_without_libtpu():
     """Refused before gin is parsed and libtpu loads: no config is needed to see it, and no SIGFPE."""
-    out = run_cli("compile", *flags)
+    out = run_cli("compile", "--topology=v5e:0x0")
     assert out.returncode == 2, out.stdout + out.stderr[-3000:]
     error = [line for line in out.stderr.splitlines() if line.startswith("t5lite: error:")]
-    assert len(error) == 1 and error[0].startswith(f"t5lite: error: {message}"), out.stderr[-3000:]
+    assert len(error) == 1 and error[0].startswith("t5lite: error: --topology=v5e:0x0: a v5e shape is v5e:AxB with "
+                                                   "whole numbers of at least 1; give a shape such as v5e:4x4")
     assert "Traceback" not in out.stderr and "compile time" not in out.stdout
 
 

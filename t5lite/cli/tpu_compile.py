@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 
 from t5lite.cli.gin_flags import parse_gin
-from t5lite.errors import require_positive
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -24,7 +23,6 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
 
 def cmd_compile(args, gin_files, gin_bindings) -> None:
     from t5lite.train.tpu_compile import compile_decode_from_gin, compile_from_gin, topology_name
-    require_positive({"--num_slices": args.num_slices})
     topology_name(args.topology)   # a malformed --topology is refused before gin is parsed and libtpu loads
     if args.mode == "infer":
         parse_gin(gin_files, gin_bindings + ["CHECKPOINT_PATH = None"], required_macros=(),
