@@ -94,7 +94,7 @@ CASES = [
                              "--gin.TASK_FEATURE_LENGTHS={{'inputs': 0, 'targets': 8}}"],
      "TASK_FEATURE_LENGTHS['inputs']=0: give a whole number", None),
     ("tasks_show_negative_count", ["tasks", "show", "embedded_docs_span_corruption", "-n", "-1"],
-     "-n -1: show at least 1 example", None),
+     "argument -n/--num_examples: give a whole number >= 1, not -1", None),
     ("tasks_show_without_tfds", ["tasks", "show", "glue_sst2"], "pip install tensorflow-datasets", _no_tfds),
     ("infer_empty_prompts_file", ["infer", "--gin.CHECKPOINT_PATH='{t5_run}'", "--input_file", "{root}/empty.txt"],
      "--input_file {root}/empty.txt is empty", None),

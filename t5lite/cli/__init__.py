@@ -33,12 +33,20 @@ __all__ = ["REPO_ROOT", "build_parser", "check_task_name", "get_task_or_mixture"
 COMMAND_MODULES = (train, evaluate, infer, embed, convert, tasks, prepare, tpu_compile, analysis, sweep)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse reporting a bad flag as t5lite reports bad input: one line naming it, exit code 2 (the
+    usage is what --help prints). Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"t5lite: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true",
                         help="show the traceback of t5lite's own errors too (or set T5LITE_DEBUG=1)")
-    parser = argparse.ArgumentParser(prog="t5lite", description=__doc__, parents=[common],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="t5lite", description=__doc__, parents=[common],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.add_parser(sub, common)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from t5lite import writable
+from t5lite.cli.inputs import nonnegative_float, nonnegative_int, positive_int
 from t5lite.errors import ConfigError
 
 
@@ -27,22 +28,24 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                        help="comma-separated: pos, ner, ner_spans (entity type of each gold span), structural")
     probe.add_argument("--span_pooling", default="mean", choices=["mean", "endpoint"],
                        help="ner_spans: a span's vector is its subwords' mean or [first; last]")
-    probe.add_argument("--train_sentences", type=int, default=500, help="sentences the probes train on")
-    probe.add_argument("--test_sentences", type=int, default=200, help="sentences the probes are scored on")
-    probe.add_argument("--rank", type=int, default=32, help="the structural probe's rank k")
-    probe.add_argument("--epochs", type=int, default=40,
+    probe.add_argument("--train_sentences", type=positive_int, default=500, help="sentences the probes train on")
+    probe.add_argument("--test_sentences", type=positive_int, default=200, help="sentences the probes are scored on")
+    probe.add_argument("--rank", type=positive_int, default=32, help="the structural probe's rank k")
+    probe.add_argument("--epochs", type=positive_int, default=40,
                        help="the structural probe's most epochs (it stops early on the UD dev loss)")
-    probe.add_argument("--l2", type=float, default=1e-3, help="the linear probes' L2 weight")
+    probe.add_argument("--l2", type=nonnegative_float, default=1e-3, help="the linear probes' L2 weight")
     probe.add_argument("--no_control", action="store_true", help="skip the untrained control model")
-    probe.add_argument("--seed", type=int, default=0, help="the control's initialisation and the probes' seed")
+    probe.add_argument("--seed", type=nonnegative_int, default=0,
+                       help="the control's initialisation and the probes' seed")
     probe.add_argument("--neighbours", default=None, metavar="WORD",
                        help="instead of probing: each occurrence of WORD in --corpus and its nearest neighbours")
     probe.add_argument("--corpus", default=None,
                        help="with --neighbours: a CoNLL-U file or plain text (sentences cut after . ! ?)")
-    probe.add_argument("--corpus_sentences", type=int, default=None, help="with --neighbours: read only this many")
+    probe.add_argument("--corpus_sentences", type=positive_int, default=None,
+                       help="with --neighbours: read only this many")
     probe.add_argument("--layer", type=int, default=-1,
                        help="with --neighbours: the layer (0 = embeddings, negative from the top)")
-    probe.add_argument("--k", type=int, default=5, help="with --neighbours: neighbours per occurrence")
+    probe.add_argument("--k", type=positive_int, default=5, help="with --neighbours: neighbours per occurrence")
     probe.add_argument("--pool", default="same", choices=["same", "all"],
                        help="with --neighbours: among the word's other occurrences, or among all words")
     probe.set_defaults(fn=cmd_probe)
@@ -50,8 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                                       help="per-head attention statistics (Clark et al. 2019), dependency heads and "
                                            "heatmaps of a frozen model on UD sentences")
     attention.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="the UD split to read")
-    attention.add_argument("--sentences", type=int, default=200, help="the first N sentences of the split")
-    attention.add_argument("--example", type=int, default=0, help="which of them the heatmaps show")
+    attention.add_argument("--sentences", type=positive_int, default=200, help="the first N sentences of the split")
+    attention.add_argument("--example", type=nonnegative_int, default=0, help="which of them the heatmaps show")
     attention.set_defaults(fn=cmd_attention)
 
 
@@ -82,6 +85,9 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
 def cmd_attention(args, gin_files, gin_bindings) -> None:
     import os
     from t5lite.analysis import attention, forward, words
+    if args.example >= args.sentences:
+        raise ConfigError(f"--example {args.example}: choose one of the first --sentences {args.sentences} "
+                          f"(0 to {args.sentences - 1})")
     subject = _subject(args, "data_dir")
     sentences = forward.fitting(subject, words.read_conll(
         os.path.join(args.data_dir, f"en_ewt/en_ewt-ud-{args.split}.conllu"), args.sentences))

@@ -1,12 +1,33 @@
 """What a command reads besides gin: input texts or a file of them (infer, embed: the flags and the file), a task
-or mixture by name."""
+or mixture by name, and its numeric flags, each range-checked as it is parsed."""
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import math
 
 from t5lite.errors import ConfigError, DataError
+
+
+def number_flag(kind: type, accepts, describe: str):
+    """An argparse `type=` reading a `kind` that `accepts`; anything else (a negative count, which
+    Python would take as a slice from the end, NaN, text) is refused in one line naming the flag."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"give {describe}, not {text}")
+        return value
+    return parse
+
+
+positive_int = number_flag(int, lambda n: n >= 1, "a whole number >= 1")
+nonnegative_int = number_flag(int, lambda n: n >= 0, "a whole number >= 0")
+nonnegative_float = number_flag(float, lambda x: 0 <= x < math.inf, "a finite number >= 0")
+fraction = number_flag(float, lambda x: 0 < x < 1, "a fraction between 0 and 1 (both excluded)")
 
 
 def add_text_inputs(parser: argparse.ArgumentParser, text_help: str) -> None:

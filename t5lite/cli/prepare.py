@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from t5lite.cli.inputs import nonnegative_int, positive_int
+
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """The `t5lite prepare` subcommand and its flags."""
@@ -14,12 +16,14 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                         help="files or globs: JSON lines with `text` (and `url`), or plain text (one document per "
                              "file); .gz is decompressed, e.g. 'crawl/*.jsonl.gz'")
     parser.add_argument("--output", required=True, help="a new or empty folder (or an unfinished one, to resume)")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (one input file at a time each)")
+    parser.add_argument("--workers", type=positive_int, default=1,
+                        help="worker processes (one input file at a time each)")
     parser.add_argument("--split", default="train", help="the split name the shards and manifest carry")
     parser.add_argument("--bad_words", default=None, help="a file of words or phrases, one per line: pages with one go")
-    parser.add_argument("--min_words", type=int, help="words a line needs to be kept (default C4's 5)")
-    parser.add_argument("--min_sentences", type=int, help="sentences a page needs to be kept (default C4's 3)")
-    parser.add_argument("--max_page_length", type=int,
+    parser.add_argument("--min_words", type=nonnegative_int, help="words a line needs to be kept (default C4's 5)")
+    parser.add_argument("--min_sentences", type=nonnegative_int,
+                        help="sentences a page needs to be kept (default C4's 3)")
+    parser.add_argument("--max_page_length", type=positive_int,
                         help="pages with more characters go (default C4's 190000)")
     parser.add_argument("--no_language_filter", action="store_true", help="keep pages in any language")
     parser.set_defaults(fn=cmd_prepare)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from t5lite.cli.gin_flags import REPO_ROOT
+from t5lite.cli.inputs import positive_int
 from t5lite.errors import ConfigError
 
 
@@ -15,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                                    help="run a grid of pre-train + fine-tune cells over seeds "
                                         "(--gin_file=configs/sweeps/NAME.gin) and report them")
     parser.add_argument("--out", required=True, help="the sweep's folder: a run directory per cell and seed, report.md")
-    parser.add_argument("--parallel", type=int, default=None,
+    parser.add_argument("--parallel", type=positive_int, default=None,
                         help="cells run at once (default: the scale's `parallel`)")
     parser.set_defaults(fn=cmd_sweep)
 
@@ -24,8 +25,6 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json."""
     from t5lite.experiments import report, runner, spec
     from t5lite.train.run_dir import RunLock
-    if args.parallel is not None and args.parallel < 1:
-        raise ConfigError(f"--parallel {args.parallel}: give the number of cells to run at once, a whole number >= 1")
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
     out = Path(args.out)
     try:

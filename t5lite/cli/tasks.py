@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from t5lite.cli.inputs import get_task_or_mixture
+from t5lite.cli.inputs import get_task_or_mixture, positive_int
 from t5lite.errors import ConfigError
 
 
@@ -14,7 +14,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("name", nargs="?")
     parser.add_argument("--split", default="train")
     parser.add_argument("--data_dir", default=None)
-    parser.add_argument("-n", "--num_examples", type=int, default=3)
+    parser.add_argument("-n", "--num_examples", type=positive_int, default=3)
     parser.add_argument("--sequence_length", default="inputs=512,targets=114",
                         help="feature lengths for preprocessing, e.g. inputs=512,targets=114")
     parser.set_defaults(fn=cmd_tasks)
@@ -31,8 +31,6 @@ def cmd_tasks(args, gin_files, gin_bindings) -> None:
         return
     if not args.name:
         raise ConfigError("usage: t5lite tasks show NAME [--split S] [--data_dir D] [-n N]")
-    if args.num_examples < 1:
-        raise ConfigError(f"-n {args.num_examples}: show at least 1 example, e.g. -n 3")
     from t5lite.data.tasks_show import show_examples
     task = get_task_or_mixture(args.name)
     lengths = parse_lengths(args.sequence_length) if args.sequence_length else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from t5lite.cli.gin_flags import parse_gin
+from t5lite.cli.inputs import positive_int
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -17,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                              "infer.max_decode_length, infer.method)")
     parser.add_argument("--topology", required=True,
                         help="TPU slice: a shape (v5e:2x2, v5e:4x4, v4:2x2x4) or an accelerator type (v4-32, v5p-64)")
-    parser.add_argument("--num_slices", type=int, default=1, help="slices joined over DCN (data axis)")
+    parser.add_argument("--num_slices", type=positive_int, default=1, help="slices joined over DCN (data axis)")
     parser.set_defaults(fn=cmd_compile)
 
 

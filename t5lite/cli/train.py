@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 
 from t5lite.cli.gin_flags import check_task_name, parse_gin
+from t5lite.cli.inputs import fraction
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """The `t5lite train` subcommand and its flags."""
     parser = subparsers.add_parser("train", parents=[common],
                                    help="train or resume a model (gin flags: --gin_file, --gin.NAME=VALUE)")
-    parser.add_argument("--prune_heads", type=float, default=None, metavar="FRACTION",
+    parser.add_argument("--prune_heads", type=fraction, default=None, metavar="FRACTION",
                         help="prune this fraction of the attention heads, least important first (Michel et al.), "
                              "from the starting params: train.pruning=@HeadPruning() with HeadPruning.fraction")
     parser.set_defaults(fn=cmd_train)
