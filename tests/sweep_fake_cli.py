@@ -4,10 +4,13 @@ cell's bindings and seed, so the harness, resume and report can be tested withou
 FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way; FAKE_STOP_AT (a step) ends
 a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does (its cost.json
 seconds, like the trainer's, add up over resumes); a binding of a name
-it does not know fails the run as the real CLI does."""
+it does not know fails the run as the real CLI does, and so does a MODEL_DIR whose RUN_LOCK a live
+process holds (the lock holds its holder's pid for the run's whole time). SIGTERM ends a run with
+exit code 0 and its lock released, as it does a real one."""
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -25,6 +28,20 @@ def main(argv):
             return 2
     model_dir = bindings["MODEL_DIR"].strip("'")
     os.makedirs(model_dir, exist_ok=True)
+    lock = os.path.join(model_dir, "RUN_LOCK")
+    if not take_lock(lock):
+        print(f"t5lite: error: {model_dir} is in use by another t5lite run", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        fake_train(bindings, model_dir)
+    finally:
+        os.remove(lock)
+    return 0
+
+
+def fake_train(bindings, model_dir):
+    """Writes the run's metrics (and a pre-training's cost.json) after FAKE_SLEEP seconds."""
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     cell = os.path.basename(os.path.dirname(model_dir)).split("__seed")[0]
     key = "|".join(f"{n}={v}" for n, v in sorted(bindings.items()) if n not in ("MODEL_DIR", "INITIAL_CHECKPOINT_PATH"))
@@ -45,7 +62,20 @@ def main(argv):
         if "EVAL_EVERY" in bindings:
             bonus = 10.0 if cell.startswith("good") else 0.0
             f.write(json.dumps({"step": steps, "eval_accuracy": 50.0 + bonus + digest % 1000 / 100}) + "\n")
-    return 0
+
+
+def take_lock(path):
+    """True once `path` holds this process's pid; False while a live process's pid is there (a lock
+    whose holder is gone is taken over, as t5lite's RunLock does)."""
+    try:
+        with open(path) as f:
+            holder = int(f.read())
+        os.kill(holder, 0)
+        return False
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+        return True
 
 
 if __name__ == "__main__":

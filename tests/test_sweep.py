@@ -143,6 +143,76 @@ def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):
             == without_wall_time(json.loads((whole / "report.json").read_text())))
 
 
+def _start_and_wait_for_a_train(gin_file, out):
+    """A sweep (its own process, one cell at a time, each train 60 s long) and the pid of the fake
+    `t5lite train` it started, read from the run lock that train holds."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SLEEP": "60"}
+    proc = subprocess.Popen([sys.executable, "-m", "t5lite.cli", "sweep", f"--gin_file={gin_file}",
+                             "--gin.SWEEP_SCALE='ci'", f"--out={out}", "--parallel=1"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (locks := list(out.glob("*/pretrain/RUN_LOCK"))) or not locks[0].read_text():
+        assert time.time() < deadline and proc.poll() is None, "the sweep started no train"
+        time.sleep(0.2)
+    return proc, int(locks[0].read_text())
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process; a zombie (ended, not yet reaped by init) is not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.time() + seconds
+    while _running(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    return not _running(pid)
+
+
+def _assert_a_rerun_finishes_every_cell(gin_file, out):
+    rerun = sweep(gin_file, out)
+    assert rerun.returncode == 0 and "FAILED" not in rerun.stdout, rerun.stdout + rerun.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert all(len(cell["seeds"]) == 2 and not cell["errors"] for cell in report["cells"].values())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent-death signal is Linux's")
+def test_kill_9_of_the_sweep_alone_takes_its_running_train_with_it(tmp_path):
+    """No orphan goes on training and holding its run's lock, so the rerun finishes that cell."""
+    gin_file, out = write_sweep(tmp_path), tmp_path / "out"
+    proc, train = _start_and_wait_for_a_train(gin_file, out)
+    try:
+        proc.kill()   # the sweep's pid only: its train is in a process group of its own
+        proc.communicate()
+        assert _gone_within(train, 5), "the train outlived its sweep"
+        _assert_a_rerun_finishes_every_cell(gin_file, out)
+    finally:
+        if _running(train):
+            os.kill(train, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_sweep_stops_its_trains_and_starts_no_more(tmp_path, signal_name):
+    gin_file, out = write_sweep(tmp_path), tmp_path / "out"
+    proc, train = _start_and_wait_for_a_train(gin_file, out)
+    try:
+        proc.send_signal(getattr(signal, signal_name))
+        stdout, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + getattr(signal, signal_name), stdout + stderr
+        assert stdout.count(f"stopped in pretrain by {signal_name}") == 1, stdout
+        assert stdout.count(f"not started ({signal_name})") == 3, stdout
+        assert f"sweep stopped by {signal_name}; run the same command again to resume" in stdout
+        assert not _running(train) and len(list(out.glob("*/pretrain.log"))) == 1   # no other cell started
+        assert not list(out.glob("*/error.json")) and not (out / "report.json").exists()
+        _assert_a_rerun_finishes_every_cell(gin_file, out)
+    finally:
+        if _running(train):
+            os.kill(train, signal.SIGKILL)
+
+
 def test_a_second_sweep_on_the_same_out_is_refused_and_the_first_finishes(tmp_path):
     gin_file = write_sweep(tmp_path)
     out = tmp_path / "out"
@@ -191,7 +261,7 @@ def test_a_failing_cell_is_reported_and_the_rest_finish(tmp_path):
 @pytest.mark.parametrize("flag, message", [
     ("--gin.sweep.cellz={}", "sweep gin error"),
     ("--gin.SWEEP_SCALE='gpu'", "is not one of ['ci', 'cpu', 'tpu']"),
-    ("--parallel=0", "--parallel 0: give the number of cells to run at once, a whole number >= 1"),
+    ("--parallel=0", "argument --parallel: give a whole number >= 1, not 0"),
 ])
 def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     result = sweep(write_sweep(tmp_path), tmp_path / "out", flag)
