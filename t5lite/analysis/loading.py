@@ -65,10 +65,9 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
         return Subject(module, variables, None, name or os.path.basename(os.path.normpath(run)), step_dir)
     vocab = _vocabulary(vocabulary, str(RunDir(run).tokenizer)) or vocab_lib.DEFAULT_VOCABULARY
     # Fine-tuned: the backbone, not the head. ELECTRA: the discriminator (the run's model), not the generator.
-    part = next((p for p in ("backbone", "discriminator") if p in checkpoint_reader.stored_param_names(step_dir)), None)
-    if part is not None:
+    if checkpoint_reader.stored_param_names(step_dir) & {"backbone", "discriminator"}:
         vocab_lib.check_identity(run, vocab, config.vocab_size)
-        params = checkpoint_reader.restore_params(step_dir, {part: predict.abstract_params(config)})[part]
+        params = checkpoint_reader.restore_model(step_dir, predict.abstract_params(config))
     else:
         params, _, _ = predict.load_params(config, path, vocabulary=vocab)
     if config.scan_layers:

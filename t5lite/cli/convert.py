@@ -37,7 +37,11 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
 
 def _convert_quantized(args) -> None:
     from t5lite.interop import checkpoint
-    if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge or args.peft_adapter:
+    if args.peft_adapter:
+        raise ConfigError("t5lite convert --quantize: --peft_adapter is not quantised; import the adapter with "
+                          "--from_hf BASE --peft_adapter DIR --out RUN, write it merged with --merge RUN --out FULL, "
+                          "then quantise that with --from_run FULL")
+    if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge:
         raise ConfigError(f"t5lite convert --quantize {args.quantize}: give exactly one source, --from_hf HF_DIR or --from_run "
                           "RUN_DIR, and --out DIR")
     writable.ensure_new_dir(args.out, "--out")

@@ -75,10 +75,8 @@ def restore_params(path: str, abstract_params: Any) -> Any:
     packed_names = {"".join(f"[{k!r}]" for k in p) for p in int4}
     for name, wanted in flat_expected.items():
         if name not in flat_stored:
-            raise CheckpointMismatchError(
-                f"checkpoint {path} has no parameter {name} (it holds {sorted(stored_params)}): it is another model "
-                "than the configured one; use the run's own gin config, or no model gin (the run's "
-                "model_config.json is read)")
+            raise CheckpointMismatchError(f"checkpoint {path} has no parameter {name} (it holds "
+                                          f"{sorted(stored_params)}): {_what_else(set(stored_params))}")
         if name not in packed_names and tuple(flat_stored[name].shape) != tuple(wanted.shape):
             raise CheckpointMismatchError(
                 f"checkpoint {path}: parameter {name} has shape {tuple(flat_stored[name].shape)}, the model expects "
@@ -101,6 +99,22 @@ def restore_params(path: str, abstract_params: Any) -> Any:
                                                    expected[p].shape)
         params = unflatten_dict(flat)
     return jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), params, abstract_params)
+
+
+# The top-level names of a PEFT run's trained tree (t5lite.models.peft), where its base is not.
+PEFT_TRAINED = {"lora", "prefix", "prefix_encoder", "adapters"}
+
+
+def _what_else(stored_names: set[str]) -> str:
+    """What a checkpoint that lacks a wanted parameter is, and what to do instead."""
+    if stored_names & PEFT_TRAINED or stored_names == {"params"}:
+        return ("it holds a PEFT run's trained parameters alone, and its run has no peft.json naming their base; "
+                "put back the run's peft.json, or give the merged run (`t5lite convert --merge`)")
+    if stored_names == {"backbone", "head"}:
+        return ("it is a task-head run (a backbone and a task head, e.g. a classifier), which `t5lite eval` with its "
+                "training gin config reads; `t5lite infer` reads text-to-text models")
+    return ("it is another model than the configured one; use the run's own gin config, or no model gin (the "
+            "run's model_config.json is read)")
 
 
 def _as_stored(abstract_params, stored_params, int8_paths, int4_paths=frozenset()):
@@ -133,6 +147,16 @@ def stored_param_names(path: str) -> set[str]:
     """The top-level names of a checkpoint's params (`step_directory`); an ELECTRA run stores
     "generator" and "discriminator"."""
     return set(stored_params(path))
+
+
+def restore_model(path: str, abstract_params: Any) -> Any:
+    """`restore_params` of the model a run's commands read: of a task-head run its backbone (not
+    the head), of an ELECTRA run the discriminator (not the generator), else the params."""
+    names = stored_param_names(path)
+    part = next((p for p in ("backbone", "discriminator") if p in names), None)
+    if part is None:
+        return restore_params(path, abstract_params)
+    return restore_params(path, {part: abstract_params})[part]
 
 
 def restore_state(path: str, abstract_state: Any) -> Any:

@@ -154,7 +154,10 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
             return _pooled([np.mean(x, axis=0) for x in layers], pooling, normalize, 2 * module.config.projection_dim)
         vocab_lib.use_run_vocabulary(vocabulary_path, run)
         module = objective.build_model(model) if objective is not None else BiEncoder(model, pooling)
-        params, _, _ = predict.load_params(model, checkpoint_path, module=module)
+        if objective is None and checkpoint_reader.stored_param_names(step_dir) & {"backbone", "discriminator"}:
+            params = checkpoint_reader.restore_model(step_dir, predict.abstract_params(model, module=module))
+        else:
+            params, _, _ = predict.load_params(model, checkpoint_path, module=module)
         rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
         return embed_tokens(module, params, rows, batch_size, normalize)
 

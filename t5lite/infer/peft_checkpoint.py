@@ -13,7 +13,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax.traverse_util import flatten_dict
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.infer import checkpoint_reader
@@ -70,7 +70,7 @@ def check_or_record(model_dir: str, method, base_path: str | None, base_params, 
                           "output)")
     record = {"method": type(method).__name__, "config": dataclasses.asdict(method),
               "base_checkpoint": checkpoint_reader.step_directory(base_path),
-              "base_fingerprint": fingerprint(base_params)}
+              "base_fingerprint": fingerprint(base_params), "base_params": _param_paths(base_params)}
     stored = read(model_dir) if resuming else None
     if stored is not None:
         _refuse_other_base(model_dir, stored, base_path, record["base_fingerprint"])
@@ -81,24 +81,69 @@ def check_or_record(model_dir: str, method, base_path: str | None, base_params, 
 
 
 def restore_merged(step_dir: str, run_dir: str, record: dict, abstract_params):
-    """The model params of a PEFT run's checkpoint: its base (checked against the fingerprint)
-    with the trained parameters applied (LoRA merged). A task head's base is the backbone."""
-    grafted = "backbone" in abstract_params and "head" in abstract_params
-    base_abstract = abstract_params["backbone"] if grafted else abstract_params
+    """The model params of a PEFT run's checkpoint, laid out as `abstract_params` asks: its base
+    (checked against the fingerprint) with the trained parameters applied (LoRA merged). A run
+    trained with a task head keeps its base under "backbone": asked for `{"backbone", "head"}`
+    it gives both, asked for a model alone (an analysis, an embedding) the backbone."""
     if not os.path.isdir(record["base_checkpoint"]):
         raise CheckpointError(f"{run_dir} is a PEFT run: its checkpoint holds only the trained parameters of the base "
                               f"{record['base_checkpoint']}, which is gone; restore that checkpoint (fingerprint "
                               f"{record['base_fingerprint']}) or evaluate a merged copy (`t5lite convert --merge`)")
-    base = checkpoint_reader.restore_params(record["base_checkpoint"], base_abstract)
-    _refuse_other_base(run_dir, record, record["base_checkpoint"], fingerprint(base))
     trained = restore_trained(step_dir)
+    headed = not {"backbone", "head"} <= set(abstract_params) and trained_with_head(trained)
+    wanted = {(("backbone",) + p if headed else p): a for p, a in flatten_dict(abstract_params).items()}
+    base = _restore_base(record, wanted)
+    fingerprinted = [tuple(p.split("/")) for p in record["base_params"]] if "base_params" in record else list(base)
+    _refuse_other_base(run_dir, record, record["base_checkpoint"],
+                       fingerprint(unflatten_dict({p: base[p] for p in fingerprinted})))
     sharding = jax.tree.leaves(base)[0].sharding
     if isinstance(sharding, jax.sharding.NamedSharding):   # replicated on the base's mesh, to combine with it
         trained = jax.device_put(trained, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec()))
-    if grafted:
-        head = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), abstract_params["head"])
-        base = {"backbone": base, "head": head}
-    return method_of(record).combine(base, trained)
+    new = {p: np.zeros(a.shape, a.dtype) for p, a in wanted.items() if p not in base}   # a new head: trained
+    merged = flatten_dict(method_of(record).combine(unflatten_dict({**base, **new}), trained))
+    extra = set(base) - set(wanted)   # read for the fingerprint and the merge only
+    merged = {p: x for p, x in merged.items() if p not in extra and (not headed or p[0] == "backbone")}
+    return unflatten_dict({(p[1:] if headed else p): x for p, x in merged.items()})
+
+
+def _param_paths(params) -> list[str]:
+    """The base's parameter names ("/"-joined), which the fingerprint covers; a new head's None adds none."""
+    return sorted("/".join(p) for p, x in flatten_dict(params).items() if x is not None)
+
+
+def trained_with_head(trained) -> bool:
+    """Whether a PEFT run's trained tree is of a task-head model (LoRA of its backbone, its head)."""
+    return any(len(p) > 1 and p[1] in ("backbone", "head") for p in flatten_dict(trained))
+
+
+def _in_base_checkpoint(path: tuple, stored_names: set) -> tuple:
+    """Where the base checkpoint keeps `path` of the run's model: a task-head backbone is the root
+    of a plain base and the discriminator of an ELECTRA run; a task-head run keeps it as it is."""
+    if path[0] == "backbone" and "backbone" not in stored_names:
+        return (("discriminator",) if "discriminator" in stored_names else ()) + path[1:]
+    return path
+
+
+def _restore_base(record: dict, wanted: dict) -> dict:
+    """{path: array} of the base checkpoint: the params the run's fingerprint covers and those of
+    `wanted` it holds (a new task head, with no counterpart in the base, is left out)."""
+    checkpoint = record["base_checkpoint"]
+    stored = flatten_dict(checkpoint_reader.stored_params(checkpoint))
+    names = {p[0] for p in stored}
+    place = lambda p: _in_base_checkpoint(p, names)
+    sharding = jax.tree.leaves(wanted)[0].sharding
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    abstract = {p: a for p, a in wanted.items()
+                if p[0] != "head" or tuple(getattr(stored.get(place(p)), "shape", ())) == tuple(a.shape)}
+    for name in record.get("base_params", []):
+        p = tuple(name.split("/"))
+        if p not in abstract and place(p) in stored:
+            abstract[p] = jax.ShapeDtypeStruct(tuple(stored[place(p)].shape), stored[place(p)].dtype,
+                                               sharding=sharding)
+    restored = flatten_dict(checkpoint_reader.restore_params(
+        checkpoint, unflatten_dict({place(p): a for p, a in abstract.items()})))
+    return {p: restored[place(p)] for p in abstract}
 
 
 def imported(model_dir: str) -> bool:

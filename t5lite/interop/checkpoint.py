@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 
 import flax.linen as nn
 import jax
@@ -81,6 +82,9 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
     else:
         step_dir = _step_dir(run_dir, "--from_run")
         source = str(RunDir.of_step(step_dir))
+        if _peft_record(step_dir) is not None:
+            raise CheckpointError(f"{run_dir} is a PEFT run (its checkpoint holds the trained parameters alone); "
+                                  "write it merged with `t5lite convert --merge RUN --out FULL`, then quantise FULL")
         config = read_model_config(source)
         if config.weight_quantization != "none":
             raise CheckpointError(f"{run_dir} is quantised already ({config.weight_quantization}); quantise its "
@@ -152,8 +156,24 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
                               "run itself")
     run = str(RunDir.of_step(step_dir))
     config = read_model_config(run)
-    params = peft_checkpoint.restore_merged(step_dir, run, record, predict.abstract_params(config))
-    return _write_run(models.build(config), {"params": params}, out_dir, {"merged_from": step_dir})
+    params = peft_checkpoint.restore_merged(step_dir, run, record, _peft_run_abstract(step_dir, record, config))
+    config = _write_run(models.build(config), {"params": params}, out_dir, {"merged_from": step_dir})
+    _copy_vocabulary(run, out_dir)
+    return config
+
+
+def _peft_run_abstract(step_dir: str, record: dict, config: ModelConfig) -> dict:
+    """The params of a PEFT run's model: the model's; of a run with a task head, `{"backbone": the
+    model's, "head": the head as trained (or as its fine-tuned base holds it)}`, a task-head run's."""
+    from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
+    model = predict.abstract_params(config)
+    trained = checkpoint_reader.stored_params(step_dir)
+    if not peft_checkpoint.trained_with_head(trained):
+        return model
+    head = trained.get("params", {}).get("head") or checkpoint_reader.stored_params(record["base_checkpoint"])["head"]
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return {"backbone": model, "head": jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype,
+                                                                                   sharding=device), head)}
 
 
 def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> ModelConfig:
@@ -161,13 +181,27 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     run, the discriminator (the run's model; t5lite.objectives.electra); of a LoRA, prefix- or
     prompt-tuning run, the base folder
     `OUT/base` and the peft adapter folder `OUT/adapter` (`peft.PeftModel.from_pretrained` loads it
-    onto the base)."""
+    onto the base; a LoRA's classification head comes along as peft's `modules_to_save`). OUT is
+    written in a temporary folder beside it and renamed when complete, so a failure leaves none."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.partial-", dir=parent)
+    try:
+        config = _to_hf(run_dir, partial, out_dir, preset)
+        os.replace(partial, out_dir)   # onto a missing or empty OUT
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return config
+
+
+def _to_hf(run_dir: str, out_dir: str, final_dir: str, preset: str | None) -> ModelConfig:
+    """`t5lite_to_hf` into `out_dir`, naming `final_dir` where a file refers to the folder."""
     from t5lite.interop import hf
 
     step_dir = _step_dir(run_dir, "--to_hf")
     record = _peft_record(step_dir)
     if record is not None:
-        return _lora_run_to_hf(step_dir, record, out_dir)
+        return _lora_run_to_hf(step_dir, record, out_dir, final_dir)
     run_dir = str(RunDir.of_step(step_dir))   # a step directory's config lives in its run directory
     saved_config = RunDir(run_dir).model_config
     from_preset = not saved_config.exists()
@@ -175,6 +209,9 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     try:
         hf.export_config(config)      # most models HF cannot express fail here, before the checkpoint is read
         params = _restore_params(step_dir, config, f"--preset {preset}" if from_preset else saved_config.name)
+        if set(params) == set(HEAD_RUN_PARAMS):
+            raise hf.HFConversionError("it is a task-head run (a backbone and a task head, e.g. a classifier), and "
+                                       "t5lite exports models without a task head; evaluate and infer with the run")
         hf.save(config.replace(scan_layers=False), {"params": params}, out_dir)
     except hf.HFConversionError as e:
         raise hf.HFConversionError(f"{run_dir} cannot be written as a Hugging Face model: {e}") from None
@@ -215,8 +252,8 @@ def _head_run_abstract(stored, backbone_abstract) -> dict:
     return {"backbone": unflatten_dict(backbone), "head": unflatten_dict(head)}
 
 
-def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:
-    from t5lite.infer import peft_checkpoint, predict
+def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str, final_dir: str) -> ModelConfig:
+    from t5lite.infer import peft_checkpoint
     from t5lite.interop import hf
     method = peft_checkpoint.method_of(record)
     if not isinstance(method, (peft_checkpoint.peft.LoRA, peft_checkpoint.peft.PromptTuning,
@@ -224,13 +261,39 @@ def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:
         fix = ("write a full checkpoint with `t5lite convert --merge RUN --out DIR`, then --to_hf that" if method.merges
                else "evaluate and infer with the run itself")
         raise hf.HFConversionError(f"{step_dir}: a {record['method']} run has no peft adapter format in t5lite; {fix}")
-    base_dir = os.path.join(out_dir, "base")
-    config = t5lite_to_hf(record["base_checkpoint"], base_dir)
+    run = str(RunDir.of_step(step_dir))
+    config = read_model_config(run)
     trained = peft_checkpoint.restore_trained(step_dir)
+    with_head = peft_checkpoint.trained_with_head(trained)
+    if with_head:
+        _refuse_unexported_head(step_dir, record, config, method, trained)
     # Check the base has not changed since training (restore_merged refuses a different one).
-    peft_checkpoint.restore_merged(step_dir, str(RunDir.of_step(step_dir)), record, predict.abstract_params(config))
-    hf.save_adapter(config, method, trained, os.path.join(out_dir, "adapter"), base_model_name_or_path=base_dir)
+    peft_checkpoint.restore_merged(step_dir, run, record, _peft_run_abstract(step_dir, record, config))
+    config = _to_hf(record["base_checkpoint"], os.path.join(out_dir, "base"), os.path.join(final_dir, "base"), None)
+    hf.save_adapter(config, method, trained, os.path.join(out_dir, "adapter"),
+                    base_model_name_or_path=os.path.abspath(os.path.join(final_dir, "base")),
+                    sequence_classifier=with_head)
     return config
+
+
+def _refuse_unexported_head(step_dir: str, record: dict, config: ModelConfig, method, trained) -> None:
+    """A PEFT run with a task head exports as peft saves a sequence-classification model: a LoRA
+    of a BERT base (not a fine-tuned one) with a classifier on the pooler; anything else is refused
+    with what to do instead."""
+    from t5lite.infer.checkpoint_reader import stored_param_names
+    from t5lite.interop import hf
+    from t5lite.models import peft
+    head = trained.get("params", {}).get("head", {})
+    what = (f"{step_dir} is a {record['method']} run with a task head, which exports to Hugging Face only as a LoRA "
+            "with a classification head on BERT's pooler over a pre-trained (not fine-tuned) BERT base")
+    objective = RunDir.of_step(step_dir).config_gin
+    operative = objective.read_text() if objective.exists() else ""
+    if not (isinstance(method, peft.LoRA) and set(head) == {"classifier"} and config.pooler
+            and hf.model_type_of(config) == "bert" and "train.objective = @ClassificationObjective()" in operative
+            and "ClassificationObjective.pooling = 'pooler'" in operative
+            and "head" not in stored_param_names(record["base_checkpoint"])):
+        raise hf.HFConversionError(f"{what}; evaluate and infer with the run itself (or its `t5lite convert --merge` "
+                                   "copy)")
 
 
 def _dummy_features(config: ModelConfig) -> dict:

@@ -201,14 +201,15 @@ def load_adapter(path: str, module: nn.Module):
 
 
 def save_adapter(module_or_config: nn.Module | ModelConfig, method, trained: dict, out_dir: str,
-                 base_model_name_or_path: str = "") -> str:
+                 base_model_name_or_path: str = "", sequence_classifier: bool = False) -> str:
     """Writes a t5lite LoRA, prefix or prompt as a peft adapter folder (adapter_config.json +
-    adapter_model.safetensors)."""
+    adapter_model.safetensors); `sequence_classifier`: with its classification head, as peft saves
+    a SEQ_CLS model's (adapter.to_peft)."""
     config = module_or_config if isinstance(module_or_config, ModelConfig) else module_or_config.config
     if config.scan_layers:
         raise HFConversionError("save the adapter of a looped model (scan_layers=False)")
     adapter_config, tensors = adapter_lib.to_peft(config, _family_of(config).rules(config), method, trained,
-                                                  base_model_name_or_path)
+                                                  base_model_name_or_path, sequence_classifier)
     return adapter_lib.write(out_dir, adapter_config, tensors)
 
 

@@ -254,19 +254,38 @@ def _prefix_to_peft(config: ModelConfig, method: peft.PrefixTuning, trained: dic
     return adapter_config, {"prompt_embeddings": rows}
 
 
+SEQ_CLS_HEAD = "classifier"   # the module of transformers' *ForSequenceClassification a task head is
+
+
+def _sequence_classifier(head: dict) -> dict[str, np.ndarray]:
+    """A t5lite classification head (a dense `classifier` on BERT's pooler) as the tensors peft
+    saves for `modules_to_save=["classifier"]` of a sequence-classification model."""
+    kernel, bias = np.asarray(head["classifier"]["kernel"], np.float32), np.asarray(head["classifier"]["bias"],
+                                                                                    np.float32)
+    return {f"{PREFIX}{SEQ_CLS_HEAD}.weight": np.ascontiguousarray(kernel.T),
+            f"{PREFIX}{SEQ_CLS_HEAD}.bias": np.ascontiguousarray(bias)}
+
+
 def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.PromptTuning | peft.PrefixTuning,
-            trained: dict, base_model_name_or_path: str = "") -> tuple[dict, dict[str, np.ndarray]]:
-    """(adapter_config.json's fields, adapter_model.safetensors' tensors) of a t5lite LoRA, prefix or prompt."""
+            trained: dict, base_model_name_or_path: str = "",
+            sequence_classifier: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
+    """(adapter_config.json's fields, adapter_model.safetensors' tensors) of a t5lite LoRA, prefix or
+    prompt. `sequence_classifier`: the run trained a classification head on BERT's pooler (LoRA
+    under "backbone", the head in params), saved as peft saves a SEQ_CLS model's: its classifier
+    in modules_to_save."""
     if isinstance(method, peft.PromptTuning):
         return _prompt_to_peft(config, method, trained, base_model_name_or_path)
     if isinstance(method, peft.PrefixTuning):
         return _prefix_to_peft(config, method, trained, base_model_name_or_path)
-    if trained.get("params"):
+    lora, head = trained["lora"], {}
+    if sequence_classifier:
+        lora, head = lora["backbone"], _sequence_classifier(trained["params"]["head"])
+    elif trained.get("params"):
         raise HFConversionError("a LoRA run that also trains base parameters (a task head: modules_to_save) has no "
                                 "peft adapter equivalent in t5lite yet; merge it into a full checkpoint instead")
     by_place = {(parent, names): hf for hf, (parent, names, _) in lora_modules(rules).items()}
-    tensors, names, rank_pattern, alpha_pattern = {}, [], {}, {}
-    for path, ab in flatten_dict(trained["lora"], is_leaf=lambda _, x: "lora_a" in x).items():
+    tensors, names, rank_pattern, alpha_pattern = dict(head), [], {}, {}
+    for path, ab in flatten_dict(lora, is_leaf=lambda _, x: "lora_a" in x).items():
         place = (path[:-1], tuple(path[-1].split("+")))
         if place not in by_place:
             raise HFConversionError(f"LoRA on {'/'.join(path)} has no Hugging Face module to adapt")
@@ -286,8 +305,9 @@ def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.Pro
                           use_rslora=method.use_rslora, target_modules=sorted(names), bias="none",
                           rank_pattern=rank_pattern, alpha_pattern=alpha_pattern, lora_bias=method.lora_bias,
                           fan_in_fan_out=config.arch == "decoder", inference_mode=True,
-                          base_model_name_or_path=base_model_name_or_path, modules_to_save=None,
-                          task_type=None, init_lora_weights=True)
+                          base_model_name_or_path=base_model_name_or_path,
+                          modules_to_save=[SEQ_CLS_HEAD] if head else None, task_type="SEQ_CLS" if head else None,
+                          init_lora_weights=True)
     return adapter_config, tensors
 
 
