@@ -179,10 +179,25 @@ T5_PRETRAIN = str(REPO / "configs/local/t5_tiny_pretrain.gin")
 TINY_T5 = ["--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.TASK_FEATURE_LENGTHS={'inputs': 32, 'targets': 8}",
            "--gin.train.eval_every=0"]
 # What a refusal must say the run is, per kind.
-KIND_WORDS = {"pretrained": "encoder_decoder|not a PEFT|t5|text-to-text", "task_head": "task-head|task head",
-              "peft": "PEFT|LoRA", "peft_head": "PEFT|LoRA|task head", "peft_on_classifier": "PEFT|LoRA|task head",
-              "quantised": "quantis", "pruned": "task-head|task head|prun", "distilled": "distill|encoder|MLM",
-              "elmo": "ELMo|bilm", "awd_lstm": "AWD|LSTM|recurrent", "word2vec": "word2vec"}
+KIND_WORDS = {"pretrained": "encoder_decoder|not a PEFT|t5|text-to-text", "task_head": "task-head|encoder",
+              "peft": "PEFT|LoRA", "peft_head": "PEFT|LoRA|encoder", "peft_on_classifier": "PEFT|LoRA|encoder",
+              "quantised": "quantised", "pruned": "task-head|encoder", "distilled": "encoder",
+              "elmo": "ELMo", "awd_lstm": "AWD-LSTM|awd_lstm", "word2vec": "word2vec"}
+# Cells that do not behave yet, and why: each fails today (strict xfail), so one that starts
+# working shows here.
+REMAINING = {
+    ("distilled", "eval"): "a KeyError 'targets' in evaluation with the MLM pre-training recipe",
+    **{("elmo", c): "t5lite eval needs a task; the refusal names the missing gin macros, not the run"
+       for c in ("eval",)},
+    ("word2vec", "eval"): "t5lite eval needs a task; the refusal names the missing gin macros, not the run",
+    ("elmo", "infer"): "'the vocabulary has 2100 ids but the model's embedding has 0 rows'",
+    **{("elmo", c): "a traceback (the analysis reads an ELMo run's vocabulary, which is None)"
+       for c in ("probe", "attention")},
+    **{("awd_lstm", c): "'the vocabulary has 2100 ids but the model's embedding has 512 rows': the run's word "
+       "vocabulary is not read" for c in ("infer", "embed", "probe", "attention", "neighbours")},
+    **{("word2vec", c): "a KeyError 'word2vec' building a transformer for it"
+       for c in ("infer", "probe", "attention", "neighbours")},
+}
 COMMANDS = {
     "eval": lambda run, recipe, out: ["eval", *recipe, f"--gin.CHECKPOINT_PATH='{run}'", "--gin.eval.max_examples=8"],
     "infer": lambda run, recipe, out: ["infer", f"--gin.CHECKPOINT_PATH='{run}'", "a short input"],
@@ -208,6 +223,10 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("kinds")
     sst2 = [f"--gin_file={SST2}", f"--gin.DATA_DIR='{GLUE}'"]
     t5 = [f"--gin_file={T5_PRETRAIN}"]
+    awd_lstm = [f"--gin_file={REPO / 'configs/local/awd_lstm_tiny_wikitext2.gin'}", "--gin.DATA_DIR=None",
+                "--gin.MIXTURE_OR_TASK_NAME='embedded_docs_lines'", "--gin.word_vocabulary.task='embedded_docs_lines'",
+                "--gin.word_vocabulary.split='train'", "--gin.word_vocabulary.size=512",
+                "--gin.model_config.vocab_size=512", "--gin.TASK_FEATURE_LENGTHS={'targets': 16}"]
 
     def train(name, *argv):
         code, err = run_cli(["train", f"--gin.MODEL_DIR='{root / name}'", *argv])
@@ -232,7 +251,8 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
         "pretrained": lambda: (pretrained(), t5),
         "task_head": lambda: (bert_tiny_sst2_run, sst2),
         "peft": lambda: (train("peft", *t5, f"--gin_file={LORA}", *TINY_T5,
-                               f"--gin.INITIAL_CHECKPOINT_PATH='{built('pretrained')[0]}'"), [*t5, f"--gin_file={LORA}"]),
+                               f"--gin.train.initial_checkpoint_path='{built('pretrained')[0]}'"),
+                         [*t5, f"--gin_file={LORA}"]),
         "peft_head": lambda: (runs["lora_head"], sst2),
         "peft_on_classifier": lambda: (_train_lora(root / "peft_on_classifier", runs["merged"]), sst2),
         "quantised": lambda: (quantised(), t5),
@@ -246,13 +266,9 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
                                     "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.train.eval_every=0"),
                               [f"--gin_file={REPO / 'configs/local/bert_tiny_pretrain.gin'}"]),
         "elmo": lambda: (elmo(), []),
-        "awd_lstm": lambda: (train("awd_lstm", f"--gin_file={REPO / 'configs/local/awd_lstm_tiny_wikitext2.gin'}",
-                                   "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=8", "--gin.DATA_DIR=None",
-                                   "--gin.train.eval_every=0", "--gin.MIXTURE_OR_TASK_NAME='embedded_docs_lines'",
-                                   "--gin.train.train_split='train'", "--gin.word_vocabulary.task='embedded_docs_lines'",
-                                   "--gin.word_vocabulary.split='train'", "--gin.word_vocabulary.size=512",
-                                   "--gin.model_config.vocab_size=512", "--gin.TASK_FEATURE_LENGTHS={'targets': 16}",
-                                   "--gin.warmup_cosine.warmup_steps=1"), []),
+        "awd_lstm": lambda: (train("awd_lstm", *awd_lstm, "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=8",
+                                   "--gin.train.eval_every=0", "--gin.train.train_split='train'",
+                                   "--gin.warmup_cosine.warmup_steps=1"), awd_lstm),
         "word2vec": lambda: (train("word2vec", f"--gin_file={REPO / 'configs/local/word2vec_wikitext2.gin'}",
                                    f"--gin.DATA_DIR='{shared_data_dir()}'", "--gin.TRAIN_STEPS=3", "--gin.BATCH_SIZE=4",
                                    "--gin.model_config.overrides={'dim': 8}"), []),
@@ -269,13 +285,15 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("kind", KIND_WORDS)
-def test_every_run_kind_with_every_command(kinds, kind, command, tmp_path, capsys, monkeypatch):
+def test_every_run_kind_with_every_command(kinds, kind, command, tmp_path, capsys, monkeypatch, request):
     import re
+    if (kind, command) in REMAINING:
+        request.applymarker(pytest.mark.xfail(reason=REMAINING[kind, command], strict=True))
     monkeypatch.chdir(REPO)   # the recipes include gin files by repository paths
     run, recipe = kinds(kind)
     (tmp_path / "corpus.txt").write_text("the sea is blue .\nthe lobster lives in the sea .\n")
     code, err = run_cli(COMMANDS[command](run, recipe, tmp_path), capsys)
-    assert code in (0, 2), err
-    if code == 2:
-        lines = err.strip().splitlines()
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 2:   # progress bars aside, one line that says what the run is
+        lines = [line for line in err.splitlines() if line.startswith("t5lite: error:")]
         assert len(lines) == 1 and re.search(KIND_WORDS[kind], lines[0]), lines

@@ -37,6 +37,36 @@ def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
         raise ConfigError(f"--preset: {e.args[0]}") from None
 
 
+# Runs of models that are not transformers: what each is, and what converts it.
+NOT_TRANSFORMERS = {"bilm": "an ELMo run (write it with --to_elmo)", "awd_lstm": "an AWD-LSTM run",
+                    "word2vec": "a word2vec run (its vectors.txt is the export)"}
+
+
+def run_kind(step_dir: str) -> str:
+    """What the run of a step directory is, in words, for a refusal to say."""
+    from t5lite.infer.checkpoint_reader import stored_param_names
+    record = _peft_record(step_dir)
+    if record is not None:
+        return f"a {record['method']} PEFT run"
+    run = RunDir.of_step(step_dir)
+    if not run.model_config.exists():   # a run from before it was saved
+        return "a run"
+    config = read_model_config(str(run))
+    if config.arch in NOT_TRANSFORMERS:
+        return NOT_TRANSFORMERS[config.arch]
+    if config.weight_quantization != "none":
+        return f"a {config.weight_quantization}-quantised run"
+    return "a task-head run" if stored_param_names(step_dir) == set(HEAD_RUN_PARAMS) else f"a {config.arch} run"
+
+
+def _refuse_not_transformer(step_dir: str, command: str) -> None:
+    """Hugging Face export and quantisation read transformers only."""
+    config = read_model_config(str(RunDir.of_step(step_dir)))
+    if config.arch in NOT_TRANSFORMERS:
+        raise CheckpointError(f"{RunDir.of_step(step_dir)} is {NOT_TRANSFORMERS[config.arch]}, which {command} does "
+                              "not take: it reads t5lite's transformer runs")
+
+
 def hf_to_t5lite(hf_dir: str, out_dir: str, adapter_dir: str | None = None) -> ModelConfig:
     """Imports a Hugging Face model folder as a t5lite run directory (step 0), with the folder's
     tokenizer as the run's vocabulary (`OUT/tokenizer`, t5lite.data.vocab.record_tokenizer). With
@@ -82,6 +112,7 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
     else:
         step_dir = _step_dir(run_dir, "--from_run")
         source = str(RunDir.of_step(step_dir))
+        _refuse_not_transformer(step_dir, "--quantize")
         if _peft_record(step_dir) is not None:
             raise CheckpointError(f"{run_dir} is a PEFT run (its checkpoint holds the trained parameters alone); "
                                   "write it merged with `t5lite convert --merge RUN --out FULL`, then quantise FULL")
@@ -148,8 +179,8 @@ def merge_peft_run(run_dir: str, out_dir: str) -> ModelConfig:
     step_dir = _step_dir(run_dir, "--merge")
     record = _peft_record(step_dir)
     if record is None:
-        raise CheckpointError(f"{run_dir} is not a PEFT run (no {RunDir(run_dir).peft.name}); its checkpoint is full "
-                              "already")
+        raise CheckpointError(f"{run_dir} is {run_kind(step_dir)}, not a PEFT run (no {RunDir(run_dir).peft.name}); "
+                              "its checkpoint is full already")
     if not peft_checkpoint.method_of(record).merges:
         raise CheckpointError(f"{run_dir} is a {record['method']} run: what it trains (a prompt, a prefix, bottleneck "
                               "adapters) is not a weight of the base, so it does not merge; evaluate and infer with the "
@@ -205,6 +236,8 @@ def _to_hf(run_dir: str, out_dir: str, final_dir: str, preset: str | None) -> Mo
     run_dir = str(RunDir.of_step(step_dir))   # a step directory's config lives in its run directory
     saved_config = RunDir(run_dir).model_config
     from_preset = not saved_config.exists()
+    if not from_preset:
+        _refuse_not_transformer(step_dir, "--to_hf")
     config = read_model_config(run_dir, preset)
     try:
         hf.export_config(config)      # most models HF cannot express fail here, before the checkpoint is read
