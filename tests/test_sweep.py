@@ -348,3 +348,15 @@ def test_a_real_ci_sweep_trains_and_reports(tmp_path):
         assert len(cell["seeds"]) == 2, cell["errors"]
         for task in ("sst2", "rte"):
             assert 0 <= cell["summary"][task]["mean"] <= 100
+
+
+def test_sweep_json_writes_an_undefined_number_as_null(tmp_path):
+    """report.json's interval of one seed or a seed without an eval is NaN in Python; the file holds
+    null, so any JSON reader can read it."""
+    from t5lite.experiments.runner import write_json_atomic
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in a JSON file")
+    write_json_atomic(tmp_path / "report.json", {"mean": float("nan"), "interval": [np.float32("inf"), 1.5]})
+    assert json.loads((tmp_path / "report.json").read_text(), parse_constant=refuse) == {"mean": None,
+                                                                                         "interval": [None, 1.5]}

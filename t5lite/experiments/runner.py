@@ -26,6 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from t5lite import finite
 from t5lite.experiments.spec import Cell, Spec
 from t5lite.run_layout import RunDir
 from t5lite.train import summaries
@@ -38,9 +39,10 @@ def cell_dir(out: Path, cell: Cell, seed: int) -> Path:
 
 
 def write_json_atomic(path: Path, value) -> None:
-    """Writes then renames, so a reader (or a rerun after kill -9) never sees half a file."""
+    """Writes then renames, so a reader (or a rerun after kill -9) never sees half a file. An
+    undefined number (NaN: a seed without an eval, the interval of one seed) is written as null."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
+    tmp.write_text(finite.dumps(finite.null_non_finite(value), indent=1, sort_keys=True))
     os.replace(tmp, path)
 
 
