@@ -180,7 +180,7 @@ TINY_T5 = ["--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.TASK_FEATURE_LENG
            "--gin.train.eval_every=0"]
 # What a refusal must say the run is, per kind.
 KIND_WORDS = {"pretrained": "encoder_decoder|not a PEFT|t5|text-to-text", "task_head": "task-head|encoder",
-              "peft": "PEFT|LoRA", "peft_head": "PEFT|LoRA|encoder", "peft_on_classifier": "PEFT|LoRA|encoder",
+              "peft": "PEFT|LoRA|encoder_decoder", "peft_head": "PEFT|LoRA|encoder", "peft_on_classifier": "PEFT|LoRA|encoder",
               "quantised": "quantised", "pruned": "task-head|encoder", "distilled": "encoder",
               "elmo": "ELMo", "awd_lstm": "AWD-LSTM|awd_lstm", "word2vec": "word2vec"}
 # Cells that do not behave yet, and why: each fails today (strict xfail), so one that starts
@@ -194,7 +194,7 @@ REMAINING = {
     **{("elmo", c): "a traceback (the analysis reads an ELMo run's vocabulary, which is None)"
        for c in ("probe", "attention")},
     **{("awd_lstm", c): "'the vocabulary has 2100 ids but the model's embedding has 512 rows': the run's word "
-       "vocabulary is not read" for c in ("infer", "embed", "probe", "attention", "neighbours")},
+       "vocabulary is not read" for c in ("eval", "infer", "embed", "probe", "attention", "neighbours")},
     **{("word2vec", c): "a KeyError 'word2vec' building a transformer for it"
        for c in ("infer", "probe", "attention", "neighbours")},
 }
