@@ -586,3 +586,20 @@ def test_a_full_disk_during_training_exits_2_with_one_line(tmp_path, monkeypatch
                       "the last complete checkpoint, step 1, is kept. Free space there (or move MODEL_DIR), then "
                       "rerun the same command to resume"]
     assert _steps_on_disk(str(run)) == [1]
+
+
+def test_a_lock_of_an_exited_but_unreaped_process_is_stale(tmp_path):
+    """In a container whose init reaps no orphans, a killed run stays a zombie that os.kill(pid, 0)
+    still finds; its lock must not block the rerun. (Linux: the zombie is read from /proc.)"""
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])   # not waited for: a zombie until the end
+    stat = f"/proc/{zombie.pid}/stat"
+    deadline = time.time() + 60
+    while open(stat).read().rpartition(")")[2].split()[0] != "Z":
+        assert time.time() < deadline
+        time.sleep(0.1)
+    try:
+        _write_lock(tmp_path, socket.gethostname(), zombie.pid)
+        with run_dir.RunLock(str(tmp_path)):
+            assert json.loads(RunDir(tmp_path).lock.read_text())["pid"] == os.getpid()
+    finally:
+        zombie.wait()

@@ -109,6 +109,16 @@ class RunLock:
             return True
         except PermissionError:
             return False  # alive, owned by another user
+        return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """A process that exited but was never reaped (a container whose init reaps no orphans) still
+    answers os.kill(pid, 0); Linux's /proc says it is a zombie. Elsewhere: False."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
         return False
 
 
