@@ -1,6 +1,6 @@
-"""Checks of a parsed gin config that gin itself does not make, so a mistake fails before any work:
-a macro bound but used by nothing (a misspelling, silently ignored otherwise) and a literal value
-whose type does not fit the parameter it reaches.
+"""Checks of a gin config that gin itself does not make, so a mistake fails before any work: an
+`include` of a missing file or in a cycle, a macro bound but used by nothing (a misspelling,
+silently ignored otherwise) and a literal value whose type does not fit the parameter it reaches.
 
 Gin keeps its bindings in `gin.config._CONFIG` ({(scope, selector): {parameter: value}}); these
 checks read that table, since gin has no public way to list every binding.
@@ -76,8 +76,40 @@ def _file_binding(name: str, files: typing.Sequence[str], search_paths: typing.S
         text = path.read_text(encoding="utf-8", errors="replace")
         if pattern.search(text):
             return str(path)
-        todo.extend(re.findall(r"^\s*include\s+['\"]([^'\"]+)['\"]", text, re.M))
+        todo.extend(included for _, included in _includes(text))
     return "a gin file"
+
+
+_INCLUDE = re.compile(r"^[ \t]*include\s+['\"]([^'\"]+)['\"]", re.M)
+
+
+def _includes(text: str) -> typing.Iterator[tuple[int, str]]:
+    """(line number, included name) of each `include` line of a gin file's text."""
+    for match in _INCLUDE.finditer(text):
+        yield text.count("\n", 0, match.start()) + 1, match.group(1)
+
+
+def check_includes(files: typing.Sequence[str], search_paths: typing.Sequence[str]) -> None:
+    """Refuses an `include` that gin would fail on at length or with a traceback: a file found in
+    no search path, and a file that includes itself back (gin recurses until Python gives up).
+    The message names the including file and line. Remote includes (gs://...) are gin's to read."""
+    def visit(path: Path, chain: tuple[Path, ...]) -> None:
+        for line, name in _includes(path.read_text(encoding="utf-8", errors="replace")):
+            if "://" in name:
+                continue
+            found = _find(name, search_paths)
+            if found is None:
+                raise ConfigError(f"{path}: line {line}: include '{name}' is found in none of "
+                                  f"{', '.join(dict.fromkeys(search_paths))}; fix the path or remove the line")
+            if found in chain:
+                cycle = " -> ".join(p.name for p in (*chain[chain.index(found):], found))
+                raise ConfigError(f"{path}: line {line}: include '{name}' makes a cycle ({cycle}); remove it")
+            visit(found, (*chain, found))
+
+    for name in files:
+        found = _find(name, search_paths)
+        if found is not None:
+            visit(found, (found,))
 
 
 def _find(name: str, search_paths: typing.Sequence[str]) -> Path | None:

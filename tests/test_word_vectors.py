@@ -100,7 +100,7 @@ def test_bad_files_say_what_is_wrong(tmp_path):
     truncated.write_bytes(truncated.read_bytes()[:-10])
     with pytest.raises(DataError, match="truncated"):
         load_word_vectors(truncated)
-    with pytest.raises(DataError, match="is it a word2vec binary file"):
+    with pytest.raises(DataError, match="line 1 is not a `count dim` header"):
         load_word_vectors(gensim_utils.datapath("crime-and-punishment.bin"))    # a fastText model
     with pytest.raises(DataError, match="word2vec_binary"):
         load_word_vectors(CRIME_TEXT, format="fasttext")

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from t5lite.data import vocab as vocab_lib
+from t5lite.data import bio, vocab as vocab_lib
 from t5lite.data.corruption.masking import special_ids
 from t5lite.data.sources import Conll, Malformed
 from t5lite.errors import DataError, DataNotFoundError
@@ -27,26 +27,39 @@ class Sentence:
     xpos: tuple[str, ...] = ()          # CoNLL-U: each word's language-specific tag (EWT: Penn Treebank's)
 
 
-def _column(path: str, column: int) -> list[tuple[list[str], list[str]]]:
+def _column(path: str, column: int) -> list[tuple[int, list[str], list[str]]]:
+    """(line the sentence starts on, words, column `column`) of each sentence of a CoNLL file."""
     rows = []
     for where, row in Conll(tag_column=column)(path):
         if isinstance(row, Malformed):
             raise DataError(f"{path}: {row.reason} (near line {where}); fix the file")
-        rows.append((row["words"], row["tags"]))
+        rows.append((where, row["words"], row["tags"]))
     return rows
+
+
+def _heads(path: str, line: int, words: Sequence[str], heads: Sequence[str]) -> tuple[int, ...]:
+    """A sentence's HEAD column, refused unless each is 0 (the root) or the number of one of its words."""
+    for i, head in enumerate(heads, 1):
+        if not head.isdigit() or int(head) > len(words):
+            raise DataError(f"{path}: sentence at line {line}: word {i} ({words[i - 1]!r}) has HEAD {head!r}, but "
+                            f"the sentence has {len(words)} words (0 is the root); fix the file")
+    return tuple(map(int, heads))
 
 
 def read_conll(path: str, limit: int | None = None) -> list[Sentence]:
     """The first `limit` sentences of a CoNLL-U file (UPOS, heads, relations, XPOS) or of an IOB2 file
-    (Universal NER: word in column 2, tag in column 3)."""
+    (Universal NER: word in column 2, tag in column 3, checked against IOB2: t5lite.data.bio)."""
     if not os.path.isfile(path):
         raise DataNotFoundError(f"{path} does not exist; point --data_dir at the folder holding en_ewt/ and "
                                 "uner_en_ewt/ (Universal Dependencies English-EWT and its Universal NER layer)")
     if not path.endswith(".conllu"):
-        return [Sentence(tuple(w), tuple(t)) for w, t in _column(path, 2)[:limit]]
+        sentences = _column(path, 2)[:limit]
+        for line, _, tags in sentences:
+            bio.warn_once(path, line, tags)
+        return [Sentence(tuple(w), tuple(t)) for _, w, t in sentences]
     upos, heads, relations, xpos = (_column(path, c)[:limit] for c in (3, 6, 7, 4))
-    return [Sentence(tuple(w), tuple(t), tuple(int(h) for h in hs), tuple(r), tuple(x))
-            for (w, t), (_, hs), (_, r), (_, x) in zip(upos, heads, relations, xpos)]
+    return [Sentence(tuple(w), tuple(t), _heads(path, line, w, hs), tuple(r), tuple(x))
+            for (line, w, t), (_, _, hs), (_, _, r), (_, _, x) in zip(upos, heads, relations, xpos)]
 
 
 def read_text(path: str, limit: int | None = None, max_words: int = 64) -> list[Sentence]:

@@ -62,6 +62,7 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
     # The repository's own configs by absolute path: from another folder, gin would look for
     # `configs/local/x.gin` in a Python package `configs.local` first and fail on it.
     files = [str(REPO_ROOT / f) if not os.path.exists(f) and (REPO_ROOT / f).is_file() else f for f in files]
+    gin_checks.check_includes(files, search_paths)
     try:
         gin.parse_config_files_and_bindings(([base_file] if base_file else []) + files, None,
                                             finalize_config=False)

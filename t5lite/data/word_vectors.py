@@ -69,9 +69,29 @@ def _detect(path: epath.Path) -> str:
     return "word2vec" if len(first) == 2 and all(field.isdigit() for field in first) else "glove"
 
 
-def _parse_rows(lines, dim: int | None, path, limit: int | None):
+def _header(path: epath.Path, line: bytes) -> tuple[int, int]:
+    """word2vec's `count dim` first line, refused when the file does not start with one."""
+    fields = line.split()
+    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+        raise DataError(f"{path}: line 1 is not a `count dim` header; is it a word2vec file?")
+    return int(fields[0]), int(fields[1])
+
+
+def _vector(fields: list[str], path, line_number: int) -> np.ndarray:
+    """A row's numbers, refused unless they are finite numbers."""
+    try:
+        row = np.asarray(fields, dtype=np.float32)
+    except ValueError:
+        raise DataError(f"{path}: line {line_number} holds a word followed by something other than numbers; "
+                        "pass a word2vec (.txt/.bin) or GloVe text file") from None
+    if not np.isfinite(row).all():
+        raise DataError(f"{path}: line {line_number} holds a NaN or infinite number; the vectors are damaged")
+    return row
+
+
+def _parse_rows(lines, dim: int | None, path, limit: int | None, first_line: int):
     words, rows = [], []
-    for line_number, line in enumerate(lines, 1):
+    for line_number, line in enumerate(lines, first_line):
         if limit is not None and len(words) >= limit:
             break
         fields = line.rstrip(" ").split(" ")
@@ -82,17 +102,23 @@ def _parse_rows(lines, dim: int | None, path, limit: int | None):
             raise DataError(f"{path}: line {line_number} has {len(fields) - 1} numbers, not {dim}; "
                             "is the file complete and in word2vec or GloVe text format?")
         words.append(fields[0])
-        rows.append(np.asarray(fields[1:], dtype=np.float32))
+        rows.append(_vector(fields[1:], path, line_number))
     return words, rows, dim
+
+
+def _truncated(path, read: int, count: int) -> DataError:
+    return DataError(f"{path} ends after {read} of the {count} vectors its header announces; the file is truncated")
 
 
 def _load_text(path: epath.Path, has_header: bool, limit: int | None) -> WordVectors:
     lines = iter(path.read_bytes().decode("utf-8", errors="replace").splitlines())
     dim = None
     if has_header:
-        count, dim = map(int, next(lines).split())
+        count, dim = _header(path, next(lines, "").encode())
         limit = count if limit is None else min(limit, count)
-    words, rows, dim = _parse_rows(lines, dim, path, limit)
+    words, rows, dim = _parse_rows(lines, dim, path, limit, first_line=2 if has_header else 1)
+    if has_header and len(rows) < limit:
+        raise _truncated(path, len(rows), limit)
     if not rows:
         raise DataError(f"{path} holds no word vectors; pass a word2vec (.txt/.bin) or GloVe text file")
     return WordVectors(tuple(words), np.stack(rows))
@@ -101,16 +127,13 @@ def _load_text(path: epath.Path, has_header: bool, limit: int | None) -> WordVec
 def _load_binary(path: epath.Path, limit: int | None) -> WordVectors:
     data = path.read_bytes()
     header_end = data.find(b"\n")
-    header = data[:header_end].split()
-    if len(header) != 2 or not all(field.isdigit() for field in header):
-        raise DataError(f"{path} does not start with a `count dim` line; is it a word2vec binary file?")
-    count, dim = map(int, header)
+    count, dim = _header(path, data[:header_end])
     count = count if limit is None else min(count, limit)
     words, vectors, at = [], np.empty((count, dim), np.float32), header_end + 1
     for row in range(count):
         space = data.find(b" ", at)
         if space < 0 or space + 1 + 4 * dim > len(data):
-            raise DataError(f"{path} ends after {row} of {count} vectors; the file is truncated")
+            raise _truncated(path, row, count)
         words.append(data[at:space].decode("utf-8", errors="replace").lstrip("\n"))
         vectors[row] = np.frombuffer(data, np.float32, dim, space + 1)
         at = space + 1 + 4 * dim

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import gin
 
+from t5lite import gin_checks
 from t5lite.errors import ConfigError
 
 CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row"}
@@ -148,6 +149,7 @@ def load(files: Sequence[str], bindings: Sequence[str], search_paths: Sequence[s
     gin.clear_config()
     for path in search_paths:
         gin.add_config_file_search_path(path)
+    gin_checks.check_includes(files, search_paths)
     try:
         gin.parse_config_files_and_bindings(list(files), list(bindings), finalize_config=False)
         return sweep()

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from t5lite.errors import CheckpointError, ConfigError
+from t5lite.errors import CheckpointError, ConfigError, first_line
 from t5lite.infer import checkpoint_reader
 from t5lite.models import peft
 from t5lite.run_layout import RunDir
@@ -41,11 +41,34 @@ def _bit_sums(x):
     return jnp.stack([jnp.sum(bits, dtype=jnp.uint32), jnp.sum(bits * weights, dtype=jnp.uint32)])
 
 
+_RECORD_FIELDS = ("method", "config", "base_checkpoint", "base_fingerprint")
+
+
 def read(run_dir: str) -> dict | None:
+    """The run's peft.json (None for a run without one), refused in one line when it is not what
+    the run wrote: not JSON, a field missing, or a method or config t5lite does not build."""
     path = RunDir(run_dir).peft
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    put_back = "put back the file the run wrote"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path} is not text; {put_back}") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}); {put_back}") from None
+    missing = [f for f in _RECORD_FIELDS if f not in record] if isinstance(record, dict) else list(_RECORD_FIELDS)
+    if missing:
+        raise CheckpointError(f"{path} has no {', '.join(missing)}; {put_back}")
+    if record["method"] not in peft.METHODS:
+        raise CheckpointError(f"{path}: method {record['method']!r} is not a PEFT method t5lite has "
+                              f"({', '.join(peft.METHODS)}); {put_back}")
+    try:
+        method_of(record)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path}: its {record['method']} config does not build ({first_line(e)}); "
+                              f"{put_back}") from None
+    return record
 
 
 def method_of(record: dict) -> peft.Method:

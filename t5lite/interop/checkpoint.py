@@ -88,9 +88,9 @@ def peft_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConfig
     from t5lite.interop import hf
     base_dir = os.path.join(out_dir, "base")
     module, variables = hf.load(hf_dir)
+    method, trained = hf.load_adapter(adapter_dir, module)   # read (and checked) before OUT is written
     _write_run(module, variables, base_dir, {"converted_from": os.path.abspath(hf_dir)})
     vocab_lib.record_tokenizer(base_dir, hf_dir)
-    method, trained = hf.load_adapter(adapter_dir, module)
     _write_run(module, {"params": trained}, out_dir, {"peft_adapter": os.path.abspath(adapter_dir)})
     peft_checkpoint.check_or_record(out_dir, method, base_dir, variables["params"], resuming=False)
     vocab_lib.record_tokenizer(out_dir, hf_dir)

@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5lite.errors import CheckpointError, CheckpointNotFoundError
+from t5lite.data.elmo_chars import batch_char_ids
+from t5lite.errors import CheckpointError, CheckpointNotFoundError, first_line
 from t5lite.infer.elmo_layers import Embedder, embed, load_run
 from t5lite.interop.checkpoint import _write_run
 from t5lite.models.recurrent import BiLM, BiLMConfig, BiLMLanguageModel
@@ -33,13 +34,55 @@ __all__ = ["Embedder", "embed", "from_run", "load", "load_run", "save", "to_run"
 _LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
 
-def _params_from_hdf5(fin, cfg: BiLMConfig) -> dict:
+# bilm-tf's char CNN knows these two (bilm/model.py); any other name is not an ELMo file's.
+_ACTIVATIONS = ("relu", "tanh")
+
+
+def _read_options(options_json: str) -> BiLMConfig:
+    """The options.json as a config, refused in one line when it is not bilm's JSON or misses a field."""
+    try:
+        with open(options_json, encoding="utf-8") as f:
+            options = json.load(f)
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{options_json} is not text (an hdf5?); pass the ELMo options.json as "
+                              "--elmo_options and the weights hdf5 as --from_elmo") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{options_json}: line {e.lineno}: not valid JSON ({e.msg}); pass the "
+                              "options.json released with the weights") from None
+    try:
+        cfg = BiLMConfig.from_options(options)
+    except (KeyError, TypeError) as e:
+        raise CheckpointError(f"{options_json} is not a bilm options file: {first_line(e)}; it needs "
+                              "`char_cnn` (filters, embedding.dim, n_characters, n_highway, activation) "
+                              "and `lstm` (dim, projection_dim, n_layers)") from None
+    if cfg.activation not in _ACTIVATIONS:
+        raise CheckpointError(f"{options_json}: char_cnn.activation {cfg.activation!r} is not one of "
+                              f"bilm's ({', '.join(_ACTIVATIONS)})")
+    return cfg
+
+
+def _param_shapes(cfg: BiLMConfig) -> dict[tuple[str, str], tuple[int, ...]]:
+    """(scope, name) -> the shape a `BiLM` of `cfg` has for it (traced, nothing allocated)."""
+    ids, lengths = batch_char_ids([["a"]])
+    shapes = jax.eval_shape(BiLM(cfg).init, jax.random.PRNGKey(0), ids, lengths)
+    return {(scope, name): tuple(leaf.shape) for scope, leaves in nn.unbox(shapes)["params"].items()
+            for name, leaf in leaves.items()}
+
+
+def _params_from_hdf5(fin, cfg: BiLMConfig, options_json: str) -> dict:
+    """The bilm datasets as t5lite params, each checked against the shape the options give it."""
     chars = fin["char_embed"][...]
     # The file has no row for the padding id 0 that the +1 shift frees.
     params = {"char_cnn": {"char_embed": np.concatenate([np.zeros_like(chars[:1]), chars])}}
     for (scope, name), dataset in _hdf5_names(cfg).items():
         value = fin[dataset][...]
         params.setdefault(scope, {})[name] = value[0] if dataset.startswith("CNN/W_cnn") else value
+    shapes = _param_shapes(cfg)
+    for (scope, name), dataset in {("char_cnn", "char_embed"): "char_embed", **_hdf5_names(cfg)}.items():
+        if params[scope][name].shape != shapes[scope, name]:
+            raise CheckpointError(f"{fin.filename}: {dataset} does not match {options_json} ({scope}.{name} is "
+                                  f"{params[scope][name].shape} here, {shapes[scope, name]} there); pass the "
+                                  "options.json released with these weights")
     return jax.tree.map(jnp.asarray, params)
 
 
@@ -51,11 +94,10 @@ def load(options_json: str, weights_hdf5: str) -> tuple[BiLM, dict]:
         if not os.path.exists(path):
             raise CheckpointNotFoundError(f"{path}: no such file; pass the ELMo options.json and "
                                           "its weights hdf5")
-    with open(options_json) as f:
-        cfg = BiLMConfig.from_options(json.load(f))
+    cfg = _read_options(options_json)
     try:
         with h5py.File(weights_hdf5, "r") as fin:
-            params = _params_from_hdf5(fin, cfg)
+            params = _params_from_hdf5(fin, cfg, options_json)
     except (KeyError, OSError) as e:
         raise CheckpointError(f"{weights_hdf5}: not a bilm weights file matching {options_json} "
                               f"({e}); pass the hdf5 released with those options") from e

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from t5lite import models
-from t5lite.errors import T5liteError
+from t5lite.errors import DataError, T5liteError
 from t5lite.infer import evaluation
 from t5lite.models import flops, peft as peft_lib
 from t5lite.models.config import ModelConfig
@@ -184,6 +184,8 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                 pending.append(metrics)
                 if step % c.log_every == 0 or step == c.train_steps or step == run.start + 1:
                     last, pending = _summarise(pending), []
+                    if step == run.start + 1:
+                        _refuse_nothing_trained(run, last)
                     now = time.perf_counter()
                     last.update(_throughput(step - tick_step, now - tick, real, c.batch_size, run.tokens_per_step,
                                             run.flops_per_step / run.peak_flops))
@@ -212,6 +214,18 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
         run.writer.close()
     _finish(run, state, step, stop)
     return last
+
+
+def _refuse_nothing_trained(run: Run, metrics: dict) -> None:
+    """Stops a run whose first step trained on nothing: a loss and a gradient of exactly 0 mean its
+    batch held no target token, pair or example the objective counts (Skip-Thought on paragraphs
+    of one sentence), and every later step would do the same, saving an untrained model."""
+    if metrics["loss"] == 0 and metrics["grad_norm"] == 0:
+        c = run.config
+        raise DataError(f"task {c.mixture_or_task_name!r} split {c.train_split!r}: the first batch gives "
+                        f"{type(run.trainer.objective).__name__} nothing to train on (loss 0, gradient 0), so "
+                        "nothing was saved; check the data (Skip-Thought and Quick-Thought need paragraphs of two "
+                        "or more sentences), TASK_FEATURE_LENGTHS and the feature converter")
 
 
 def _finish(run: Run, state, step: int, stop: preemption.StopSignals) -> None:

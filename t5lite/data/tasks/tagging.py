@@ -19,7 +19,7 @@ import functools
 from typing import Mapping, Sequence
 
 from t5lite import metrics
-from t5lite.data import preprocessors as P
+from t5lite.data import bio, preprocessors as P
 from t5lite.data.finetune_converters import tagging_inputs
 from t5lite.data.tagging_text import tagging_text, text_to_tags
 from t5lite.data.registry import TaskRegistry
@@ -38,7 +38,7 @@ def conll_task(name: str, split_files: Mapping[str, str], label_names: Sequence[
     data_dir, globs allowed). `label_names[0]` is what a word without subwords is tagged with
     ("O" for BIO). `entities`: score entity P/R/F1 (BIO tags) besides token accuracy. `delimiter`:
     the column separator (None: any whitespace, as CoNLL-2003)."""
-    TaskRegistry.add(name, source=FileSource(dict(split_files), Conll(tag_column, word_column, delimiter)),
+    TaskRegistry.add(name, source=FileSource(dict(split_files), _reader(tag_column, word_column, delimiter, entities)),
                      preprocessors=[functools.partial(tagging_inputs, label_names=tuple(label_names))],
                      output_features=FEATURES,
                      metric_fns=_metric_fns(entities))
@@ -50,11 +50,17 @@ def conll_text_task(name: str, split_files: Mapping[str, str], label_names: Sequ
     """`conll_task`'s data as text-to-text: inputs "<prefix>: w1 w2 ...", targets the entities
     ("TYPE: span; ...") or, with `entities=False`, the tags in word order."""
     types = sorted({tag[2:] for tag in label_names if tag[:2] in ("B-", "I-")}) if entities else None
-    TaskRegistry.add(name, source=FileSource(dict(split_files), Conll(tag_column, word_column, delimiter)),
+    TaskRegistry.add(name, source=FileSource(dict(split_files), _reader(tag_column, word_column, delimiter, entities)),
                      preprocessors=[functools.partial(tagging_text, prefix=prefix, entities=entities), P.tokenize,
                                     P.append_eos_after_trim],
                      output_features=FEATURES, metric_fns=_metric_fns(entities),
                      postprocess_fn=functools.partial(text_to_tags, types=types))
+
+
+def _reader(tag_column: int, word_column: int, delimiter: str | None, entities: bool):
+    """The CoNLL column reader; entity (BIO) tags are checked against IOB2, warning once per file."""
+    reader = Conll(tag_column, word_column, delimiter)
+    return bio.Checked(reader) if entities else reader
 
 
 def _metric_fns(entities: bool) -> list:

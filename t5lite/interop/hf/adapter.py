@@ -116,7 +116,7 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
         raise HFConversionError(f"{where}: init_lora_weights={init!r} changes the base (or freezes B) when peft loads "
                                 "the adapter; convert it to a plain LoRA with peft's save_pretrained(..., "
                                 "path_initial_model_for_weight_conversion=...) and import that")
-    r, alpha = int(adapter_config["r"]), float(adapter_config["lora_alpha"])
+    r, alpha = _rank_and_alpha(adapter_config, where)
     modules = lora_modules(rules)
     lora, sites, rank_pattern, alpha_pattern = {}, [], [], []
     names = sorted({k[len(PREFIX):].rsplit(".lora_", 1)[0] for k in tensors if ".lora_A." in k})
@@ -125,10 +125,9 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
         if module is None:
             raise HFConversionError(f"{where}: no t5lite parameter for the adapted module {name!r}")
         parent, dense_names, in_ndim = modules[module]
-        a = np.asarray(tensors[f"{PREFIX}{name}.lora_A.weight"], np.float32)
-        b = np.asarray(tensors[f"{PREFIX}{name}.lora_B.weight"], np.float32)
         kernel = shapes["/".join(parent + (dense_names[0], "kernel"))]
         n_out = len(kernel) - in_ndim
+        a, b = _lora_pair(tensors, name, kernel, in_ndim, len(dense_names), where)
         rank = a.shape[0]
         if rank != int(_peft_pattern(adapter_config.get("rank_pattern"), name, r)):
             raise HFConversionError(f"{where}: {name}.lora_A has rank {rank}, but r and rank_pattern give it "
@@ -156,6 +155,33 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
                        target_modules=_targets(sites, shapes), rank_pattern=tuple(rank_pattern),
                        alpha_pattern=tuple(alpha_pattern), lora_bias=bool(adapter_config.get("lora_bias")))
     return method, {"params": {}, "lora": unflatten_dict(lora)}
+
+
+def _rank_and_alpha(adapter_config: dict, where: str) -> tuple[int, float]:
+    """adapter_config.json's r and lora_alpha, refused unless they are what peft's LoraConfig holds."""
+    r, alpha = adapter_config.get("r"), adapter_config.get("lora_alpha")
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1 or isinstance(alpha, bool) or \
+            not isinstance(alpha, (int, float)):
+        raise HFConversionError(f"{where}: {ADAPTER_CONFIG} has r={r!r}, lora_alpha={alpha!r}; peft's are a whole "
+                                f"number of at least 1 and a number; {RESAVE}")
+    return r, float(alpha)
+
+
+def _lora_pair(tensors: dict, name: str, kernel: tuple[int, ...], in_ndim: int, n_dense: int,
+               where: str) -> tuple[np.ndarray, np.ndarray]:
+    """`name`'s lora_A [r, in] and lora_B [out, r], refused unless both are there, of one rank, and
+    as wide as the base's projection (`n_dense` kernels of shape `kernel`, fused as GPT-2's c_attn)."""
+    try:
+        a = np.asarray(tensors[f"{PREFIX}{name}.lora_A.weight"], np.float32)
+        b = np.asarray(tensors[f"{PREFIX}{name}.lora_B.weight"], np.float32)
+    except KeyError as e:
+        raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} has no {e.args[0]}; {RESAVE}") from None
+    fan_in, fan_out = int(np.prod(kernel[:in_ndim])), n_dense * int(np.prod(kernel[in_ndim:]))
+    if a.ndim != 2 or a.shape[1] != fan_in or b.shape != (fan_out, a.shape[0]):
+        raise HFConversionError(f"{where}: {name} has lora_A {a.shape} and lora_B {b.shape}, but the base's "
+                                f"projection takes {fan_in} and gives {fan_out} (lora_A [r, {fan_in}], lora_B "
+                                f"[{fan_out}, r]); import the adapter onto the base it was trained on")
+    return a, b
 
 
 def _targets(sites: list[tuple[tuple[str, ...], tuple[str, ...]]], shapes: dict) -> tuple | str:
