@@ -130,6 +130,24 @@ def test_an_epoch_without_examples_is_an_error_not_an_endless_loop(rows, drop_al
     assert isinstance(error, DataError) and f"task {name!r} split 'train' yields no examples" in str(error)
 
 
+def test_examples_that_make_no_row_are_an_error_not_an_endless_loop(monkeypatch):
+    """Skip-Thought's converter on paragraphs without a sentence (a corpus of headings) makes no row
+    from any example: the loader gives up instead of cycling through epochs for ever."""
+    from t5lite.data import loader as loader_lib
+    monkeypatch.setattr(loader_lib, "EXAMPLES_WITHOUT_A_ROW", 200)
+    name = "test_loader_no_sentence_task"
+    TaskRegistry.remove(name)
+    headings = TaskRegistry.add(name, FunctionSource(lambda split: [{"text": " "}] * 7, splits=("train",)),
+                                [lambda ds: ({"targets_pretokenized": r["text"]} for r in ds)], {})
+    try:
+        error = _first_batch_or_error(lambda: Loader(headings, "train", {"text0": 16}, 4,
+                                                     feature_converter="consecutive_sentences", pack=False))
+    finally:
+        TaskRegistry.remove(name)
+    assert isinstance(error, DataError), error
+    assert f"task {name!r} split 'train'" in str(error) and "made no row from 200 examples" in str(error)
+
+
 def test_a_batch_that_does_not_divide_over_hosts_says_what_to_use(task):
     with pytest.raises(ConfigError, match=r"batch size 6 does not divide over 4 data shards .*; use a multiple of 4"):
         Loader(task, "train", LENGTHS, 6, shard_index=0, shard_count=4)

@@ -39,6 +39,35 @@ def _empty_error(task, split, shard_index, shard_count, data_dir) -> DataError:
                      "every example (e.g. all longer than the feature lengths); check the data and lengths")
 
 
+# Examples a feature converter may take without making a row before the loader gives up: far more
+# than a packed row ever needs, and reached in seconds by a converter that can make none (Skip-
+# Thought on a corpus without two consecutive sentences), which would otherwise loop for ever.
+EXAMPLES_WITHOUT_A_ROW = 100_000
+
+
+class _RowWatch:
+    """Counts the rows a converter makes from an example stream, and stops the stream with a
+    DataError once `EXAMPLES_WITHOUT_A_ROW` examples in a row made none."""
+
+    def __init__(self, describe: str):
+        self.describe, self.since_row = describe, 0
+
+    def examples(self, examples: Iterator[dict]) -> Iterator[dict]:
+        for example in examples:
+            self.since_row += 1
+            if self.since_row > EXAMPLES_WITHOUT_A_ROW:
+                raise DataError(f"{self.describe}: the feature converter made no row from {EXAMPLES_WITHOUT_A_ROW:,} "
+                                "examples in a row, so no batch can be made; check that the data has what the "
+                                "objective needs (Skip-Thought and Quick-Thought: paragraphs of at least two "
+                                "consecutive sentences)")
+            yield example
+
+    def rows(self, rows: Iterator[dict]) -> Iterator[dict]:
+        for row in rows:
+            self.since_row = 0
+            yield row
+
+
 def derived_seed(*values: int) -> int:
     """A 31-bit seed mixing `values`, so nearby seeds (7 and 8, block k and k+1) draw unrelated streams."""
     return int(np.random.SeedSequence([int(v) for v in values]).generate_state(1)[0] >> 1)
@@ -184,6 +213,7 @@ class Loader:
         self.local_batch_size = global_batch_size // self.shard_count
         self.converter = converter_registry.get_feature_converter(feature_converter)
         self.pack, self.seed, self.repeat = pack, seed, repeat
+        self.describe = f"task {task.name!r} split {split!r}"
         args = (task, split, self.task_feature_lengths, seed, shuffle, repeat, data_dir, self.shard_index,
                 self.shard_count)
         if isinstance(task, Task) and hasattr(task.source, "records"):
@@ -203,8 +233,9 @@ class Loader:
         self.source.restore(state)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        rows = self.converter.convert(self.source.examples(), self.task_feature_lengths, pack=self.pack)
-        for batch in self.converter.batch(rows, self.local_batch_size, drop_remainder=self.repeat):
+        watch = _RowWatch(self.describe)
+        rows = self.converter.convert(watch.examples(self.source.examples()), self.task_feature_lengths, pack=self.pack)
+        for batch in self.converter.batch(watch.rows(rows), self.local_batch_size, drop_remainder=self.repeat):
             self.source.advance(int(batch.pop(EXAMPLES_KEY)))
             yield batch
 
