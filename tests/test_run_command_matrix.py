@@ -173,6 +173,30 @@ def test_a_peft_run_without_or_with_a_broken_peft_json(runs, tmp_path, capsys):
     assert code == 2 and "has no peft.json" in err and "another model" not in err, err
 
 
+
+@pytest.fixture(scope="module")
+def elmo_run(tmp_path_factory):
+    """allennlp's ELMo test fixture imported as a t5lite run."""
+    elmo_dir, out = shared_data_dir() / "elmo", tmp_path_factory.mktemp("elmo") / "run"
+    assert run_cli(["convert", "--from_elmo", elmo_dir / "lm_weights.hdf5", "--elmo_options",
+                    elmo_dir / "options.json", "--out", out])[0] == 0
+    return str(out)
+
+
+@pytest.mark.parametrize("argv", [
+    ["infer", "--gin.CHECKPOINT_PATH='{run}'", "a prompt"],
+    ["eval", "--gin.CHECKPOINT_PATH='{run}'"],
+    ["attention", "--model", "{run}", "--data_dir", "{tmp}", "--out", "{tmp}/a"],
+    ["probe", "--model", "{run}", "--data_dir", "{tmp}", "--out", "{tmp}/p"],
+])
+def test_an_elmo_run_is_refused_by_commands_for_transformers(elmo_run, tmp_path, capsys, argv):
+    """Before any work, in one line that says what the run is and which commands read it."""
+    code, err = run_cli([a.format(run=elmo_run, tmp=tmp_path) for a in argv], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is an ELMo run" in err and "`t5lite embed`" in err and "Traceback" not in err, err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "p").exists()
+
+
 # The full matrix (slow): each run kind t5lite writes, built tiny, with each command that takes a run.
 GLUE = shared_data_dir() / "glue"
 T5_PRETRAIN = str(REPO / "configs/local/t5_tiny_pretrain.gin")
@@ -183,21 +207,7 @@ KIND_WORDS = {"pretrained": "encoder_decoder|not a PEFT|t5|text-to-text", "task_
               "peft": "PEFT|LoRA|encoder_decoder", "peft_head": "PEFT|LoRA|encoder", "peft_on_classifier": "PEFT|LoRA|encoder",
               "quantised": "quantised", "pruned": "task-head|encoder", "distilled": "encoder",
               "elmo": "ELMo", "awd_lstm": "AWD-LSTM|awd_lstm", "word2vec": "word2vec"}
-# Cells that do not behave yet, and why: each fails today (strict xfail), so one that starts
-# working shows here.
-REMAINING = {
-    ("distilled", "eval"): "a KeyError 'targets' in evaluation with the MLM pre-training recipe",
-    **{("elmo", c): "t5lite eval needs a task; the refusal names the missing gin macros, not the run"
-       for c in ("eval",)},
-    ("word2vec", "eval"): "t5lite eval needs a task; the refusal names the missing gin macros, not the run",
-    ("elmo", "infer"): "'the vocabulary has 2100 ids but the model's embedding has 0 rows'",
-    **{("elmo", c): "a traceback (the analysis reads an ELMo run's vocabulary, which is None)"
-       for c in ("probe", "attention")},
-    **{("awd_lstm", c): "'the vocabulary has 2100 ids but the model's embedding has 512 rows': the run's word "
-       "vocabulary is not read" for c in ("eval", "infer", "embed", "probe", "attention", "neighbours")},
-    **{("word2vec", c): "a KeyError 'word2vec' building a transformer for it"
-       for c in ("infer", "probe", "attention", "neighbours")},
-}
+
 COMMANDS = {
     "eval": lambda run, recipe, out: ["eval", *recipe, f"--gin.CHECKPOINT_PATH='{run}'", "--gin.eval.max_examples=8"],
     "infer": lambda run, recipe, out: ["infer", f"--gin.CHECKPOINT_PATH='{run}'", "a short input"],
@@ -285,10 +295,8 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("kind", KIND_WORDS)
-def test_every_run_kind_with_every_command(kinds, kind, command, tmp_path, capsys, monkeypatch, request):
+def test_every_run_kind_with_every_command(kinds, kind, command, tmp_path, capsys, monkeypatch):
     import re
-    if (kind, command) in REMAINING:
-        request.applymarker(pytest.mark.xfail(reason=REMAINING[kind, command], strict=True))
     monkeypatch.chdir(REPO)   # the recipes include gin files by repository paths
     run, recipe = kinds(kind)
     (tmp_path / "corpus.txt").write_text("the sea is blue .\nthe lobster lives in the sea .\n")

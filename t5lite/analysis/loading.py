@@ -40,13 +40,14 @@ def _vocabulary(path: str | None, folder: str | None):
     return None if path is None else vocab_lib.make_vocabulary(vocab_lib.kind_of_file(path), path)
 
 
-def load(path: str, vocabulary: str | None = None, name: str | None = None) -> Subject:
+def load(path: str, vocabulary: str | None = None, name: str | None = None, command: str = "probe") -> Subject:
     """A Hugging Face model folder (config.json + weights, its tokenizer beside them) or a t5lite
     run / checkpoint directory (its recorded tokenizer, `--vocabulary`, or the default one); of a
     fine-tuned run, the backbone without its task head; of an ELECTRA run (t5lite.objectives.electra),
     the discriminator; of an ELMo run (pre-trained or converted with `t5lite convert --from_elmo`),
     the biLM.
-    `name` labels the results (default: the folder's name)."""
+    `name` labels the results (default: the folder's name); a run `t5lite COMMAND` cannot read
+    (`checkpoint_reader.require_command_takes`) is refused before any work."""
     from t5lite.infer import checkpoint_reader, elmo_layers, predict
     from t5lite.interop import hf
     if not os.path.exists(path):
@@ -57,6 +58,7 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None) -> S
         if vocab is None:
             raise ConfigError(f"--model {path}: the folder has no tokenizer t5lite reads; pass --vocabulary FILE")
         return Subject(module, variables, vocab, name or os.path.basename(os.path.normpath(path)), path)
+    checkpoint_reader.require_command_takes(path, command)
     config = predict.model_config_of(path, None)
     step_dir = checkpoint_reader.step_directory(path)
     run = str(RunDir.of_step(step_dir))

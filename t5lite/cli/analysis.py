@@ -65,7 +65,8 @@ def _subject(args, needs: str | None):
         raise ConfigError(f"t5lite {args.command}: give --{needs}" + (
             " DIR (the folder with en_ewt/ and uner_en_ewt/)" if needs == "data_dir" else " FILE"))
     writable.ensure_writable_dir(args.out, "--out")
-    return loading.load(args.model, args.vocabulary, args.name)
+    command = "probe --neighbours" if getattr(args, "neighbours", None) else args.command
+    return loading.load(args.model, args.vocabulary, args.name, command)
 
 
 def cmd_probe(args, gin_files, gin_bindings) -> None:

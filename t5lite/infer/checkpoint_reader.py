@@ -172,3 +172,33 @@ def restore_state(path: str, abstract_state: Any) -> Any:
                               "model and optimizer? Restore only the parameters with "
                               "train.initial_checkpoint_restore = 'params'") from e
     return restored.state
+
+
+
+# The commands that read a run whose model is not a transformer (by its model_config.json's arch);
+# `t5lite eval` scores one on a task with the run's training gin config (its objective).
+OTHER_MODELS = {"bilm": ("an ELMo run", ("eval", "embed", "probe --neighbours")),
+                "awd_lstm": ("an AWD-LSTM run", ("eval",)), "word2vec": ("a word2vec run", ("embed",))}
+
+
+def other_model(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """(what the run is, the commands that read it) of a run whose model is not a transformer (an
+    ELMo, AWD-LSTM or word2vec run); None for a transformer's."""
+    from t5lite.models.config import load_config
+    config = RunDir.of_step(step_directory(path)).model_config
+    return OTHER_MODELS.get(load_config(config).arch) if config.exists() else None
+
+
+def commands_taking(other: tuple[str, tuple[str, ...]]) -> str:
+    """The commands that read such a run, in words."""
+    return ", ".join("`t5lite eval` with the run's training gin config" if c == "eval" else f"`t5lite {c}`"
+                     for c in other[1])
+
+
+def require_command_takes(path: str, command: str) -> None:
+    """Refuses, before any work, a run whose model `t5lite COMMAND` cannot read (an ELMo, AWD-LSTM
+    or word2vec run given to a command for transformers), saying what the run is and what reads it."""
+    other = other_model(path)
+    if other is not None and command not in other[1]:
+        raise CheckpointError(f"{RunDir.of_step(step_directory(path))} is {other[0]}, which `t5lite {command}` does "
+                              f"not read (it reads transformer runs); use {commands_taking(other)}")

@@ -138,6 +138,7 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
     if epath.Path(checkpoint_path).is_file():
         with finite.outputs_of(checkpoint_path):
             return _pooled_word_vectors(load_word_vectors(checkpoint_path), texts, pooling, normalize)
+    checkpoint_reader.require_command_takes(checkpoint_path, "embed")
     step_dir = checkpoint_reader.step_directory(checkpoint_path)
     run = str(RunDir.of_step(step_dir))
     with finite.outputs_of(step_dir):

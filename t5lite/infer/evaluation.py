@@ -82,8 +82,19 @@ def model_inputs(config, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, n
     if config.arch == "decoder":
         return {"decoder_prompt_tokens": with_pad(tokens, lengths, config.pad_token_id),
                 "decoder_prompt_lengths": lengths}
-    raise DataError(f"a {config.arch} model has no decoder to generate or score text; evaluate an encoder "
-                    "through a classification head instead")
+    raise DataError(f"a {config.arch} model: {NO_DECODER}")
+
+
+NO_DECODER = ("an encoder has no decoder to generate or score text; evaluate it through a task head (fine-tune it "
+              "with a head's gin config and evaluate that run), or read it with `t5lite embed` or `t5lite probe`")
+
+
+def scores_text(objective) -> bool:
+    """Whether `objective` (None: text-to-text) evaluates with the text-to-text `Evaluator`: it (or
+    the objective a distillation trains) keeps `t5lite.objectives.base.Objective`'s evaluators (a
+    higher floor: named, not imported)."""
+    inner = getattr(objective, "objective", objective)
+    return inner is None or type(inner).evaluators.__qualname__ == "Objective.evaluators"
 
 
 def text_forward_flops(config, input_lengths: Sequence[int], output_lengths: Sequence[int]) -> float:
@@ -324,11 +335,14 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     limit = {"eval.max_examples": max_examples} if max_examples is not None else {}
     require_positive({"eval.batch_size": batch_size, **limit,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
+    checkpoint_reader.require_command_takes(checkpoint_path, "eval")
     run = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path))
     vocab_lib.use_run_vocabulary(vocabulary_path, str(run))
     model = predict.model_config_of(checkpoint_path, model)
+    if fewshot is None and model.arch == "encoder" and scores_text(objective):
+        raise DataError(f"{run} is an encoder run: {NO_DECODER}")
     module = models.build(model) if objective is None else objective.build_model(model)
-    params, step, step_dir = predict.load_params(model, checkpoint_path, module=module)
+    params, step, step_dir = predict.load_params(model, checkpoint_path, module=module, objective=objective)
     output_dir = output_dir or str(RunDir.of_step(step_dir).evaluations)
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     task = catalog.get_task_or_mixture(mixture_or_task_name)

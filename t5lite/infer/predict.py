@@ -70,7 +70,8 @@ def abstract_variables(config: ModelConfig, module=None) -> dict:
     say), boxed with their logical axis names."""
     module = models.build(config) if module is None else module
     names = {"encoder": ["encoder_input_tokens"], "decoder": ["decoder_input_tokens"],
-             "encoder_decoder": ["encoder_input_tokens", "decoder_input_tokens"]}[config.arch]
+             "encoder_decoder": ["encoder_input_tokens", "decoder_input_tokens"],
+             "awd_lstm": ["encoder_input_tokens"]}[config.arch]   # word ids (ULMFiT's language model)
 
     def init():   # everything inside eval_shape: the mesh may be a TPU topology's (t5lite compile)
         return module.init(jax.random.key(0), **{name: jnp.ones((1, 8), jnp.int32) for name in names})
@@ -96,13 +97,16 @@ def _shardings_of(params, abstract, partitioner):
     return unflatten_dict({p: shardings.get(p, partitioner.sharding(None)) for p in flatten_dict(params)})
 
 
-def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, vocabulary=None, module=None):
+def load_params(config: ModelConfig, checkpoint_path: str, partitioner=None, vocabulary=None, module=None,
+                objective=None):
     """(params, step, step directory) of a t5lite checkpoint for the model `config` (trained as
     `module`, default `build(config)`); refused if the run recorded another vocabulary than
-    `vocabulary` (default: the one the tasks use)."""
+    `vocabulary` (default: the one the tasks use), or with more ids than the embedding the run's
+    training `objective` reads has rows (a word-level model reads none of them)."""
     step_dir = checkpoint_reader.step_directory(checkpoint_path)
     run = str(RunDir.of_step(step_dir))
-    vocab_lib.check_identity(run, vocabulary or vocab_lib.DEFAULT_VOCABULARY, config.vocab_size)
+    rows = config.vocab_size if objective is None else objective.embedding_rows(config)
+    vocab_lib.check_identity(run, vocabulary or vocab_lib.DEFAULT_VOCABULARY, rows)
     abstract = abstract_params(config, partitioner, module)
     record = peft_checkpoint.read(run)
     if record is not None:   # a PEFT run: its base with the trained parameters applied
@@ -259,6 +263,7 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
     to the vocabulary file at `vocabulary_path` (any kind), else the run's own tokenizer (a converted
     Hugging Face model's), else the built-in tasks' vocabulary."""
     check_method(method, beam_rules)
+    checkpoint_reader.require_command_takes(checkpoint_path, "infer")
     require_positive({"infer.max_input_length": max_input_length, "infer.max_decode_length": max_decode_length,
                       "infer.batch_size": batch_size, **({"infer.num_beams": num_beams} if method == "beam" else {})})
     if vocabulary is None:
