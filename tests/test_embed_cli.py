@@ -58,6 +58,15 @@ def test_embed_takes_a_t5_runs_encoder(tmp_path, micro_config):
     assert not np.allclose(vectors[0], vectors[1])
 
 
+def test_embed_names_the_file_it_wrote(tmp_path, micro_config, capsys):
+    """numpy.save adds .npy to a name without it; the message names that file, not the flag's text."""
+    run = str(tmp_path / "t5")
+    train_tiny(run, micro_config, 1)
+    _embed(f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'vectors'}", "one text")
+    assert f"to {tmp_path / 'vectors.npy'}" in capsys.readouterr().out
+    assert np.load(tmp_path / "vectors.npy").shape == (1, micro_config.d_model)
+
+
 def test_embed_without_texts_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         _embed(f"--gin.CHECKPOINT_PATH='{tmp_path}'", f"--output={tmp_path / 'v.npy'}")

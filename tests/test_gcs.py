@@ -260,3 +260,21 @@ def test_of_runs_racing_for_a_gs_lock_exactly_one_creates_it(gcs):
         t.join()
     assert len(won) == 1 and fs.cat(lock[len("gs://"):]) == f"racer {won[0]}".encode()
     assert not storage.create_if_absent(lock, "late")
+
+
+def test_embed_writes_its_npy_into_the_bucket(gcs, tmp_path, micro_config, capsys):
+    """`embed --output gs://...`: the vectors land in the bucket, under the name numpy.save gives a
+    path without .npy."""
+    import gin
+
+    from conftest import train_tiny
+    from t5lite import cli
+    _, fs = gcs
+    run = str(tmp_path / "run")
+    train_tiny(run, micro_config, 1)
+    gin.clear_config()
+    cli.main(["embed", f"--gin.CHECKPOINT_PATH='{run}'", f"--output=gs://{BUCKET}/vectors", "one text", "two"])
+    assert f"to gs://{BUCKET}/vectors.npy" in capsys.readouterr().out
+    with fs.open(f"{BUCKET}/vectors.npy", "rb") as f:
+        vectors = np.load(f)
+    assert vectors.shape == (2, micro_config.d_model) and np.isfinite(vectors).all()

@@ -14,18 +14,23 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                                    help="sentence embeddings of texts with an encoder's checkpoint, .npy out (gin: "
                                         "CHECKPOINT_PATH, embed.pooling, embed.normalize; gin/embed.gin)")
     add_text_inputs(parser, "input texts")
-    parser.add_argument("--output", required=True, help="the .npy file to write: [inputs, dim] float32, in input order")
+    parser.add_argument("--output", required=True, help="the .npy file to write (.npy is added if missing; local or gs://): [inputs, dim] float32, "
+                             "in input order")
     parser.set_defaults(fn=cmd_embed)
 
 
 def cmd_embed(args, gin_files, gin_bindings) -> None:
     import numpy as np
+    from etils import epath
+
     from t5lite.infer.embedding import embed
     texts = input_texts(args, "embed", "text")
-    writable.ensure_writable_file(args.output, "--output")
+    output = args.output if args.output.endswith(".npy") else args.output + ".npy"   # the name numpy.save gives it
+    writable.ensure_writable_file(output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("embed", embed), base_file="gin/embed.gin")
     model_from_run_unless_given("embed")
     objective_from_training_config("embed")
     embeddings = embed(texts)
-    np.save(args.output, embeddings)
-    print(f"wrote {embeddings.shape[0]} embeddings of dimension {embeddings.shape[1]} to {args.output}")
+    with epath.Path(output).open("wb") as f:   # a local path or gs://
+        np.save(f, embeddings)
+    print(f"wrote {embeddings.shape[0]} embeddings of dimension {embeddings.shape[1]} to {output}")
