@@ -269,6 +269,24 @@ def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_a_sweep_without_gin_file_names_the_flag_and_the_shipped_sweeps(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "t5lite.cli", "sweep", f"--out={tmp_path / 'out'}"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no --gin_file given" in result.stderr and "peft_vs_full" in result.stderr
+    assert "scales" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("gin_file, message", [
+    ("configs/sweeps/scales.gin", "binds no sweep.name, sweep.cells, sweep.tasks"),
+    ("configs/sweeps/peft_vs_full.gin", "uses gin macro(s) DATA_DIR that nothing sets: pass --gin.DATA_DIR=..."),
+])
+def test_a_sweep_file_missing_settings_names_them_and_how_to_give_them(tmp_path, gin_file, message):
+    result = sweep(gin_file, tmp_path / "out")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"--gin_file {gin_file} {message}" in result.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("old, new, message", [
     ("'lm': {{", "'../lm': {{", "cell '../lm': a name becomes a folder name"),
     ("'rte': 'accuracy'", "'rte/../../x': 'accuracy'", "task 'rte/../../x': a name becomes a folder name"),

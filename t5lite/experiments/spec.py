@@ -4,8 +4,10 @@ gin file at one scale (`SWEEP_SCALE`: ci, cpu or tpu; same gin, different sizes 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import gin
 
@@ -149,9 +151,13 @@ def load(files: Sequence[str], bindings: Sequence[str], search_paths: Sequence[s
     gin.clear_config()
     for path in search_paths:
         gin.add_config_file_search_path(path)
+    if not files:
+        raise ConfigError("no --gin_file given: a sweep is described by a gin file; pass "
+                          f"--gin_file=configs/sweeps/NAME.gin (NAME: {', '.join(_shipped_sweeps(search_paths))})")
     gin_checks.check_includes(files, search_paths)
     try:
         gin.parse_config_files_and_bindings(list(files), list(bindings), finalize_config=False)
+        _check_given(files)
         return sweep()
     except ConfigError:
         raise
@@ -159,3 +165,33 @@ def load(files: Sequence[str], bindings: Sequence[str], search_paths: Sequence[s
         message = " ".join(line.strip() for line in str(e).splitlines()
                            if not line.strip().startswith("In call to configurable"))
         raise ConfigError(f"sweep gin error in {', '.join(files)}: {message}") from e
+
+
+def _shipped_sweeps(search_paths: Sequence[str]) -> list[str]:
+    """The sweep files under configs/sweeps/ (scales.gin is what they include, not a sweep)."""
+    return sorted({path.stem for root in search_paths for path in Path(root, "configs", "sweeps").glob("*.gin")}
+                  - {"scales"})
+
+
+def _check_given(files: Sequence[str]) -> None:
+    """Names the sweep settings and macros no file or flag gave, and where to give them: gin's own error
+    names neither the file nor the flag."""
+    from t5lite.cli.gin_flags import _macro_defined, _referenced_macros
+    where = f"--gin_file {', '.join(files)}"
+    missing = [f"sweep.{param.name}" for param in inspect.signature(sweep).parameters.values()
+               if param.default is gin.REQUIRED and not _bound(f"sweep.{param.name}")]
+    if missing:
+        raise ConfigError(f"{where} binds no {', '.join(missing)}: a sweep file binds sweep.name, sweep.cells and "
+                          "sweep.tasks and includes 'configs/sweeps/scales.gin' (see configs/sweeps/*.gin)")
+    undefined = [name for name in _referenced_macros("sweep", sweep) if not _macro_defined(name)]
+    if undefined:
+        raise ConfigError(f"{where} uses gin macro(s) {', '.join(undefined)} that nothing sets: pass "
+                          + " ".join(f"--gin.{name}=..." for name in undefined))
+
+
+def _bound(name: str) -> bool:
+    try:
+        gin.query_parameter(name)
+        return True
+    except ValueError:
+        return False
