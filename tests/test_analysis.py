@@ -770,3 +770,37 @@ def test_probe_command_types_entity_spans(tmp_path, capsys):
     no_entity = [words.Sentence(("we", "play"), ("O", "O"))]
     with pytest.raises(ConfigError, match="give more --train_sentences"):
         probe.span_typing(no_entity, no_entity, [np.zeros((3, 0, 4))], [np.zeros((3, 0, 4))], 1e-3)
+
+
+def test_neighbours_finds_a_word_with_punctuation_attached(tmp_path, capsys):
+    """A plain-text corpus's words have the punctuation at their edges split off, as the tokenizer
+    splits it: "play," and "(play)" are occurrences of "play", and "." ends a sentence."""
+    model = _tiny_bert_folder(tmp_path / "bert")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("we play, they sing. (play) was long!\nthe sea.\n")
+    out = tmp_path / "out"
+    code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(out), "--neighbours", "play",
+                     "--corpus", str(corpus), "--k", "1")
+    assert code == 0, err
+    result = json.loads((out / "neighbours.json").read_text())
+    assert [(o["sentence"], o["index"]) for o in result["occurrences"]] == [
+        ("we play , they sing .", 1), ("( play ) was long !", 1)]
+    code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(out), "--neighbours", "sea",
+                     "--corpus", str(corpus))
+    assert code == 0, err
+
+
+def test_a_file_without_sentences_is_named(tmp_path, capsys):
+    """An empty --corpus, or an empty UD file under --data_dir, is one line naming the file."""
+    model = _tiny_bert_folder(tmp_path / "bert")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n  \n")
+    code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(tmp_path / "out"), "--neighbours", "play",
+                     "--corpus", str(corpus))
+    assert code == 2 and f"--corpus {corpus} has no sentence" in err, err
+    split = tmp_path / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
+    split.parent.mkdir(parents=True)
+    split.write_text("")
+    code, err = _cli(capsys, "attention", "--model", str(model), "--out", str(tmp_path / "out"),
+                     "--data_dir", str(tmp_path / "ud"))
+    assert code == 2 and f"{split} has no sentence" in err, err

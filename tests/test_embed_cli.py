@@ -2,6 +2,7 @@
 SentenceTransformer.encode gives, in input order; it reads JSON lines with --field, embeds with
 any encoder (a t5lite T5 run's encoder) and says what is wrong with a bad input in one line."""
 import json
+import logging
 
 import gin
 import numpy as np
@@ -72,3 +73,16 @@ def test_embed_without_texts_is_a_one_line_error(tmp_path, capsys):
         _embed(f"--gin.CHECKPOINT_PATH='{tmp_path}'", f"--output={tmp_path / 'v.npy'}")
     assert e.value.code == 2
     assert "nothing to embed" in capsys.readouterr().err
+
+
+def test_embed_warns_once_of_the_inputs_it_truncates(tmp_path, micro_config, caplog):
+    """As `t5lite infer` does: an embedding of a text's start is not one of the whole text."""
+    run = str(tmp_path / "t5")
+    train_tiny(run, micro_config, 1)
+    long = " ".join(["word"] * 2000)
+    _embed(f"--gin.CHECKPOINT_PATH='{run}'", f"--output={tmp_path / 'v.npy'}", "--gin.embed.max_length=16",
+           long, "one text", long)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["2 of 3 inputs are longer than embed.max_length=16 tokens (with [CLS] and [SEP]): truncated "
+                        "to their first 16 tokens (input 0, 2); raise embed.max_length to embed more of them"]
+    assert np.load(tmp_path / "v.npy").shape == (3, micro_config.d_model)

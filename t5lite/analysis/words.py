@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Sequence
 
 import numpy as np
@@ -56,31 +57,52 @@ def read_conll(path: str, limit: int | None = None) -> list[Sentence]:
         sentences = _column(path, 2)[:limit]
         for line, _, tags in sentences:
             bio.warn_once(path, line, tags)
-        return [Sentence(tuple(w), tuple(t)) for _, w, t in sentences]
+        return _some_sentence([Sentence(tuple(w), tuple(t)) for _, w, t in sentences], path)
     upos, heads, relations, xpos = (_column(path, c)[:limit] for c in (3, 6, 7, 4))
-    return [Sentence(tuple(w), tuple(t), _heads(path, line, w, hs), tuple(r), tuple(x))
-            for (line, w, t), (_, _, hs), (_, _, r), (_, _, x) in zip(upos, heads, relations, xpos)]
+    return _some_sentence([Sentence(tuple(w), tuple(t), _heads(path, line, w, hs), tuple(r), tuple(x))
+                           for (line, w, t), (_, _, hs), (_, _, r), (_, _, x) in zip(upos, heads, relations, xpos)],
+                          path)
+
+
+def _some_sentence(sentences: list[Sentence], source: str) -> list[Sentence]:
+    """`sentences`, refused if there is none: the analyses would have nothing to read."""
+    if not sentences:
+        raise DataError(f"{source} has no sentence; give a file with at least one")
+    return sentences
+
+
+def _split_punctuation(word: str) -> list[str]:
+    """A whitespace-separated word with the punctuation at its edges split off ("(sea)." -> "(", "sea",
+    ")."), as the models' tokenizers split it, so that the word is found and read at its own first
+    subword; a word of punctuation only ("@-@") stays whole."""
+    return [part for part in re.fullmatch(r"(\W*)(.*?)(\W*)", word).groups() if part]
+
+
+def _ends_sentence(word: str) -> bool:
+    """Punctuation ending in ".", "!" or "?" ("." or ")." but not "3." or "@-@")."""
+    return word[-1] in SENTENCE_ENDS and not re.search(r"\w", word)
 
 
 def read_text(path: str, limit: int | None = None, max_words: int = 64) -> list[Sentence]:
-    """Plain text (WikiText's layout: space-separated tokens): each line cut into sentences after
-    ".", "!" and "?", and into pieces of at most `max_words` words."""
+    """Plain text: each line's whitespace-separated words with their edges' punctuation split off
+    (`_split_punctuation`; WikiText's layout has it split already), cut into sentences after ".", "!"
+    and "?", and into pieces of at most `max_words` words."""
     if not os.path.isfile(path):
         raise DataNotFoundError(f"--corpus {path} does not exist; give a CoNLL-U file or a text file")
     sentences = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             current = []
-            for word in line.split():
+            for word in (part for spaced in line.split() for part in _split_punctuation(spaced)):
                 current.append(word)
-                if word in SENTENCE_ENDS or len(current) == max_words:
+                if _ends_sentence(word) or len(current) == max_words:
                     sentences.append(Sentence(tuple(current)))
                     current = []
             if current:
                 sentences.append(Sentence(tuple(current)))
             if limit is not None and len(sentences) >= limit:
                 return sentences[:limit]
-    return sentences
+    return _some_sentence(sentences, f"--corpus {path}")
 
 
 @dataclasses.dataclass(frozen=True)

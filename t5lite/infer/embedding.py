@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 from typing import Mapping, Sequence
 
 import gin
@@ -36,6 +37,9 @@ from t5lite.models.sentence import BiEncoder
 from t5lite.run_layout import RunDir
 
 BUCKET = 16   # batches are padded to a multiple of this many tokens (few compiled shapes)
+SHOWN = 5     # input indices a warning lists before "..."
+
+log = logging.getLogger(__name__)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -160,12 +164,35 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
         else:
             params, _, _ = predict.load_params(model, checkpoint_path, module=module)
         rows = [encode_text(vocab_lib.DEFAULT_VOCABULARY, text, max_length) for text in texts]
+        _warn_truncated(vocab_lib.DEFAULT_VOCABULARY, texts, rows, max_length)
         return embed_tokens(module, params, rows, batch_size, normalize)
 
 
+def _listed(indices: Sequence[int]) -> str:
+    """The first `SHOWN` input indices, then "..." if there are more."""
+    return ", ".join(map(str, indices[:SHOWN])) + (", ..." if len(indices) > SHOWN else "")
+
+
+def _warn_truncated(vocabulary, texts: Sequence[str], rows: Sequence[np.ndarray], max_length: int) -> None:
+    """One warning for the texts cut to `max_length` tokens, as `t5lite infer` warns of its cuts: an
+    embedding of a text's start is not one of the whole text. Only a full row can have been cut, so
+    only those texts are encoded again to tell."""
+    cut = [i for i, (text, row) in enumerate(zip(texts, rows))
+           if len(row) == max_length and len(vocabulary.encode(text)) + 2 > max_length]
+    if cut:
+        log.warning("%d of %d inputs are longer than embed.max_length=%d tokens (with [CLS] and [SEP]): truncated to "
+                    "their first %d tokens (input %s); raise embed.max_length to embed more of them", len(cut),
+                    len(texts), max_length, max_length, _listed(cut))
+
+
 def _pooled_word_vectors(vectors: WordVectors, texts: Sequence[str], pooling: str, normalize: bool) -> np.ndarray:
-    return _pooled([vectors.vectors[vectors.rows_of(text)] for text in texts], pooling, normalize,
-                   vectors.vectors.shape[1])
+    """The texts' pooled word vectors; one warning for the texts with no known word, whose rows are zeros."""
+    rows = [vectors.rows_of(text) for text in texts]
+    unknown = [i for i, found in enumerate(rows) if not found]
+    if unknown:
+        log.warning("%d of %d inputs have no word the vectors know (input %s): their embeddings are zeros",
+                    len(unknown), len(texts), _listed(unknown))
+    return _pooled([vectors.vectors[found] for found in rows], pooling, normalize, vectors.vectors.shape[1])
 
 
 def _pooled(token_vectors: Sequence[np.ndarray], pooling: str, normalize: bool, dim: int) -> np.ndarray:
