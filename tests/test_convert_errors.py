@@ -158,3 +158,49 @@ def test_to_hf_with_a_damaged_model_config(tmp_path, capsys, run_dir, text):
     (run / "model_config.json").write_text(text)
     err = _fails(capsys, "--to_hf", str(run), "--out", str(tmp_path / "out"))
     assert str(run / "model_config.json") in err
+
+
+def test_a_full_disk_keeps_nothing_of_out_and_the_same_command_then_works(tmp_path, capsys, hf_folder, monkeypatch):
+    """The advice to rerun holds: --out is left as it was (here: absent), so the rerun is not refused."""
+    import errno
+    from etils import epath
+    out = tmp_path / "out"
+    write_text = epath.Path.write_text
+
+    def full(self, *args, **kwargs):
+        if os.fspath(self).startswith(str(out / "checkpoints")):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self))
+        return write_text(self, *args, **kwargs)
+    monkeypatch.setattr(epath.Path, "write_text", full)
+    err = _fails(capsys, "--from_hf", hf_folder, "--out", str(out))
+    assert f"no space left writing --out {out}; nothing was kept there" in err and "rerun the same command" in err
+    assert not out.exists() and os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    cli.main(["convert", "--from_hf", hf_folder, "--out", str(out)])
+    assert not (out / checkpoint.PARTIAL_MARK).exists() and (out / "model_config.json").is_file()
+
+
+def test_a_failure_into_an_empty_out_leaves_it_empty(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    _fails(capsys, "--from_hf", str(tmp_path / "nowhere"), "--out", str(out))
+    assert out.is_dir() and os.listdir(out) == []
+
+
+def test_the_partial_out_of_a_killed_convert_is_replaced_by_the_rerun(tmp_path, capsys, hf_folder, caplog):
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "half-written").write_text("x")
+    (out / checkpoint.PARTIAL_MARK).write_text("")
+    cli.main(["convert", "--from_hf", hf_folder, "--out", str(out)])
+    assert (out / "model_config.json").is_file()
+    assert not (out / "checkpoints" / "half-written").exists() and not (out / checkpoint.PARTIAL_MARK).exists()
+    assert "partial output of a command that was stopped" in caplog.text
+
+
+def test_out_holding_files_t5lite_did_not_mark_is_still_refused(tmp_path, capsys, hf_folder):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    err = _fails(capsys, "--from_hf", hf_folder, "--out", str(out))
+    assert "already holds files (mine.txt)" in err and (out / "mine.txt").read_text() == "keep"

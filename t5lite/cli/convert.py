@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from t5lite import writable
 from t5lite.errors import ConfigError
 from t5lite.run_layout import RunDir
 
@@ -35,8 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.set_defaults(fn=cmd_convert)
 
 
-def _convert_quantized(args) -> None:
-    from t5lite.interop import checkpoint
+def _check_quantize_flags(args) -> None:
     if args.peft_adapter:
         raise ConfigError("t5lite convert --quantize: --peft_adapter is not quantised; import the adapter with "
                           "--from_hf BASE --peft_adapter DIR --out RUN, write it merged with --merge RUN --out FULL, "
@@ -44,16 +42,11 @@ def _convert_quantized(args) -> None:
     if bool(args.from_hf) == bool(args.from_run) or args.to_hf or args.merge:
         raise ConfigError(f"t5lite convert --quantize {args.quantize}: give exactly one source, --from_hf HF_DIR or --from_run "
                           "RUN_DIR, and --out DIR")
-    writable.ensure_new_dir(args.out, "--out")
-    config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
-    print(f"wrote the {args.quantize} weight-only quantised run {args.out} ({config.arch}); every command loads it, "
-          "fine-tuning from it dequantises it")
 
 
-def cmd_convert(args, gin_files, gin_bindings) -> None:
-    from t5lite.interop import checkpoint
+def _check_flags(args) -> None:
     if args.quantize:
-        return _convert_quantized(args)
+        return _check_quantize_flags(args)
     if args.from_run:
         raise ConfigError("t5lite convert: --from_run RUN_DIR goes with --quantize int8")
     if sum(map(bool, (args.from_hf, args.to_hf, args.merge, args.from_elmo, args.to_elmo))) != 1:
@@ -63,31 +56,44 @@ def cmd_convert(args, gin_files, gin_bindings) -> None:
         raise ConfigError("t5lite convert: --from_elmo WEIGHTS_HDF5 needs --elmo_options OPTIONS_JSON (and only it)")
     if args.peft_adapter and not args.from_hf:
         raise ConfigError("t5lite convert: --peft_adapter DIR goes with --from_hf BASE_DIR (the adapter's base)")
-    writable.ensure_new_dir(args.out, "--out")
+
+
+def cmd_convert(args, gin_files, gin_bindings) -> None:
+    """Writes --out whole or not at all (checkpoint.written_whole), so a failed convert is simply rerun."""
+    from t5lite.interop import checkpoint
+    _check_flags(args)
+    with checkpoint.written_whole(args.out, "--out"):
+        message = _convert(args)
+    print(message)
+
+
+def _convert(args) -> str:
+    """Writes --out; returns what was written, in words."""
+    from t5lite.interop import checkpoint
+    if args.quantize:
+        config = checkpoint.quantize(args.out, args.quantize, hf_dir=args.from_hf, run_dir=args.from_run)
+        return (f"wrote the {args.quantize} weight-only quantised run {args.out} ({config.arch}); every command loads "
+                "it, fine-tuning from it dequantises it")
     if args.from_hf:
         config = checkpoint.hf_to_t5lite(args.from_hf, args.out, args.peft_adapter)
         if RunDir(args.out).peft.exists():
-            print(f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; train it "
-                  "further, evaluate or infer with the run, or write it merged with --merge")
-        else:
-            print(f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
-                  f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
-    elif args.from_elmo or args.to_elmo:
-        _convert_elmo(args)
-    elif args.merge:
+            return (f"wrote the PEFT run {args.out} on the imported base {os.path.join(args.out, 'base')}; train it "
+                    "further, evaluate or infer with the run, or write it merged with --merge")
+        return (f"wrote t5lite checkpoint {args.out} ({config.arch}); fine-tune from it with "
+                f"--gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
+    if args.from_elmo or args.to_elmo:
+        return _convert_elmo(args)
+    if args.merge:
         checkpoint.merge_peft_run(args.merge, args.out)
-        print(f"wrote the merged full checkpoint {args.out}")
-    else:
-        checkpoint.t5lite_to_hf(args.to_hf, args.out, preset=args.preset)
-        print(f"wrote Hugging Face folder {args.out}")
+        return f"wrote the merged full checkpoint {args.out}"
+    checkpoint.t5lite_to_hf(args.to_hf, args.out, preset=args.preset)
+    return f"wrote Hugging Face folder {args.out}"
 
 
-def _convert_elmo(args) -> None:
+def _convert_elmo(args) -> str:
     from t5lite.interop import elmo
     if args.from_elmo:
         elmo.to_run(args.elmo_options, args.from_elmo, args.out)
-        print(f"wrote t5lite ELMo run {args.out}; use it with --gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\"")
-    else:
-        os.makedirs(args.out, exist_ok=True)
-        elmo.from_run(args.to_elmo, os.path.join(args.out, "options.json"), os.path.join(args.out, "weights.hdf5"))
-        print(f"wrote {args.out}/options.json and {args.out}/weights.hdf5")
+        return f"wrote t5lite ELMo run {args.out}; use it with --gin.INITIAL_CHECKPOINT_PATH=\"'{args.out}'\""
+    elmo.from_run(args.to_elmo, os.path.join(args.out, "options.json"), os.path.join(args.out, "weights.hdf5"))
+    return f"wrote {args.out}/options.json and {args.out}/weights.hdf5"

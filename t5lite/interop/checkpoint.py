@@ -6,15 +6,17 @@ the params, plus `model_config.json`), so `INITIAL_CHECKPOINT_PATH`, `t5lite eva
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
-import tempfile
 
 import flax.linen as nn
 import jax
 from etils import epath
 from flax.traverse_util import flatten_dict, unflatten_dict
 
+from t5lite import storage, writable
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError
 from t5lite.models import quantization
@@ -22,6 +24,37 @@ from t5lite.models.config import ModelConfig, get_config, load_config, save_conf
 from t5lite.run_layout import RunDir
 
 HEAD_RUN_PARAMS = ("backbone", "head")   # the params of a task-head model (t5lite.models.with_head)
+PARTIAL_MARK = ".t5lite-partial"   # in an output folder while `written_whole` writes it
+
+
+@contextlib.contextmanager
+def written_whole(out_dir: str, flag: str):
+    """Writes a command's output folder whole or not at all, so that rerunning a failed command works.
+    OUT must be new or empty; it carries a mark while it is written. A failure (a full disk, input
+    found bad late) takes back what was written; a folder still marked, left by a command that was
+    killed, is t5lite's own partial output, which the rerun replaces."""
+    from t5lite.train.checkpoints import is_disk_full
+    out = epath.Path(out_dir)
+    if (out / PARTIAL_MARK).exists():
+        logging.getLogger("t5lite").warning("%s %s is the partial output of a command that was stopped; "
+                                            "writing it again", flag, out_dir)
+        out.rmtree()
+    writable.ensure_new_dir(out_dir, flag)
+    existed = out.is_dir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / PARTIAL_MARK).write_text("t5lite is writing this folder; a rerun of the command replaces it\n")
+        yield
+    except BaseException as e:
+        if out.exists():
+            out.rmtree()
+        if existed:
+            out.mkdir()
+        if is_disk_full(e):
+            raise CheckpointError(f"no space left writing {flag} {out_dir}; nothing was kept there. Free space "
+                                  f"(or give another {flag}), then rerun the same command") from None
+        raise
+    (out / PARTIAL_MARK).unlink()
 
 
 def read_model_config(run_dir: str, preset: str | None = None) -> ModelConfig:
@@ -158,7 +191,7 @@ def _write_run(module, variables, out_dir: str, note: dict) -> ModelConfig:
 
 def _step_dir(run_dir: str, flag: str) -> str:
     from t5lite.infer.checkpoint_reader import step_directory
-    if not os.path.exists(run_dir):
+    if not epath.Path(run_dir).exists():   # epath: a gs:// run is not a local path
         raise CheckpointError(f"{run_dir} does not exist; give {flag} a t5lite run directory or one of its steps")
     try:
         return step_directory(run_dir)
@@ -212,27 +245,13 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     run, the discriminator (the run's model; t5lite.objectives.electra); of a LoRA, prefix- or
     prompt-tuning run, the base folder
     `OUT/base` and the peft adapter folder `OUT/adapter` (`peft.PeftModel.from_pretrained` loads it
-    onto the base; a LoRA's classification head comes along as peft's `modules_to_save`). OUT is
-    written in a temporary folder beside it and renamed when complete, so a failure leaves none."""
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.partial-", dir=parent)
-    try:
-        config = _to_hf(run_dir, partial, out_dir, preset)
-        os.replace(partial, out_dir)   # onto a missing or empty OUT
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return config
-
-
-def _to_hf(run_dir: str, out_dir: str, final_dir: str, preset: str | None) -> ModelConfig:
-    """`t5lite_to_hf` into `out_dir`, naming `final_dir` where a file refers to the folder."""
+    onto the base; a LoRA's classification head comes along as peft's `modules_to_save`)."""
     from t5lite.interop import hf
 
     step_dir = _step_dir(run_dir, "--to_hf")
     record = _peft_record(step_dir)
     if record is not None:
-        return _lora_run_to_hf(step_dir, record, out_dir, final_dir)
+        return _lora_run_to_hf(step_dir, record, out_dir)
     run_dir = str(RunDir.of_step(step_dir))   # a step directory's config lives in its run directory
     saved_config = RunDir(run_dir).model_config
     from_preset = not saved_config.exists()
@@ -285,7 +304,7 @@ def _head_run_abstract(stored, backbone_abstract) -> dict:
     return {"backbone": unflatten_dict(backbone), "head": unflatten_dict(head)}
 
 
-def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str, final_dir: str) -> ModelConfig:
+def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str) -> ModelConfig:
     from t5lite.infer import peft_checkpoint
     from t5lite.interop import hf
     method = peft_checkpoint.method_of(record)
@@ -302,9 +321,9 @@ def _lora_run_to_hf(step_dir: str, record: dict, out_dir: str, final_dir: str) -
         _refuse_unexported_head(step_dir, record, config, method, trained)
     # Check the base has not changed since training (restore_merged refuses a different one).
     peft_checkpoint.restore_merged(step_dir, run, record, _peft_run_abstract(step_dir, record, config))
-    config = _to_hf(record["base_checkpoint"], os.path.join(out_dir, "base"), os.path.join(final_dir, "base"), None)
+    config = t5lite_to_hf(record["base_checkpoint"], os.path.join(out_dir, "base"))
     hf.save_adapter(config, method, trained, os.path.join(out_dir, "adapter"),
-                    base_model_name_or_path=os.path.abspath(os.path.join(final_dir, "base")),
+                    base_model_name_or_path=storage.absolute(os.path.join(out_dir, "base")),
                     sequence_classifier=with_head)
     return config
 
