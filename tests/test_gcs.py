@@ -278,3 +278,34 @@ def test_embed_writes_its_npy_into_the_bucket(gcs, tmp_path, micro_config, capsy
     with fs.open(f"{BUCKET}/vectors.npy", "rb") as f:
         vectors = np.load(f)
     assert vectors.shape == (2, micro_config.d_model) and np.isfinite(vectors).all()
+
+
+@pytest.mark.parametrize("flags", [["--from_run", "{run}", "--quantize", "int8"], ["--to_hf", "{run}"]],
+                         ids=["quantize", "to_hf"])
+def test_convert_reads_a_run_in_the_bucket(gcs, tmp_path, flags, capsys):
+    """`convert --from_run gs://... --quantize` and `--to_hf gs://...` find the run (no local `gs:` path)."""
+    import flax.linen as nn
+
+    from t5lite import cli, models
+    from t5lite.interop import checkpoint, hf
+    _, fs = gcs
+    config = models.get_config("gpt2_tiny")
+    module = models.build(config)
+    shapes = jax.eval_shape(lambda: nn.unbox(module.init(jax.random.key(0),
+                                                         decoder_input_tokens=jnp.zeros((1, 4), jnp.int32))))
+    variables = jax.tree.map(lambda s: np.full(s.shape, 0.01, np.float32), shapes)
+    hf_dir = hf.save(config, variables, str(tmp_path / "hf"))
+    with open(os.path.join(hf_dir, "vocab.txt"), "w") as f:   # a tokenizer the run records, and --quantize copies
+        f.write("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
+    local = str(tmp_path / "run")
+    checkpoint.hf_to_t5lite(hf_dir, local)
+    assert os.path.isfile(os.path.join(local, "tokenizer", "vocab.txt"))
+    remote = f"{BUCKET}/convert_{flags[0].strip('-')}"
+    fs.put(local, remote, recursive=True)
+    out = tmp_path / "out"
+    cli.main(["convert", *(f.format(run=f"gs://{remote}") for f in flags), "--out", str(out)])
+    assert "wrote" in capsys.readouterr().out and os.listdir(out)
+    assert not (out / checkpoint.PARTIAL_MARK).exists()
+    if "--quantize" in flags:
+        assert (out / "tokenizer" / "vocab.txt").read_text().endswith("hello\n") and (out / "vocabulary.json").is_file()
+    _no_local_gs_folder(tmp_path, REPO)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 
 import flax.linen as nn
 import jax
@@ -170,10 +169,12 @@ def quantize(out_dir: str, scheme: str, hf_dir: str | None = None, run_dir: str 
 
 
 def _copy_vocabulary(source: str, out_dir: str) -> None:
-    """The run's tokenizer folder and vocabulary record, where it has them."""
+    """The run's tokenizer folder and vocabulary record, where it has them (through epath: a gs:// run too)."""
     src, out = RunDir(source), RunDir(out_dir)
     if src.tokenizer.is_dir():
-        shutil.copytree(str(src.tokenizer), str(out.tokenizer))
+        out.tokenizer.mkdir(parents=True, exist_ok=True)
+        for file in src.tokenizer.iterdir():
+            (out.tokenizer / file.name).write_bytes(file.read_bytes())
     if src.vocabulary.exists():
         out.vocabulary.write_text(src.vocabulary.read_text())
 
