@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -271,7 +270,7 @@ def main():
 
     import jax
 
-    from t5lite import platforms
+    from t5lite import finite, platforms
     from t5lite.train import mfu
     if platforms.default_platforms():   # no accelerator: the CPU alone, never libtpu's probe
         jax.config.update("jax_platforms", platforms.default_platforms())
@@ -287,8 +286,8 @@ def main():
                    pretrain=[], skipped=[], errors={})
 
     def save():
-        with open(out_file + ".tmp", "w") as f:
-            json.dump(results, f, indent=1, default=float)
+        with open(out_file + ".tmp", "w") as f:   # a NaN loss is written as null: JSON has no NaN
+            finite.dump(finite.null_non_finite(results), f, indent=1)
         os.replace(out_file + ".tmp", out_file)
 
     def section(name, fn, cost_s):
@@ -316,10 +315,16 @@ def main():
             print(f"preflight failed; see {out_file}")
             sys.exit(3)
 
+    done = set()   # the pre-training cases measured or tried
+
     def pretrain_section(case, cost_s):
+        if case_name(case) in done:
+            return
+        done.add(case_name(case))
         row = section(case_name(case), lambda: pretrain(case, args, peak), cost_s)
         if row is None and case.attention == "cudnn" and case_name(case) in results["errors"]:
             case = dataclasses.replace(case, attention="jax")   # cuDNN refused the shapes: XLA's attention
+            done.add(case_name(case))
             row = section(case_name(case), lambda: pretrain(case, args, peak), cost_s)
         if row is not None:
             results["pretrain"].append(row)
@@ -330,9 +335,7 @@ def main():
     results["decode"] = section("decode", lambda: decode(args), cost)
     pretrain_section(t5, 2 * cost)
     for case in comparisons:
-        if not any(case_name(case) == case_name(Case(**{k: r[k] for k in Case.__dataclass_fields__}))
-                   for r in results["pretrain"]):
-            pretrain_section(case, 2 * cost)
+        pretrain_section(case, 2 * cost)
     results["total_s"] = time.perf_counter() - start
     save()
     print_tables(results)
