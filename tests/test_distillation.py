@@ -376,3 +376,27 @@ def test_soft_targets_of_every_family_equal_numpy(family):
     # KL of two close distributions is a difference of nearly equal float32 log-probabilities: each
     # carries ~1e-7 of absolute rounding, which near-zero KLs (fresh heads) see as a large ratio.
     np.testing.assert_allclose(float(ours), _kd_numpy(s, t, weights, 3.0), rtol=2e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("teacher_preset, differ", [
+    ("t5_tiny", "vocab_size 1000 vs 2176"),   # t5_tiny with another vocabulary: NaN losses once ran
+    ("bert_tiny", "arch 'encoder' vs 'encoder_decoder'"),   # features the teacher lacks: a traceback once
+])
+def test_a_teacher_of_another_family_or_vocabulary_is_refused_before_training(tmp_path, teacher_preset, differ):
+    from t5lite.models.config import save_config
+    from t5lite.run_layout import RunDir
+    from t5lite.train.checkpoints import Checkpointer
+    teacher = tmp_path / "teacher"
+    ckpt = Checkpointer(str(RunDir(str(teacher)).checkpoints), save_every=1, async_save=False)
+    ckpt.save(0, {"params": {"w": np.zeros(1, np.float32)}}, {}, force=True)   # refused before it is read
+    ckpt.close()
+    teacher_cfg = models.get_config(teacher_preset, **({"vocab_size": 1000} if teacher_preset == "t5_tiny" else {}))
+    save_config(teacher_cfg, RunDir(str(teacher)).model_config)
+    student_cfg = models.get_config("t5_tiny", num_encoder_layers=1, num_decoder_layers=1)
+    with pytest.raises(ConfigError) as refused:
+        train_tiny(tmp_path / "student", student_cfg, 1, objective=DistillationObjective(teacher_path=str(teacher)))
+    from t5lite.cli import user_message
+    message = user_message(refused.value)   # what the CLI prints
+    assert f"the distillation teacher {teacher} does not fit the student model_config ({differ}" in message, message
+    assert "need the same arch and vocabulary" in message and len(message.splitlines()) == 1
+    assert not (tmp_path / "student" / "metrics.jsonl").exists()   # no step was taken

@@ -319,10 +319,26 @@ class DistillationObjective(Objective):
     def build_model(self, config: ModelConfig):
         if (self.alphas["hidden"] or self.alphas["attention"]) and config.scan_layers:
             raise ConfigError("TinyBERT's losses read each layer: set model_config.scan_layers = False")
+        if self.has_teacher:
+            self._check_teacher_fits(config)
         module = self.objective.build_model(config)
         if self.has_teacher and self.alphas["hidden"]:
             module = WithProjection(module, self._teacher()[0].d_model)
         return module
+
+    def _check_teacher_fits(self, student: ModelConfig) -> None:
+        """Both models read the student's batch and their outputs are compared position by position, so
+        they must be of one family (the batch's features) and read the same token ids: else the step
+        fails on features the teacher lacks, or ids past the teacher's embedding table give NaN losses."""
+        teacher = self._teacher()[0]
+        differ = [f"{name} {getattr(teacher, name)!r} vs {getattr(student, name)!r}"
+                  for name in ("arch", "vocab_size") if getattr(teacher, name) != getattr(student, name)]
+        if differ:
+            raise ConfigError(f"the distillation teacher {self.teacher_preset or self.teacher_path} does not fit the "
+                              f"student model_config ({', '.join(differ)}, teacher vs student): both read the same "
+                              "token ids and their outputs are compared, so they need the same arch and vocabulary; "
+                              "give DistillationObjective.teacher_path a teacher of the student's family and "
+                              "vocabulary, or a student of the teacher's")
 
     def init_features(self, feature_lengths):
         return self.objective.init_features(feature_lengths)
