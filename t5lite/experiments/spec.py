@@ -176,7 +176,7 @@ def _shipped_sweeps(search_paths: Sequence[str]) -> list[str]:
 def _check_given(files: Sequence[str]) -> None:
     """Names the sweep settings and macros no file or flag gave, and where to give them: gin's own error
     names neither the file nor the flag."""
-    from t5lite.cli.gin_flags import _macro_defined, _referenced_macros
+    from t5lite.cli.gin_flags import _bound, _macro_defined, _referenced_macros
     where = f"--gin_file {', '.join(files)}"
     missing = [f"sweep.{param.name}" for param in inspect.signature(sweep).parameters.values()
                if param.default is gin.REQUIRED and not _bound(f"sweep.{param.name}")]
@@ -187,11 +187,3 @@ def _check_given(files: Sequence[str]) -> None:
     if undefined:
         raise ConfigError(f"{where} uses gin macro(s) {', '.join(undefined)} that nothing sets: pass "
                           + " ".join(f"--gin.{name}=..." for name in undefined))
-
-
-def _bound(name: str) -> bool:
-    try:
-        gin.query_parameter(name)
-        return True
-    except ValueError:
-        return False
