@@ -220,3 +220,45 @@ def unknown_configurable_hint(message: str) -> str:
         return f"Write it as {wanted}: gin's short name needs no module path."
     close = difflib.get_close_matches(wanted, names, n=3)
     return f"Did you mean {' or '.join(close)}?" if close else ""
+
+
+def referenced_macros(name: str, fn) -> list[str]:
+    """The macros `name.<parameter> = %MACRO` bindings of an entry point refer to."""
+    import gin
+    found = []
+    for param in inspect.signature(fn).parameters:
+        try:
+            value = gin.query_parameter(f"{name}.{param}")
+        except ValueError:
+            continue
+        selector = getattr(value, "scoped_selector", "")
+        if selector.endswith("/gin.macro"):
+            found.append(selector.split("/")[0])
+    return found
+
+
+def macro_chain(name: str) -> list[str]:
+    """`name` and the macros it is bound to in turn (gin/eval.gin: CHECKPOINT_PATH -> MODEL_DIR)."""
+    import gin
+    chain = [name]
+    while is_bound(f"%{chain[-1]}") and len(chain) < 10:
+        selector = getattr(gin.query_parameter(f"%{chain[-1]}"), "scoped_selector", "")
+        if not selector.endswith("/gin.macro"):
+            break
+        chain.append(selector.split("/")[0])
+    return chain
+
+
+def macro_defined(name: str) -> bool:
+    """Bound to a value, directly or through other macros."""
+    return is_bound(f"%{macro_chain(name)[-1]}")
+
+
+def is_bound(name: str) -> bool:
+    """A gin parameter or macro (`%NAME`) has a value."""
+    import gin
+    try:
+        gin.query_parameter(name)
+        return True
+    except ValueError:
+        return False

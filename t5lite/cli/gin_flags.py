@@ -2,7 +2,6 @@
 that name a wrong binding and its fix, and the wiring the entry points share."""
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from pathlib import Path
@@ -74,10 +73,10 @@ def parse_gin(files: list[str], bindings: list[str], required_macros=REQUIRED_MA
         _parse_binding(binding)
     gin_checks.check_macros_used(MACROS_READ_BY_NAME, bindings, ([base_file] if base_file else []) + files,
                                  search_paths)
-    required = list(required_macros) + (_referenced_macros(*entry) if entry else [])
-    missing = list(dict.fromkeys(m for m in required if not _macro_defined(m)))
+    required = list(required_macros) + (gin_checks.referenced_macros(*entry) if entry else [])
+    missing = list(dict.fromkeys(m for m in required if not gin_checks.macro_defined(m)))
     if missing:   # a macro defaulting to another (CHECKPOINT_PATH = %MODEL_DIR) takes either
-        hint = " ".join(" or ".join(f"--gin.{m}=..." for m in _macro_chain(name)) for name in missing)
+        hint = " ".join(" or ".join(f"--gin.{m}=..." for m in gin_checks.macro_chain(name)) for name in missing)
         raise ConfigError(f"missing required gin macro(s) {', '.join(missing)}: set them in a gin file or with {hint}")
     if entry:   # `compile` binds placeholders (MODEL_DIR = None) and runs no entry point
         gin_checks.check_bound_types(entry)
@@ -108,47 +107,6 @@ def _parse_binding(binding: str) -> None:
         raise ConfigError(f"--gin.{name}={value}: {_first_line(e)} {hint}".rstrip()) from e
 
 
-def _referenced_macros(name: str, fn) -> list[str]:
-    """The macros `name.<parameter> = %MACRO` bindings of an entry point refer to."""
-    import gin
-    found = []
-    for param in inspect.signature(fn).parameters:
-        try:
-            value = gin.query_parameter(f"{name}.{param}")
-        except ValueError:
-            continue
-        selector = getattr(value, "scoped_selector", "")
-        if selector.endswith("/gin.macro"):
-            found.append(selector.split("/")[0])
-    return found
-
-
-def _macro_chain(name: str) -> list[str]:
-    """`name` and the macros it is bound to in turn (gin/eval.gin: CHECKPOINT_PATH -> MODEL_DIR)."""
-    import gin
-    chain = [name]
-    while _bound(f"%{chain[-1]}") and len(chain) < 10:
-        selector = getattr(gin.query_parameter(f"%{chain[-1]}"), "scoped_selector", "")
-        if not selector.endswith("/gin.macro"):
-            break
-        chain.append(selector.split("/")[0])
-    return chain
-
-
-def _macro_defined(name: str) -> bool:
-    """Bound to a value, directly or through other macros."""
-    return _bound(f"%{_macro_chain(name)[-1]}")
-
-
-def _bound(name: str) -> bool:
-    import gin
-    try:
-        gin.query_parameter(name)
-        return True
-    except ValueError:
-        return False
-
-
 def check_task_name(entry: str) -> None:
     """Looks up the task the entry point will run, so an unknown name fails before any work."""
     import gin
@@ -161,7 +119,7 @@ def check_task_name(entry: str) -> None:
 def model_from_run_unless_given(entry: str) -> None:
     """Without a model gin (no `model_config.preset`), `entry` reads the run's model_config.json."""
     import gin
-    if not _bound("model_config.preset"):
+    if not gin_checks.is_bound("model_config.preset"):
         gin.bind_parameter(f"{entry}.model", None)
 
 
@@ -170,5 +128,5 @@ def objective_from_training_config(entry: str = "eval") -> None:
     (and `t5lite embed` embeds) with, so the model is built and scored as during training;
     `<entry>.objective` given wins."""
     import gin
-    if _bound("train.objective") and not _bound(f"{entry}.objective"):
+    if gin_checks.is_bound("train.objective") and not gin_checks.is_bound(f"{entry}.objective"):
         gin.bind_parameter(f"{entry}.objective", gin.query_parameter("train.objective"))

@@ -176,14 +176,14 @@ def _shipped_sweeps(search_paths: Sequence[str]) -> list[str]:
 def _check_given(files: Sequence[str]) -> None:
     """Names the sweep settings and macros no file or flag gave, and where to give them: gin's own error
     names neither the file nor the flag."""
-    from t5lite.cli.gin_flags import _bound, _macro_defined, _referenced_macros
+    from t5lite.gin_checks import is_bound, macro_defined, referenced_macros
     where = f"--gin_file {', '.join(files)}"
     missing = [f"sweep.{param.name}" for param in inspect.signature(sweep).parameters.values()
-               if param.default is gin.REQUIRED and not _bound(f"sweep.{param.name}")]
+               if param.default is gin.REQUIRED and not is_bound(f"sweep.{param.name}")]
     if missing:
         raise ConfigError(f"{where} binds no {', '.join(missing)}: a sweep file binds sweep.name, sweep.cells and "
                           "sweep.tasks and includes 'configs/sweeps/scales.gin' (see configs/sweeps/*.gin)")
-    undefined = [name for name in _referenced_macros("sweep", sweep) if not _macro_defined(name)]
+    undefined = [name for name in referenced_macros("sweep", sweep) if not macro_defined(name)]
     if undefined:
         raise ConfigError(f"{where} uses gin macro(s) {', '.join(undefined)} that nothing sets: pass "
                           + " ".join(f"--gin.{name}=..." for name in undefined))
