@@ -20,7 +20,6 @@ Michel et al.'s score over all layers, with the same masks kept through training
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Callable, Iterable
 
@@ -31,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.traverse_util import flatten_dict, unflatten_dict
 
+from t5lite import finite
 from t5lite.errors import ConfigError
 from t5lite.models.layers import HEAD_GATES
 from t5lite.run_layout import RunDir
@@ -109,13 +109,13 @@ def sparsity(params) -> dict:
 
 def write_sparsity(model_dir: str, report: dict) -> None:
     with RunDir(model_dir).sparsity.open("w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
+        finite.dump(finite.null_non_finite(report), f, indent=1)
 
 
 def write_head_pruning(model_dir: str, record: list[dict]) -> None:
     """`HeadPruning`'s rounds: each one's head importance and the heads pruned after it."""
     with RunDir(model_dir).head_pruning.open("w", encoding="utf-8") as f:
-        json.dump({"rounds": record}, f, indent=1)
+        finite.dump(finite.null_non_finite({"rounds": record}), f, indent=1)   # a diverged score: null
 
 
 @gin.configurable
