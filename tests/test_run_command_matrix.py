@@ -50,8 +50,8 @@ def _train_lora(model_dir, base, capsys=None) -> str:
 def runs(tmp_path_factory):
     """A random BERT (bert_tiny's shape, with pooler and NSP head) imported from Hugging Face, a
     LoRA-with-head run on it, and its merged copy."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch", reason="the reference model is Hugging Face PyTorch (extras 'hf')")
+    transformers = pytest.importorskip("transformers", reason="the reference model is Hugging Face's (extras 'hf')")
     root = tmp_path_factory.mktemp("matrix")
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=2176, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -78,9 +78,9 @@ TOKENS = np.random.default_rng(0).integers(3, 2000, size=(2, 12)).astype(np.int3
 
 
 def test_peft_head_run_exports_as_peft_seq_cls_with_the_same_logits(runs, tmp_path, capsys):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
+    torch = pytest.importorskip("torch", reason="the reference model is Hugging Face PyTorch (extras 'hf')")
+    transformers = pytest.importorskip("transformers", reason="the reference model is Hugging Face's (extras 'hf')")
+    peft = pytest.importorskip("peft", reason="peft loads the exported adapter (extras 'test')")
     out = tmp_path / "hf"
     code, err = run_cli(["convert", "--to_hf", runs["lora_head"], "--out", out], capsys)
     assert code == 0, err

@@ -179,7 +179,6 @@ def _assert_a_rerun_finishes_every_cell(gin_file, out):
     assert all(len(cell["seeds"]) == 2 and not cell["errors"] for cell in report["cells"].values())
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent-death signal is Linux's")
 def test_kill_9_of_the_sweep_alone_takes_its_running_train_with_it(tmp_path):
     """No orphan goes on training and holding its run's lock, so the rerun finishes that cell."""
     gin_file, out = write_sweep(tmp_path), tmp_path / "out"
