@@ -247,12 +247,13 @@ def test_infer_writes_output_file_and_warns_about_truncated_inputs(tmp_path, cap
     with caplog.at_level(logging.WARNING):
         cli.main(["infer", "--gin_file=configs/local/t5_tiny_finetune_sst2.gin",
                   f"--gin.CHECKPOINT_PATH='{tmp_path / 'run'}'", "--gin.infer.max_input_length=8",
-                  "--gin.infer.max_decode_length=2", "--output", str(out),
-                  "short", "a much longer input than eight tokens, surely"])
+                  "--gin.infer.max_decode_length=2", "--gin.infer.batch_size=1", "--output", str(out),
+                  "short", "a much longer input than eight tokens, surely", "another input longer than eight tokens"])
     assert [json.loads(line)["input"] for line in out.read_text().splitlines()] == [
-        "short", "a much longer input than eight tokens, surely"]
+        "short", "a much longer input than eight tokens, surely", "another input longer than eight tokens"]
     warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
-    assert len(warnings) == 1 and warnings[0].startswith("input 1 is ") and "max_input_length=8" in warnings[0]
+    assert warnings == ["2 of 3 inputs are longer than infer.max_input_length=8 tokens (with EOS): truncated to their "
+                        "first 8 tokens (input 1, 2); raise infer.max_input_length to decode more of them"]
 
 
 def test_unwritable_eval_output_dir_fails_before_evaluating(capsys, tmp_path):

@@ -200,3 +200,40 @@ def test_objectives_add_their_heads_and_refuse_other_models():
         MlmObjective().build_model(models.get_config("electra_tiny"))
     with pytest.raises(ValueError, match="span_boundary_head"):
         models.get_config("t5_tiny", span_boundary_head=True)
+
+
+def test_mlm_nsp_evaluation_is_the_split_mean_of_numpys_cross_entropy_without_dropout():
+    """A pre-training run with `eval_every` evaluates its objective's own loss: MLM's cross entropy and
+    accuracy over every masked token of the split and NSP's over every pair (a short last batch counts its
+    real pairs only), the model without dropout; the reference is numpy's over each row's logits."""
+    from t5lite.data import catalog, converter_registry
+    task = catalog.get_task_or_mixture("embedded_docs_bert_nsp_mlm")
+    lengths, objective = {"inputs": 32}, MlmNspObjective()
+    config = models.get_config("bert_tiny", vocab_size=2176, dropout_rate=0.3)
+    module = objective.build_model(config)
+    ones = jnp.ones((1, 32), jnp.int32)
+    params = module.init(jax.random.key(1), encoder_input_tokens=ones, token_type_ids=ones,
+                         method="pretraining_logits")["params"]
+    (evaluator,) = objective.evaluators(task, "validation", lengths, batch_size=2, max_examples=5).values()
+    result = evaluator.evaluate(module, params)
+
+    examples = list(task.get_dataset("validation", lengths))[:5]
+    rows = list(converter_registry.get_feature_converter("encoder_nsp").convert(examples, lengths))
+    forward = jax.jit(lambda tokens, types: module.apply({"params": params}, encoder_input_tokens=tokens,
+                                                         token_type_ids=types, method="pretraining_logits"))
+    mlm, pairs = [], []
+    for row in rows:
+        logits = forward(row["encoder_input_tokens"][None], row["token_type_ids"][None])
+        log_p = scipy.special.log_softmax(np.asarray(logits["mlm"][0], np.float64), axis=-1)
+        for position in np.flatnonzero(row["encoder_loss_weights"]):
+            target = row["encoder_target_tokens"][position]
+            mlm.append((-log_p[position, target], log_p[position].argmax() == target))
+        log_q = scipy.special.log_softmax(np.asarray(logits["sentence"][0], np.float64))
+        label = int(np.reshape(row["next_sentence_label"], -1)[0])
+        pairs.append((-log_q[label], log_q.argmax() == label))
+    assert len(rows) == 5 and mlm
+    expected = {"mlm_loss": np.mean([l for l, _ in mlm]), "mlm_accuracy": np.mean([h for _, h in mlm]),
+                "nsp_loss": np.mean([l for l, _ in pairs]), "nsp_accuracy": np.mean([h for _, h in pairs])}
+    assert set(result.metrics) == set(expected)
+    for name, value in expected.items():
+        assert_close(result.metrics[name], value, rtol=1e-5)

@@ -1,5 +1,5 @@
 """`t5lite infer`'s encoding of free text: an encoder's input keeps its start and ends in EOS, a
-prompt to continue keeps its end; either cut is warned about."""
+prompt to continue keeps its end; the cuts are warned about once, with their count."""
 import logging
 
 import numpy as np
@@ -15,18 +15,17 @@ class ByteVocab:
         return [b + 3 for b in text.encode()]
 
 
-def test_truncated_inputs_are_warned_about_by_index_and_lengths(caplog):
-    texts = ["short", "exactly 7", "a much longer input text"]
+def test_truncated_inputs_are_warned_about_once_with_their_count(caplog):
+    texts = ["short", "a much longer input text", "exactly 7", "another long input"]
     with caplog.at_level(logging.WARNING, logger="t5lite.infer.predict"):
-        rows, lengths = encode_texts(ByteVocab(), texts, max_length=10, multiple=4, first_index=16)
-    long_length = len(texts[2].encode()) + 1  # + EOS
+        rows, lengths = encode_texts(ByteVocab(), texts, max_length=10, multiple=4)
     assert [r.getMessage() for r in caplog.records] == [
-        f"input 18 is {long_length} tokens (with EOS), longer than infer.max_input_length=10: truncated to its "
-        "first 10 tokens"]
-    np.testing.assert_array_equal(rows[2], [b + 3 for b in texts[2].encode()[:9]] + [1])
-    np.testing.assert_array_equal(rows[1], [b + 3 for b in texts[1].encode()] + [1])  # 9 + EOS fits exactly
+        "2 of 4 inputs are longer than infer.max_input_length=10 tokens (with EOS): truncated to their first 10 "
+        "tokens (input 1, 3); raise infer.max_input_length to decode more of them"]
+    np.testing.assert_array_equal(rows[1], [b + 3 for b in texts[1].encode()[:9]] + [1])
+    np.testing.assert_array_equal(rows[2], [b + 3 for b in texts[2].encode()] + [1])  # 9 + EOS fits exactly
     np.testing.assert_array_equal(rows[0], [b + 3 for b in texts[0].encode()] + [1] + [0] * 4)  # one EOS, then pad
-    np.testing.assert_array_equal(lengths, [6, 10, 10])
+    np.testing.assert_array_equal(lengths, [6, 10, 10, 10])
 
 
 def test_prompts_keep_their_end_without_eos_padded_with_the_pad_id(caplog):
@@ -34,7 +33,8 @@ def test_prompts_keep_their_end_without_eos_padded_with_the_pad_id(caplog):
     with caplog.at_level(logging.WARNING, logger="t5lite.infer.predict"):
         rows, lengths = encode_texts(ByteVocab(), texts, max_length=8, append_eos=False, pad_id=1, multiple=4)
     assert [r.getMessage() for r in caplog.records] == [
-        "input 1 is 13 tokens, longer than infer.max_input_length=8: truncated to its last 8 tokens"]
+        "1 of 2 inputs are longer than infer.max_input_length=8 tokens: truncated to their last 8 tokens (input 1); "
+        "raise infer.max_input_length to decode more of them"]
     np.testing.assert_array_equal(rows, [[b + 3 for b in b"abc"] + [1] * 5, [b + 3 for b in b"g prompt"]])
     np.testing.assert_array_equal(lengths, [3, 8])
 

@@ -37,7 +37,6 @@ from t5lite.models.sentence import BiEncoder
 from t5lite.run_layout import RunDir
 
 BUCKET = 16   # batches are padded to a multiple of this many tokens (few compiled shapes)
-SHOWN = 5     # input indices a warning lists before "..."
 
 log = logging.getLogger(__name__)
 
@@ -168,21 +167,14 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
         return embed_tokens(module, params, rows, batch_size, normalize)
 
 
-def _listed(indices: Sequence[int]) -> str:
-    """The first `SHOWN` input indices, then "..." if there are more."""
-    return ", ".join(map(str, indices[:SHOWN])) + (", ..." if len(indices) > SHOWN else "")
-
-
 def _warn_truncated(vocabulary, texts: Sequence[str], rows: Sequence[np.ndarray], max_length: int) -> None:
     """One warning for the texts cut to `max_length` tokens, as `t5lite infer` warns of its cuts: an
     embedding of a text's start is not one of the whole text. Only a full row can have been cut, so
     only those texts are encoded again to tell."""
     cut = [i for i, (text, row) in enumerate(zip(texts, rows))
            if len(row) == max_length and len(vocabulary.encode(text)) + 2 > max_length]
-    if cut:
-        log.warning("%d of %d inputs are longer than embed.max_length=%d tokens (with [CLS] and [SEP]): truncated to "
-                    "their first %d tokens (input %s); raise embed.max_length to embed more of them", len(cut),
-                    len(texts), max_length, max_length, _listed(cut))
+    predict.warn_truncated(log, cut, len(texts), f"embed.max_length={max_length} tokens (with [CLS] and [SEP])",
+                           f"first {max_length} tokens", "raise embed.max_length to embed more of them")
 
 
 def _pooled_word_vectors(vectors: WordVectors, texts: Sequence[str], pooling: str, normalize: bool) -> np.ndarray:
@@ -191,7 +183,7 @@ def _pooled_word_vectors(vectors: WordVectors, texts: Sequence[str], pooling: st
     unknown = [i for i, found in enumerate(rows) if not found]
     if unknown:
         log.warning("%d of %d inputs have no word the vectors know (input %s): their embeddings are zeros",
-                    len(unknown), len(texts), _listed(unknown))
+                    len(unknown), len(texts), predict.listed(unknown))
     return _pooled([vectors.vectors[found] for found in rows], pooling, normalize, vectors.vectors.shape[1])
 
 

@@ -90,11 +90,10 @@ NO_DECODER = ("an encoder has no decoder to generate or score text; evaluate it 
 
 
 def scores_text(objective) -> bool:
-    """Whether `objective` (None: text-to-text) evaluates with the text-to-text `Evaluator`: it (or
-    the objective a distillation trains) keeps `t5lite.objectives.base.Objective`'s evaluators (a
-    higher floor: named, not imported)."""
+    """Whether `objective` (None: text-to-text) evaluates with the text-to-text `Evaluator`: its (or
+    the objective a distillation trains) `produces_text` (t5lite.objectives.base.Objective)."""
     inner = getattr(objective, "objective", objective)
-    return inner is None or type(inner).evaluators.__qualname__ == "Objective.evaluators"
+    return inner is None or inner.produces_text
 
 
 def text_forward_flops(config, input_lengths: Sequence[int], output_lengths: Sequence[int]) -> float:

@@ -37,6 +37,7 @@ from t5lite.run_layout import RunDir
 log = logging.getLogger(__name__)
 
 METHODS = ("greedy", "beam", "sample")
+SHOWN = 5     # input indices a warning lists before "..."
 
 
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
@@ -139,24 +140,48 @@ def decoded_lengths(tokens: np.ndarray, eos_id: int) -> np.ndarray:
     return np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, tokens.shape[1]).astype(np.int32)
 
 
-def encode_texts(vocabulary, texts: Sequence[str], max_length: int, *, append_eos: bool = True, pad_id: int = 0,
-                 multiple: int = 16, first_index: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """([n, width] token rows padded with `pad_id`, [n] lengths); width rounds up to `multiple`
-    so similar inputs share a compile.
+def listed(indices: Sequence[int]) -> str:
+    """The first `SHOWN` input indices, then "..." if there are more."""
+    return ", ".join(map(str, indices[:SHOWN])) + (", ..." if len(indices) > SHOWN else "")
 
-    With `append_eos` (an encoder's input) a text is EOS-terminated and a long one keeps its
-    first `max_length` tokens; without (a prompt to continue) it keeps its last ones. Either cut
-    is warned about, naming the input's index (counted from `first_index`) and both lengths."""
+
+def warn_truncated(logger: logging.Logger, cut: Sequence[int], total: int, limit: str, kept: str, fix: str) -> None:
+    """One warning for all the inputs a command cut to its length `limit` (how many, and the first
+    indices), not one per input: a result on a text's start is not one on the whole text."""
+    if cut:
+        logger.warning("%d of %d inputs are longer than %s: truncated to their %s (input %s); %s", len(cut), total,
+                       limit, kept, listed(cut), fix)
+
+
+def fitted_ids(vocabulary, texts: Sequence[str], max_length: int, *, append_eos: bool = True) -> list[list[int]]:
+    """Each text's token ids, at most `max_length`: with `append_eos` (an encoder's input) a text is
+    EOS-terminated and a long one keeps its first tokens; without (a prompt to continue) its last
+    ones. The cuts are warned about once (`warn_truncated`)."""
     eos = getattr(vocabulary, "eos_id", vocab_lib.EOS_ID)
-    rows = []
-    for index, text in enumerate(texts, first_index):
+    rows, cut = [], []
+    for index, text in enumerate(texts):
         ids = list(vocabulary.encode(text)) + ([eos] if append_eos else [])
         if len(ids) > max_length:
-            kept = "first" if append_eos else "last"
-            log.warning("input %d is %d tokens%s, longer than infer.max_input_length=%d: truncated to its %s %d "
-                        "tokens", index, len(ids), " (with EOS)" if append_eos else "", max_length, kept, max_length)
+            cut.append(index)
             ids = ids[:max_length - 1] + [eos] if append_eos else ids[len(ids) - max_length:]
         rows.append(ids)
+    counted = " (with EOS)" if append_eos else ""
+    warn_truncated(log, cut, len(texts), f"infer.max_input_length={max_length} tokens{counted}",
+                   f"{'first' if append_eos else 'last'} {max_length} tokens",
+                   "raise infer.max_input_length to decode more of them")
+    return rows
+
+
+def encode_texts(vocabulary, texts: Sequence[str], max_length: int, *, append_eos: bool = True, pad_id: int = 0,
+                 multiple: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """The texts' `fitted_ids`, padded (`padded_ids`)."""
+    return padded_ids(fitted_ids(vocabulary, texts, max_length, append_eos=append_eos), max_length, pad_id, multiple)
+
+
+def padded_ids(rows: Sequence[Sequence[int]], max_length: int, pad_id: int = 0,
+               multiple: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """([n, width] token rows padded with `pad_id`, [n] lengths); width rounds up to `multiple`
+    so similar inputs share a compile."""
     width = max(1, min(max_length, -(-max(map(len, rows)) // multiple) * multiple))
     out = np.full((len(rows), width), pad_id, np.int32)
     for out_row, ids in zip(out, rows):
@@ -234,16 +259,19 @@ class Predictor:
         return tokens[:batch], lengths[:batch], scores[:batch]
 
 
-def prompt_features(config: ModelConfig, vocabulary, texts: Sequence[str], max_length: int,
-                    first_index: int = 0) -> dict[str, np.ndarray]:
-    """Texts as the family's inputs: EOS-terminated encoder tokens, or prompts with their lengths."""
+def reads_encoder_inputs(config: ModelConfig) -> bool:
+    """Whether the model reads a text as encoder input (an encoder-decoder) rather than as a prompt
+    to continue (decoder-only); an encoder, which generates nothing, is refused."""
     if config.arch == "encoder":
         raise ConfigError("t5lite infer generates text: it needs a model with a decoder (decoder-only or "
                           "encoder-decoder), not an encoder")
-    encoder = config.arch == "encoder_decoder"
-    tokens, lengths = encode_texts(vocabulary, texts, max_length, append_eos=encoder, pad_id=config.pad_token_id,
-                                   first_index=first_index)
-    if encoder:
+    return config.arch == "encoder_decoder"
+
+
+def prompt_features(config: ModelConfig, rows: Sequence[Sequence[int]], max_length: int) -> dict[str, np.ndarray]:
+    """Token rows (`fitted_ids`) as the family's inputs: encoder tokens, or prompts with their lengths."""
+    tokens, lengths = padded_ids(rows, max_length, pad_id=config.pad_token_id)
+    if reads_encoder_inputs(config):
         return {"encoder_input_tokens": tokens}
     return {"decoder_prompt_tokens": tokens, "decoder_prompt_lengths": lengths}
 
@@ -283,11 +311,12 @@ def _records(predictor: Predictor, vocabulary, texts: list[str], max_input_lengt
              progress: bool, checkpoint: str) -> Iterator[dict]:
     """One record per text; a batch whose scores are not finite stops them, naming `checkpoint`."""
     config = predictor.module.config
+    rows = fitted_ids(vocabulary, texts, max_input_length, append_eos=reads_encoder_inputs(config))
     rng = jax.random.key(seed)
     with tqdm(total=len(texts), desc="infer", unit="input", disable=not progress) as bar:
         for start in range(0, len(texts), batch_size):
             chunk = texts[start:start + batch_size]
-            features = prompt_features(config, vocabulary, chunk, max_input_length, first_index=start)
+            features = prompt_features(config, rows[start:start + batch_size], max_input_length)
             rng, key = jax.random.split(rng)
             tokens, lengths, scores = predictor(features, key)
             finite.require_finite(scores, "scores", checkpoint)

@@ -71,6 +71,9 @@ def ratio_metrics(sums: Mapping[str, Any]) -> dict[str, Any]:
 class Objective:
     """The interface, and the default: token cross entropy over the model's logits (LM, MLM,
     sequence-to-sequence), weighted by the targets' loss weights (T5X's loss)."""
+    # Whether the model is scored on the text it generates (t5lite.infer.evaluation's `Evaluator`);
+    # an objective with evaluators of its own (a task head, a loss on held-out data) sets False.
+    produces_text = True
 
     def complete_config(self, config: ModelConfig) -> ModelConfig:
         """The run's model config with what only the objective knows filled in (word2vec's

@@ -22,6 +22,7 @@ from t5lite.models.config import ModelConfig
 from t5lite.models.heads import SpanBoundaryHead
 from t5lite.objectives import losses
 from t5lite.objectives.base import LossConfig, Objective, token_metrics
+from t5lite.objectives.heldout import LossEvaluator
 
 
 def _count(weights) -> jnp.ndarray:
@@ -32,8 +33,11 @@ def _count(weights) -> jnp.ndarray:
 
 @gin.configurable
 class MlmObjective(Objective):
-    """Masked LM alone (RoBERTa; BERT without NSP): cross entropy on the masked tokens."""
+    """Masked LM alone (RoBERTa; BERT without NSP): cross entropy on the masked tokens. Evaluated by
+    its own loss and accuracy on the split (t5lite.objectives.heldout): an encoder generates no text."""
     heads: Mapping[str, Any] = {}   # config fields of the pre-training heads this objective trains
+    converter = "encoder"           # the feature converter its training and evaluation read
+    produces_text = False
 
     def build_model(self, config: ModelConfig) -> nn.Module:
         """The encoder with this objective's heads added (NSP/SOP: pooler and sentence head; SBO)."""
@@ -44,8 +48,8 @@ class MlmObjective(Objective):
         return models.build(config.replace(**self.heads))
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss: LossConfig):
-        logits = module.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng},
-                              method="pretraining_logits")
+        logits = module.apply({"params": params}, **batch, enable_dropout=rng is not None,
+                              rngs={} if rng is None else {"dropout": rng}, method="pretraining_logits")
         targets, weights = batch["encoder_target_tokens"], batch["encoder_loss_weights"]
         token_loss, z = losses.cross_entropy(logits["mlm"], targets, 1.0, loss.z_loss, loss.label_smoothing)
         objective = jnp.sum(token_loss * losses.objective_weights(loss.normalizing_factor, weights,
@@ -60,6 +64,9 @@ class MlmObjective(Objective):
     def extra_loss(self, logits, batch, normalizers) -> tuple[Any, dict[str, Any]]:
         """The objective's other part (0 for MLM alone) and its metrics."""
         return 0.0, {}
+
+    def evaluators(self, task, split, task_feature_lengths, batch_size=32, data_dir=None, max_examples=None, **_):
+        return {task.name: LossEvaluator(self, task, split, task_feature_lengths, batch_size, data_dir, max_examples)}
 
 
 class _SentencePairObjective(MlmObjective):
@@ -83,13 +90,13 @@ class _SentencePairObjective(MlmObjective):
 @gin.configurable
 class MlmNspObjective(_SentencePairObjective):
     """BERT: MLM + next sentence prediction (`next_sentence_label` 1: B is from another document)."""
-    label, prefix = "next_sentence_label", "nsp"
+    label, prefix, converter = "next_sentence_label", "nsp", "encoder_nsp"
 
 
 @gin.configurable
 class MlmSopObjective(_SentencePairObjective):
     """ALBERT: MLM + sentence order prediction (`sentence_order_label` 1: A and B swapped); same head."""
-    label, prefix = "sentence_order_label", "sop"
+    label, prefix, converter = "sentence_order_label", "sop", "encoder_sop"
 
 
 @gin.configurable
@@ -97,6 +104,7 @@ class MlmSboObjective(MlmObjective):
     """SpanBERT: MLM + the span boundary objective on every masked token within the SBO head's
     `max_span_length` first tokens of its span, each predicted from the span's boundary states."""
     heads = {"span_boundary_head": True}
+    converter = "encoder_sbo"
 
     @staticmethod
     def _weights(batch):

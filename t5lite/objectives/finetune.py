@@ -44,6 +44,7 @@ class HeadObjective(Objective):
     """What the task-head objectives share: the model inputs, per-example normalising, the graft."""
     labels: tuple[str, ...] = ()      # the label features of the batch
     pooling: str | None = None        # what the head reads (see WithHead)
+    produces_text = False
 
     def head(self, config: ModelConfig):
         raise NotImplementedError

@@ -96,6 +96,7 @@ def lm_token_losses(logits, tokens, direction: str):
 
 class _WordObjective(Objective):
     """The word-level models read t5lite.data.word_vocab ids, not the task's subword ids."""
+    produces_text = False
 
     def embedding_rows(self, config):
         return None

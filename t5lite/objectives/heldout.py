@@ -1,0 +1,58 @@
+"""Held-out evaluation of a pre-training objective by its own loss (MLM, MLM + NSP/SOP/SBO): a
+split's examples converted as training converts them and run through the objective's
+`loss_and_metrics` without dropout, z-loss or label smoothing, so the evaluation's `mlm_loss` is the
+plain cross entropy over the masked tokens and `mlm_accuracy` the share predicted right.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import jax
+import numpy as np
+
+from t5lite.data import converter_registry, converters
+from t5lite.errors import DataError
+from t5lite.infer.evaluation import EvalResult
+from t5lite.models import flops
+from t5lite.objectives.base import LossConfig
+
+PLAIN = LossConfig(z_loss=0.0)
+
+
+def converted_rows(converter: str, task, split: str, task_feature_lengths, data_dir=None,
+                   max_examples=None) -> list[dict]:
+    """The first `max_examples` examples of `split` as the named feature converter's rows; a split
+    with no example is refused, since there would be nothing to score."""
+    examples = list(itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir), max_examples))
+    if not examples:
+        raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
+    return list(converter_registry.get_feature_converter(converter).convert(examples, task_feature_lengths))
+
+
+class LossEvaluator:
+    """Each `(sum, count)` metric of the objective (z-loss aside) as its ratio over the split; FLOPs:
+    the model's forward at each row's real tokens. The last batch is left short rather than filled,
+    so that a per-row count (NSP's pairs) counts real rows only."""
+
+    def __init__(self, objective, task, split: str, task_feature_lengths, batch_size: int = 32, data_dir=None,
+                 max_examples=None):
+        self.objective = objective
+        rows = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir, max_examples)
+        self.lengths = [int(np.count_nonzero(row["encoder_input_tokens"])) for row in rows]
+        self.batches = [{k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}
+                        for b in converters.batch(rows, batch_size, drop_remainder=False)]
+
+    def evaluate(self, module, params) -> EvalResult:
+        sums = [jax.device_get(_loss_sums(self.objective, module, params, b)) for b in self.batches]
+        totals = {k: [sum(float(s[k][i]) for s in sums) for i in (0, 1)] for k in sums[0]}
+        scores = {k: num / den if den else math.nan for k, (num, den) in totals.items()}
+        done = sum(flops.forward_flops_per_example(module.config, n) for n in self.lengths)
+        return EvalResult(scores, [], flops=done)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _loss_sums(objective, module, params, batch):
+    _, metrics = objective.loss_and_metrics(module, params, batch, None, objective.normalizers(batch, PLAIN), PLAIN)
+    return {k: v for k, v in metrics.items() if isinstance(v, tuple) and not k.endswith("z_loss")}
