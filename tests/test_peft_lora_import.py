@@ -216,3 +216,89 @@ def test_t5lite_train_continues_an_imported_lora(tmp_path, micro_config):
     # moved from the imported values by two small steps (not re-initialised: B stays far from zero)
     for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(imported)):
         assert not np.array_equal(a, b) and np.allclose(a, b, atol=0.2)
+
+
+LABELS = 3
+
+
+def _seq_cls_adapter(tmp_path, modules_to_save=None):
+    """(base folder, peft SEQ_CLS model with random B and a trained classifier (and pooler, when
+    saved), input ids, adapter folder) of a tiny BertForSequenceClassification."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=40, num_labels=LABELS)
+    model = transformers.BertForSequenceClassification(config).eval()
+    model.save_pretrained(str(tmp_path / "base"))
+    lora_config = peft.LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"],
+                                  rank_pattern={"layer.1.attention.self.value": 2},
+                                  modules_to_save=list(modules_to_save or []) or None)   # peft extends it
+    peft_model = peft.get_peft_model(model, lora_config).eval()
+    nonzero_lora_b(peft_model)
+    with torch.no_grad():   # the saved modules as training leaves them: not the base's
+        for name, p in peft_model.named_parameters():
+            if "modules_to_save.default" in name:
+                p.add_(torch.randn_like(p))
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    ids = np.random.RandomState(4).randint(3, V, (2, 11))
+    return str(tmp_path / "base"), peft_model, ids, str(tmp_path / "adapter")
+
+
+def _classifier_logits(run: str, ids) -> np.ndarray:
+    """A PEFT run's logits as t5lite's classifier on the pooler computes them (eval's model and
+    params: predict.load_params less its vocabulary check, the tiny model's 97 rows being no task's)."""
+    from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
+    from t5lite.objectives.finetune import ClassificationObjective
+    config = predict.model_config_of(run, None)
+    module = ClassificationObjective(num_labels=LABELS, pooling="pooler").build_model(config)
+    params = peft_checkpoint.restore_merged(checkpoint_reader.step_directory(run), run, peft_checkpoint.read(run),
+                                            predict.abstract_params(config, None, module))
+    return np.asarray(module.apply({"params": params}, encoder_input_tokens=jnp.asarray(ids),
+                                   token_type_ids=jnp.zeros(ids.shape, jnp.int32)))
+
+
+@pytest.mark.parametrize("saved", [None, ["pooler"]])
+def test_imported_seq_cls_lora_is_a_head_run_with_peft_logits(saved, tmp_path):
+    """A peft SEQ_CLS LoRA (its classifier, and the pooler when named, in modules_to_save) imports
+    as a PEFT run of a task-head model: the base by path and fingerprint, A and B kept, the saved
+    modules trained head parameters; its logits are peft's."""
+    from t5lite.infer import checkpoint_reader, peft_checkpoint
+    base_dir, peft_model, ids, adapter_dir = _seq_cls_adapter(tmp_path, saved)
+    run = str(tmp_path / "run")
+    cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", run])
+    record = peft_checkpoint.read(run)
+    _, variables = hf.load(base_dir)
+    assert record["base_fingerprint"] == peft_checkpoint.fingerprint(variables["params"])
+    method = peft_checkpoint.method_of(record)
+    assert method.modules_to_save == ("head",) + tuple(saved or ())
+    trained = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(run))
+    assert set(trained["params"]) == ({"head", "backbone"} if saved else {"head"}) and set(trained["lora"]) == {
+        "backbone"}
+    assert_close(_classifier_logits(run, ids), _torch_logits(peft_model, dict(input_ids=ids)), RTOL)
+
+
+def _adapter_tensors(folder) -> dict:
+    from safetensors.numpy import load_file
+    return load_file(str(folder / adapter_lib.ADAPTER_WEIGHTS))
+
+
+def test_seq_cls_lora_export_import_export_keeps_the_tensors(tmp_path):
+    """t5lite export -> import -> export of a SEQ_CLS LoRA run gives the same adapter tensors and
+    config, and peft's logits on the export are the original adapter's."""
+    base_dir, peft_model, ids, adapter_dir = _seq_cls_adapter(tmp_path, ["pooler"])
+    cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", str(tmp_path / "run")])
+    cli.main(["convert", "--to_hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf1")])
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf1" / "base"), "--peft_adapter", str(tmp_path / "hf1" / "adapter"),
+              "--out", str(tmp_path / "run2")])
+    cli.main(["convert", "--to_hf", str(tmp_path / "run2"), "--out", str(tmp_path / "hf2")])
+    first, second = _adapter_tensors(tmp_path / "hf1" / "adapter"), _adapter_tensors(tmp_path / "hf2" / "adapter")
+    assert first.keys() == second.keys() and any(k.endswith("bert.pooler.dense.weight") for k in first)
+    for key in first:
+        np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+    configs = [json.loads((tmp_path / d / "adapter" / adapter_lib.ADAPTER_CONFIG).read_text()) for d in ("hf1", "hf2")]
+    assert [{k: v for k, v in c.items() if k != "base_model_name_or_path"} for c in configs] == [
+        {k: v for k, v in configs[0].items() if k != "base_model_name_or_path"}] * 2
+    assert configs[0]["task_type"] == "SEQ_CLS" and set(configs[0]["modules_to_save"]) == {"classifier", "pooler"}
+    base = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path / "hf1" / "base"),
+                                                                      num_labels=LABELS)
+    loaded = peft.PeftModel.from_pretrained(base, str(tmp_path / "hf1" / "adapter")).eval()
+    assert_close(_torch_logits(loaded, dict(input_ids=ids)), _torch_logits(peft_model, dict(input_ids=ids)), RTOL)

@@ -115,16 +115,26 @@ def peft_run_from_hf(hf_dir: str, out_dir: str, adapter_dir: str) -> ModelConfig
     """A peft adapter folder as a PEFT run, as training would write it: the imported base in
     `OUT/base`, and OUT holding the adapter's parameters (step 0: LoRA's A, B, a prefix or a
     prompt) with `peft.json` naming that base, so it trains further, evaluates, and goes back out
-    with `convert --to_hf`; `convert --merge` merges a LoRA into a full checkpoint."""
+    with `convert --to_hf`; `convert --merge` merges a LoRA into a full checkpoint. A LoRA of a
+    sequence classifier is a run of a task-head model (LoRA of its backbone, the classifier its
+    trained head), whose `config.gin` names the objective: a classifier on the pooler."""
     from t5lite.infer import peft_checkpoint
     from t5lite.interop import hf
     base_dir = os.path.join(out_dir, "base")
     module, variables = hf.load(hf_dir)
     method, trained = hf.load_adapter(adapter_dir, module)   # read (and checked) before OUT is written
+    with_head = peft_checkpoint.trained_with_head(trained)
     _write_run(module, variables, base_dir, {"converted_from": os.path.abspath(hf_dir)})
     vocab_lib.record_tokenizer(base_dir, hf_dir)
     _write_run(module, {"params": trained}, out_dir, {"peft_adapter": os.path.abspath(adapter_dir)})
-    peft_checkpoint.check_or_record(out_dir, method, base_dir, variables["params"], resuming=False)
+    base = {"backbone": variables["params"], "head": None} if with_head else variables["params"]
+    peft_checkpoint.check_or_record(out_dir, method, base_dir, base, resuming=False)
+    if with_head:
+        labels = trained["params"]["head"]["classifier"]["bias"].shape[0]
+        RunDir(out_dir).config_gin.write_text("# a sequence classifier on BERT's pooler, imported from peft\n"
+                                              "train.objective = @ClassificationObjective()\n"
+                                              f"ClassificationObjective.num_labels = {labels}\n"
+                                              "ClassificationObjective.pooling = 'pooler'\n")
     vocab_lib.record_tokenizer(out_dir, hf_dir)
     return module.config
 

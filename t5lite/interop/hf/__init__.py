@@ -154,7 +154,12 @@ def load(path: str, adapter: str | None = None, **config_overrides) -> tuple[nn.
                  unused)
     params = unflatten_dict({tuple(k.split("/")): jnp.asarray(v) for k, v in flat.items()})
     if adapter is not None:
-        method, trained = adapter_lib.from_peft(rules, *adapter_lib.read(adapter), shapes, where=adapter)
+        method, trained = adapter_lib.from_peft(rules, *adapter_lib.read(adapter), shapes, where=adapter,
+                                                model_type=model_type)
+        if "head" in trained["params"]:
+            raise HFConversionError(f"{adapter}: the adapter trains a classification head (modules_to_save), which a "
+                                    "model without a head has no place for; import it as a run with `t5lite convert "
+                                    "--from_hf BASE --peft_adapter DIR --out RUN`")
         params = method.combine(params, trained)
     config = config.replace(**config_overrides)
     if config.scan_layers:
@@ -192,12 +197,14 @@ def save(module_or_config: nn.Module | ModelConfig, variables: dict, out_dir: st
 
 def load_adapter(path: str, module: nn.Module):
     """A peft LoRA, prefix- or prompt-tuning folder for `module`'s (looped) params -> (the method, trained
-    tree); `method.combine(params, trained)` applies it."""
+    tree); `method.combine(params, trained)` applies it. A LoRA of a sequence classifier (peft's
+    SEQ_CLS, its classifier in modules_to_save) is one of a task-head model, `{"backbone": params,
+    "head": ...}` (adapter.from_peft)."""
     config = module.config
     if config.scan_layers:
         raise HFConversionError(f"{path}: load the adapter onto a looped model (scan_layers=False), then scan")
     return adapter_lib.from_peft(_family_of(config).rules(config), *adapter_lib.read(path),
-                                 _param_shapes(module), where=path)
+                                 _param_shapes(module), where=path, model_type=model_type_of(config))
 
 
 def save_adapter(module_or_config: nn.Module | ModelConfig, method, trained: dict, out_dir: str,

@@ -9,6 +9,11 @@ B [r, n, *out] = lora_B.weight.T (GPT-2's c_attn: n = 3, query | key | value).
 A peft prompt-tuning folder (peft_type PROMPT_TUNING) holds `prompt_embeddings` [n, d], t5lite's
 `params/<stack>/prompt`; t5lite prompts one stack, so peft's `num_transformer_submodules` is 1.
 A prefix-tuning folder (PREFIX_TUNING) holds the same name for the prefix rows [n, layers * 2 * d].
+
+A LoRA of a sequence classifier (peft's task_type SEQ_CLS) also saves its `modules_to_save`: BERT's
+`classifier` (a dense on the pooler, t5lite's ClassificationObjective(pooling='pooler') head) and,
+when named, the pooler. They are t5lite's trained `head` and `backbone/pooler`, beside the LoRA of
+the backbone; any other module saved is a part of the base a PEFT run keeps frozen, and refused.
 """
 from __future__ import annotations
 
@@ -59,8 +64,9 @@ LORA_HONOURED = _METADATA | {
     "target_modules", "exclude_modules", "layers_to_transform", "layers_pattern", "fan_in_fan_out",
     "init_lora_weights",   # but for _BASE_REWRITING_INITS
     "eva_config", "loftq_config", "corda_config", "lora_ga_config",   # their inits' settings
-    "qalora_group_size", "megatron_core", "ensure_weight_tying"}   # settings of refused fields
-LORA_REFUSED = {"bias": "none", "use_dora": False, "modules_to_save": None, "megatron_config": None,
+    "qalora_group_size", "megatron_core", "ensure_weight_tying",   # settings of refused fields
+    "modules_to_save"}   # a sequence classifier's head only (_seq_cls_head)
+LORA_REFUSED = {"bias": "none", "use_dora": False, "megatron_config": None,
                 "trainable_token_indices": None, "velora_config": None, "alora_invocation_tokens": None,
                 "use_qalora": False, "monteclora_config": None, "layer_replication": None, "target_parameters": None,
                 "use_bdlora": None, "arrow_config": None, "kasa_config": None}
@@ -94,13 +100,16 @@ def _peft_pattern(pattern: dict, name: str, default):
 
 
 def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.ndarray],
-              shapes: dict[str, tuple[int, ...]], where: str = "adapter") -> tuple[peft.Method, dict]:
+              shapes: dict[str, tuple[int, ...]], where: str = "adapter",
+              model_type: str = "") -> tuple[peft.Method, dict]:
     """(the method, the trained tree: {"params": {}, "lora": ...} for LoRA, {"params": {<stack>:
     {"prompt": ...}}} for prompt tuning, {"params": {}, "prefix": ...} for prefix tuning) of a peft
     adapter folder's contents. A LoRA keeps peft's per-module ranks and alphas (rank_pattern,
     alpha_pattern: t5lite patterns of the exact module paths), its B biases (lora_bias) and which
     modules it adapts (target_modules: t5lite's names when every module of those names has one,
-    else a regex of the exact paths, as layers_to_transform or a regex target_modules give)."""
+    else a regex of the exact paths, as layers_to_transform or a regex target_modules give). A
+    LoRA of a sequence classifier (`model_type` the base's) is a task-head model's: {"params":
+    {"head": ..., maybe "backbone": {"pooler": ...}}, "lora": {"backbone": ...}} (_seq_cls_head)."""
     if adapter_config.get("peft_type") == "PROMPT_TUNING":
         _check_fields(adapter_config, PROMPT_HONOURED, PROMPT_REFUSED, where)
         return _prompt_from_peft(adapter_config, tensors, shapes, where)
@@ -117,6 +126,8 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
                                 "the adapter; convert it to a plain LoRA with peft's save_pretrained(..., "
                                 "path_initial_model_for_weight_conversion=...) and import that")
     r, alpha = _rank_and_alpha(adapter_config, where)
+    head, saved = _seq_cls_head(rules, adapter_config, tensors, shapes, model_type, where)
+    root = ("backbone",) if head else ()   # a task-head model's LoRA adapts its backbone
     modules = lora_modules(rules)
     lora, sites, rank_pattern, alpha_pattern = {}, [], [], []
     names = sorted({k[len(PREFIX):].rsplit(".lora_", 1)[0] for k in tensors if ".lora_A." in k})
@@ -132,7 +143,7 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
         if rank != int(_peft_pattern(adapter_config.get("rank_pattern"), name, r)):
             raise HFConversionError(f"{where}: {name}.lora_A has rank {rank}, but r and rank_pattern give it "
                                     f"{_peft_pattern(adapter_config.get('rank_pattern'), name, r)}; {RESAVE}")
-        path = parent + ("+".join(dense_names),)
+        path = root + parent + ("+".join(dense_names),)
         if rank != r:
             rank_pattern.append((re.escape("/".join(path)), rank))
         module_alpha = float(_peft_pattern(adapter_config.get("alpha_pattern"), name, alpha))
@@ -146,15 +157,107 @@ def from_peft(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.nda
                                         "the LoRA bias has nowhere to merge (peft cannot merge it either)")
             bias = np.asarray(tensors[f"{PREFIX}{name}.lora_B.bias"], np.float32)
             lora[path + ("lora_bias",)] = bias.reshape((len(dense_names),) + kernel[-n_out:])
-        sites.append((parent, dense_names))
+        sites.append((root + parent, dense_names))
     if not lora:
         raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} holds no lora_A / lora_B tensors; {RESAVE}")
+    rooted_shapes = {"/".join(root + (k,)): v for k, v in shapes.items()}
     method = peft.LoRA(r=r, lora_alpha=alpha, use_rslora=bool(adapter_config.get("use_rslora", False)),
                        lora_dropout=float(adapter_config.get("lora_dropout") or 0.0),
                        init_lora_weights="gaussian" if init == "gaussian" else "kaiming",
-                       target_modules=_targets(sites, shapes), rank_pattern=tuple(rank_pattern),
-                       alpha_pattern=tuple(alpha_pattern), lora_bias=bool(adapter_config.get("lora_bias")))
-    return method, {"params": {}, "lora": unflatten_dict(lora)}
+                       target_modules=_targets(sites, rooted_shapes), rank_pattern=tuple(rank_pattern),
+                       alpha_pattern=tuple(alpha_pattern), lora_bias=bool(adapter_config.get("lora_bias")),
+                       **({"modules_to_save": saved} if head else {}))
+    return method, {"params": head, "lora": unflatten_dict(lora)}
+
+
+# transformers' *ForSequenceClassification whose head t5lite's task head is: dropout and a dense
+# `classifier` on BERT's pooler (ClassificationObjective(pooling='pooler')). RoBERTa's, ELECTRA's
+# and DeBERTa's add a dense and an activation of their own, GPT-2's `score` has no bias and reads
+# the last token, T5's and BART's read the end-of-sequence token: none is that head.
+SEQ_CLS_HEAD = "classifier"   # the module of transformers' BertForSequenceClassification a task head is
+_POOLER_CLASSIFIER_TYPES = ("bert",)
+POOLER = "pooler"   # BERT's pooler, t5lite's module name (peft's names it by the same suffix)
+
+
+def _pooler_rules(rules: list[Rule]) -> list[Rule]:
+    return [r for r in rules if r.ours[0].startswith(POOLER + "/")]
+
+
+def _saved_modules(entries: list[str], tensors: dict[str, np.ndarray]) -> dict[str, str]:
+    """{module: the modules_to_save entry naming it} of the modules whose tensors peft saved for
+    `entries`: the outermost module whose name ends with an entry (peft's _set_trainable match)."""
+    out = {}
+    for key in tensors:
+        if not key.startswith(PREFIX) or ".lora_" in key:
+            continue
+        parts = key[len(PREFIX):].split(".")[:-1]
+        module = next((".".join(parts[:i]) for i in range(1, len(parts) + 1)
+                       if any(".".join(parts[:i]).endswith(e) for e in entries)), None)
+        if module is not None:
+            out[module] = next(e for e in entries if module.endswith(e))
+    return out
+
+
+def _seq_cls_head(rules: list[Rule], adapter_config: dict, tensors: dict[str, np.ndarray],
+                  shapes: dict[str, tuple[int, ...]], model_type: str, where: str) -> tuple[dict, tuple[str, ...]]:
+    """(the trained params of a LoRA's saved modules: {"head": {"classifier": ...}} and, when peft
+    saved the pooler, {"backbone": {"pooler": ...}}; t5lite's modules_to_save for them), or ({}, ())
+    for an adapter that saves none. Any other saved module is refused, naming it and why."""
+    modules = _saved_modules(list(adapter_config.get("modules_to_save") or []), tensors)
+    if not modules:
+        return {}, ()
+    pooler_rules = _pooler_rules(rules)
+    pooler = pooler_rules[0].hf.rsplit(".", 2)[0] if pooler_rules else None   # "bert.pooler"
+    for module, entry in sorted(modules.items()):
+        if model_type not in _POOLER_CLASSIFIER_TYPES:
+            why = (f"a {model_type or 'this'} model's sequence-classification head is not t5lite's task head (a "
+                   "dense classifier on BERT's pooler)")
+        elif module not in (SEQ_CLS_HEAD, pooler):
+            why = "it is a part of the base, which a PEFT run keeps frozen (t5lite trains BERT's classifier and pooler)"
+        else:
+            continue
+        raise HFConversionError(f"{where}: modules_to_save {entry!r} saves {module!r}, which t5lite cannot train "
+                                f"beside a LoRA: {why}; save the adapter without it")
+    if SEQ_CLS_HEAD not in modules:
+        raise HFConversionError(f"{where}: modules_to_save saves BERT's pooler without the classifier that reads it; "
+                                f"save it with task_type='SEQ_CLS' (peft then saves the classifier too)")
+    if pooler is None:
+        raise HFConversionError(f"{where}: the adapter's classifier reads BERT's pooler, which the base has not; "
+                                "convert the base saved with its pooler (BertModel, BertForSequenceClassification)")
+    params = {("head",) + k: v for k, v in _classifier(tensors, shapes[f"{POOLER}/dense/kernel"][-1], where).items()}
+    if pooler in modules:
+        params.update(_module_params(pooler_rules, tensors, shapes, ("backbone",), where))
+    return unflatten_dict(params), ("head", POOLER) if pooler in modules else ("head",)
+
+
+def _classifier(tensors: dict[str, np.ndarray], width: int, where: str) -> dict[tuple, np.ndarray]:
+    """t5lite's `classifier` (kernel [d, labels], bias [labels]) of peft's saved BERT classifier."""
+    try:
+        weight = np.asarray(tensors[f"{PREFIX}{SEQ_CLS_HEAD}.weight"], np.float32)
+        bias = np.asarray(tensors[f"{PREFIX}{SEQ_CLS_HEAD}.bias"], np.float32)
+    except KeyError as e:
+        raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} has no {e.args[0]}; {RESAVE}") from None
+    if weight.ndim != 2 or weight.shape[1] != width or bias.shape != weight.shape[:1]:
+        raise HFConversionError(f"{where}: {SEQ_CLS_HEAD} has weight {weight.shape} and bias {bias.shape}, but the "
+                                f"base's pooler gives {width} features (weight [labels, {width}], bias [labels]); "
+                                "import the adapter onto the base it was trained on")
+    return {(SEQ_CLS_HEAD, "kernel"): weight.T, (SEQ_CLS_HEAD, "bias"): bias}
+
+
+def _module_params(rules: list[Rule], tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]],
+                   root: tuple[str, ...], where: str) -> dict[tuple, np.ndarray]:
+    """The t5lite params (under `root`) of the saved tensors of `rules`' HF tensors, as the rules place them."""
+    out = {}
+    for rule in rules:
+        want = rule.hf_shape([shapes[p] for p in rule.ours])
+        tensor = tensors.get(PREFIX + rule.hf)
+        if tensor is None or tuple(tensor.shape) != want:
+            raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} has {PREFIX}{rule.hf} "
+                                    f"{'missing' if tensor is None else tuple(tensor.shape)}, expected {want}; "
+                                    "import the adapter onto the base it was trained on")
+        for p, value in zip(rule.ours, rule.from_hf(np.asarray(tensor, np.float32), [shapes[p] for p in rule.ours])):
+            out[root + tuple(p.split("/"))] = value
+    return out
 
 
 def _rank_and_alpha(adapter_config: dict, where: str) -> tuple[int, float]:
@@ -280,16 +383,22 @@ def _prefix_to_peft(config: ModelConfig, method: peft.PrefixTuning, trained: dic
     return adapter_config, {"prompt_embeddings": rows}
 
 
-SEQ_CLS_HEAD = "classifier"   # the module of transformers' *ForSequenceClassification a task head is
-
-
-def _sequence_classifier(head: dict) -> dict[str, np.ndarray]:
-    """A t5lite classification head (a dense `classifier` on BERT's pooler) as the tensors peft
-    saves for `modules_to_save=["classifier"]` of a sequence-classification model."""
-    kernel, bias = np.asarray(head["classifier"]["kernel"], np.float32), np.asarray(head["classifier"]["bias"],
-                                                                                    np.float32)
-    return {f"{PREFIX}{SEQ_CLS_HEAD}.weight": np.ascontiguousarray(kernel.T),
-            f"{PREFIX}{SEQ_CLS_HEAD}.bias": np.ascontiguousarray(bias)}
+def _sequence_classifier(rules: list[Rule], params: dict) -> tuple[list[str], dict[str, np.ndarray]]:
+    """(modules_to_save, their tensors) of a t5lite classification head (a dense `classifier` on
+    BERT's pooler) and the pooler when it trained, as peft saves a sequence-classification model's."""
+    kernel = np.asarray(params["head"][SEQ_CLS_HEAD]["kernel"], np.float32)
+    tensors = {f"{PREFIX}{SEQ_CLS_HEAD}.weight": np.ascontiguousarray(kernel.T),
+               f"{PREFIX}{SEQ_CLS_HEAD}.bias": np.ascontiguousarray(np.asarray(params["head"][SEQ_CLS_HEAD]["bias"],
+                                                                               np.float32))}
+    trained = {"/".join(p): x for p, x in flatten_dict(params.get("backbone", {})).items()}
+    pooler = _pooler_rules(rules)
+    if not trained:
+        return [SEQ_CLS_HEAD], tensors
+    if set(trained) != {p for r in pooler for p in r.ours}:
+        raise HFConversionError(f"the run trains {', '.join(sorted(trained))} of its base beside the LoRA; peft "
+                                "saves a sequence classifier's classifier and pooler, so only those may train")
+    tensors.update({PREFIX + r.hf: r.to_hf([trained[p] for p in r.ours]) for r in pooler})
+    return [SEQ_CLS_HEAD, POOLER], tensors
 
 
 def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.PromptTuning | peft.PrefixTuning,
@@ -303,9 +412,10 @@ def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.Pro
         return _prompt_to_peft(config, method, trained, base_model_name_or_path)
     if isinstance(method, peft.PrefixTuning):
         return _prefix_to_peft(config, method, trained, base_model_name_or_path)
-    lora, head = trained["lora"], {}
+    lora, head, saved = trained["lora"], {}, None
     if sequence_classifier:
-        lora, head = lora["backbone"], _sequence_classifier(trained["params"]["head"])
+        saved, head = _sequence_classifier(rules, trained["params"])
+        lora = lora["backbone"]
     elif trained.get("params"):
         raise HFConversionError("a LoRA run that also trains base parameters (a task head: modules_to_save) has no "
                                 "peft adapter equivalent in t5lite yet; merge it into a full checkpoint instead")
@@ -332,7 +442,7 @@ def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.Pro
                           rank_pattern=rank_pattern, alpha_pattern=alpha_pattern, lora_bias=method.lora_bias,
                           fan_in_fan_out=config.arch == "decoder", inference_mode=True,
                           base_model_name_or_path=base_model_name_or_path,
-                          modules_to_save=[SEQ_CLS_HEAD] if head else None, task_type="SEQ_CLS" if head else None,
+                          modules_to_save=saved, task_type="SEQ_CLS" if saved else None,
                           init_lora_weights=True)
     return adapter_config, tensors
 
