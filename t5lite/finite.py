@@ -44,10 +44,17 @@ def _describe(checkpoint: str | None) -> str:
 
 
 def require_finite(values, what: str, checkpoint: str | None = None) -> None:
-    """Refuses model outputs that hold NaN or infinity; `what` names them ("scores"), `checkpoint`
-    (else `outputs_of`) where their parameters come from."""
-    if not np.isfinite(np.asarray(values)).all():
+    """Refuses model outputs (an array, or a list of arrays of different shapes: one per sentence)
+    that hold NaN or infinity; `what` names them ("scores"), `checkpoint` (else `outputs_of`)
+    where their parameters come from."""
+    if not _all_finite(values):
         raise NonFiniteOutputError(what, checkpoint)
+
+
+def _all_finite(values) -> bool:
+    if isinstance(values, (list, tuple)):
+        return all(map(_all_finite, values))
+    return bool(np.isfinite(np.asarray(values)).all())
 
 
 @contextlib.contextmanager

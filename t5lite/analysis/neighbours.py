@@ -27,6 +27,7 @@ def _layer_states(subject: loading.Subject, sentences: Sequence[words.Sentence])
     zero states); Transformers: the embeddings, then each layer, at each word's first subword."""
     if subject.module.config.arch == "bilm":
         states = elmo.embed(subject.module, subject.variables, [s.words for s in sentences])
+        finite.require_finite(states, "hidden states", subject.checkpoint)
         return states, [range(len(s.words)) for s in sentences]
     encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
     states, _ = forward.run(subject, encoded)

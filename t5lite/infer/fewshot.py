@@ -24,7 +24,7 @@ from typing import Sequence
 import gin
 import numpy as np
 
-from t5lite import metrics as metrics_lib
+from t5lite import finite, metrics as metrics_lib
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer import decoding, evaluation, predict
 
@@ -121,6 +121,7 @@ class FewShot:
             scores.append(evaluation.label_log_likelihoods(module, params, inputs, label_tokens, label_lengths))
             generated.append(decoding.greedy(module, params, inputs, max_decode_length=answer_length).tokens)
         scores = np.concatenate([np.asarray(s) for s in scores])[:len(examples)]
+        finite.require_finite(scores, "log-likelihoods of the labels")
         generated = np.concatenate([np.asarray(g) for g in generated])[:len(examples)]
         done = evaluation.batch_flops(config, lengths, decoded=generated, label_lengths=label_lengths)
         chosen = [labels[i] for i in scores.argmax(axis=1)]
