@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from typing import Any, Mapping
 
 import gin
@@ -25,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t5lite import finite
 from t5lite.data import converter_registry, converters
 from t5lite.data.word_vectors import load_word_vectors
 from t5lite.data.word_vocab import word_vocabulary
@@ -178,12 +178,20 @@ class PerplexityEvaluator:
         totals = {k: sum(float(s[k][0]) for s in sums) for k in sums[0]}
         count = sum(float(s["loss"][1]) for s in sums)
         per_direction = count / len(self.objective.directions)
-        scores = {"perplexity": math.exp(totals["loss"] / count), "loss": totals["loss"] / count}
-        for k in totals:
-            if k.endswith("_loss"):
-                scores[k[:-4] + "perplexity"] = math.exp(totals[k] / per_direction)
+        losses = {"loss": totals["loss"] / count,
+                  **{k: totals[k] / per_direction for k in totals if k.endswith("_loss")}}
         done = sum(self.objective.forward_flops_per_example(module.config, n) for n in self.lengths)
-        return EvalResult(scores, [], flops=done)
+        return EvalResult({**perplexities(losses), "loss": losses["loss"]}, [], flops=done)
+
+
+def perplexities(losses: Mapping[str, float]) -> dict[str, float]:
+    """The exps of mean cross entropies (`loss`, `forward_loss`: `perplexity`, `forward_perplexity`);
+    refused unless all are finite, as a diverged LM's are not (a NaN loss, or one so large that its
+    exp overflows)."""
+    with np.errstate(over="ignore"):
+        out = {k[:-4] + "perplexity": float(np.exp(v)) for k, v in losses.items()}
+    finite.require_finite(list(out.values()), "perplexities")
+    return out
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -366,7 +374,7 @@ class StreamPerplexityEvaluator:
             loss, count = loss + float(total), count + float(n)
         length = self.batches[0]["encoder_input_tokens"].shape[1] - 1
         done = count / length * self.objective.forward_flops_per_example(module.config, length)
-        return EvalResult({"perplexity": math.exp(loss / count), "loss": loss / count}, [], flops=done)
+        return EvalResult({**perplexities({"loss": loss / count}), "loss": loss / count}, [], flops=done)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
