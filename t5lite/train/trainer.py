@@ -7,6 +7,7 @@ diverging run never saves a non-finite state (nor rotates out its last finite on
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -170,38 +171,27 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
     c, ckpt, state, step = run.config, run.checkpointer, run.state, run.start
     for name, (module, params) in run.reference_models.items():
         _evaluate(run, module, params, step, prefix=f"{name}_")
-    pending, last, real = [], {}, [0, 0]   # real: non-pad tokens and examples since the last log, all hosts
+    last, since = {}, _SinceLog(step)
     bar = tqdm(total=c.train_steps, initial=step, desc="train", unit="step",
                disable=not progress or jax.process_index())
-    tick, tick_step = time.perf_counter(), step
     try:
         with run.trainer.mesh_context():
             for step in range(run.start + 1, c.train_steps + 1):
                 batch, data_state = next(run.batches)
-                real = [total + n * run.host_scale for total, n in zip(real, flops.real_counts(batch))]
+                since.real = [total + n * run.host_scale for total, n in zip(since.real, flops.real_counts(batch))]
                 state, metrics = run.step(state, run.trainer.partitioner.shard_batch(batch))
                 finite = metrics.pop(FINITE)
-                pending.append(metrics)
+                since.pending.append(metrics)
                 if step % c.log_every == 0 or step == c.train_steps or step == run.start + 1:
-                    last, pending = _summarise(pending), []
-                    if step == run.start + 1:
-                        _refuse_nothing_trained(run, last)
-                    now = time.perf_counter()
-                    last.update(_throughput(step - tick_step, now - tick, real, c.batch_size, run.tokens_per_step,
-                                            run.flops_per_step / run.peak_flops))
-                    run.meter.add_flops(run.flops_per_step * (step - tick_step))
-                    last.update(_cost_metrics(run.meter, step))
-                    last.update({**run.every_log, **(run.first_log if step == run.start + 1 else {})})
-                    tick, tick_step, real = now, step, [0, 0]
-                    run.writer.write(step, last)   # a non-finite loss too: null there, flagged "non_finite"
-                    if not math.isfinite(last["loss"]):
-                        raise _non_finite(step, last, ckpt)
+                    last, since = _log(run, step, since), _SinceLog(step)
                     _show(bar, last)
                 if run.evaluators and (step % c.eval_every == 0 or step == c.train_steps):
                     last.update(_evaluate(run, run.trainer.model, run.model_params(state.params), step))
                 stopping = stop.requested(step, ckpt)
                 if stopping or step == c.train_steps or ckpt.due(step):
                     if not bool(finite):  # the only host sync of a step that is not logged
+                        if since.pending:   # not logged yet: its metrics line first, as at a log step
+                            _log(run, step, since)
                         raise _non_finite(step, _summarise([metrics]), ckpt)
                     ckpt.save(step, state, data_state, force=True)
                 bar.update(1)
@@ -213,6 +203,34 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
         ckpt.close()  # waits until the last save is committed
         run.writer.close()
     _finish(run, state, step, stop)
+    return last
+
+
+@dataclasses.dataclass
+class _SinceLog:
+    """The steps since the last metrics line: the step and time it was written at, the real
+    (non-pad) tokens and examples read since on all hosts, and each step's metrics."""
+    step: int
+    time: float = dataclasses.field(default_factory=time.perf_counter)
+    real: list = dataclasses.field(default_factory=lambda: [0, 0])
+    pending: list = dataclasses.field(default_factory=list)
+
+
+def _log(run: Run, step: int, since: _SinceLog) -> dict:
+    """Writes and returns the metrics line of the steps since the last one (their means, speeds and
+    the cost so far); a non-finite loss is null there, flagged "non_finite", and stops the run."""
+    first = step == run.start + 1
+    last = _summarise(since.pending)
+    if first:
+        _refuse_nothing_trained(run, last)
+    last.update(_throughput(step - since.step, time.perf_counter() - since.time, since.real, run.config.batch_size,
+                            run.tokens_per_step, run.flops_per_step / run.peak_flops))
+    run.meter.add_flops(run.flops_per_step * (step - since.step))
+    last.update(_cost_metrics(run.meter, step))
+    last.update({**run.every_log, **(run.first_log if first else {})})
+    run.writer.write(step, last)
+    if not math.isfinite(last["loss"]):
+        raise _non_finite(step, last, run.checkpointer)
     return last
 
 
