@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 
@@ -37,6 +38,7 @@ import gin
 import jax
 from etils import epath
 
+from t5lite import finite
 from t5lite.errors import ConfigError
 from t5lite.run_layout import RunDir
 
@@ -167,8 +169,8 @@ def cost_model(device_power_watts: float | None = None, pue: float = DEFAULT_PUE
     for name, value in dict(device_power_watts=device_power_watts, cpu_power_watts=cpu_power_watts,
                             dram_power_watts=dram_power_watts, pue=pue, grid_kg_co2e_per_kwh=grid_kg_co2e_per_kwh,
                             price_per_device_hour=price_per_device_hour).items():
-        if value < 0:
-            raise ConfigError(f"cost.{name}={value}: must be >= 0")
+        if not 0 <= value < math.inf:   # NaN fails both
+            raise ConfigError(f"cost.{name}={value}: must be a finite number >= 0")
     return CostModel(kind, devices or jax.device_count(), float(device_power_watts), float(pue),
                      float(grid_kg_co2e_per_kwh), float(price_per_device_hour), source, float(cpu_power_watts),
                      float(dram_power_watts), jax.process_count())
@@ -206,7 +208,7 @@ class CostMeter:
                   **{k: v for k, v in dataclasses.asdict(self.model).items()}, "formula": FORMULA}
         path = RunDir(folder).cost if folder else self.path   # another folder (an evaluation's) has it as a run does
         if path and jax.process_index() == 0:
-            epath.Path(path).write_text(json.dumps(record, indent=1), encoding="utf-8")
+            epath.Path(path).write_text(finite.dumps(record, indent=1), encoding="utf-8")
         return record
 
 
