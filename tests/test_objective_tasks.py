@@ -1,6 +1,7 @@
 """The objective tasks over the embedded corpus run through the Loader with the existing converters."""
 import itertools
 
+import gin
 import numpy as np
 import pytest
 
@@ -35,17 +36,24 @@ def test_causal_lm_batches_are_the_packed_document_stream_and_resume_exactly():
     assert all(np.array_equal(a["decoder_target_tokens"], b["decoder_target_tokens"]) for a, b in zip(got[1:], rest))
 
 
-def test_bart_batches_have_noised_inputs_and_the_original_as_targets():
+@pytest.mark.parametrize("layout", ["fairseq", "uniform"])
+def test_bart_batches_have_noised_inputs_and_the_original_as_targets(layout, clean_gin_state):
+    gin.bind_parameter("bart_denoise.layout", layout)   # as `bart_denoise.layout = 'uniform'` in a gin file
     got, _ = batches("bart_denoise", "enc_dec", pack=False)
     vocabulary = get_task("embedded_docs_bart_denoise").output_features["targets"].vocabulary
     mask = special_ids(vocabulary)["mask"]
+    lengths = []
     for b in got:
         for inputs, targets in zip(b["encoder_input_tokens"], b["decoder_target_tokens"]):
             n = int((targets != 0).sum()) - 1   # without EOS
             assert targets[n] == 1
-            kept = inputs[(inputs != mask) & (inputs > 1)]
-            assert len(kept) == n - round(0.3 * n)   # 30% infilled
             assert (inputs == mask).any()
+            lengths.append((int((inputs != 0).sum()) - 1, n))
+            if layout == "uniform":   # round(0.3 n) tokens in non-overlapping spans, one [MASK] each
+                assert int(((inputs != mask) & (inputs > 1)).sum()) == n - round(0.3 * n)
+    if layout == "fairseq":   # ~30% of the words in spans of mean 3.5 words become one token each
+        kept = sum(i for i, _ in lengths) / sum(n for _, n in lengths)
+        assert 0.65 < kept < 0.92
 
 
 def test_bert_mlm_batches_weight_exactly_the_chosen_positions():

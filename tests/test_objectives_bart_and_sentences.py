@@ -79,15 +79,23 @@ def test_document_rotation_is_a_nontrivial_rotation(seed, length):
 
 @settings(max_examples=30, deadline=None)
 @given(seed=seeds, lengths=st.lists(st.integers(1, 150), min_size=1, max_size=5))
-def test_bart_default_targets_are_the_original_and_30_percent_is_infilled(seed, lengths):
+def test_bart_uniform_layout_keeps_the_original_as_targets_and_infills_30_percent(seed, lengths):
     docs = [{"targets": tokens_of(seed + k, n)} for k, n in enumerate(lengths)]
-    for doc, ex in zip(docs, B.bart_denoise(docs, FEATURES, seed)):
+    for doc, ex in zip(docs, B.bart_denoise(docs, FEATURES, seed, layout="uniform")):
         assert ex["targets"].tolist() == doc["targets"].tolist()
         kept = ex["inputs"][ex["inputs"] != MASK]
         assert len(kept) == len(doc["targets"]) - round(0.3 * len(doc["targets"]))
         assert not Counter(kept.tolist()) - Counter(doc["targets"].tolist())   # only original tokens, reordered
-    with pytest.raises(ValueError, match="mask_length"):
-        next(B.bart_denoise(docs, FEATURES, seed, mask_length="word"))
+
+
+@pytest.mark.parametrize("settings, named", [
+    (dict(mask_length="word"), "mask_length"), (dict(layout="paper"), "layout"),
+    (dict(replace_length=2), "replace_length"), (dict(mask_length="token", replace_length=-1), "replace_length"),
+    (dict(layout="uniform", random_ratio=0.1), "layout='fairseq'"),
+    (dict(layout="uniform", insert_ratio=0.1), "layout='fairseq'")])
+def test_bart_denoise_refuses_settings_it_cannot_apply_in_one_line(settings, named):
+    with pytest.raises(ValueError, match=named):
+        next(B.bart_denoise([{"targets": tokens_of(0, 10)}], FEATURES, 0, **settings))
 
 
 # ----------------------------------------------------------------------------- sentence pairs
