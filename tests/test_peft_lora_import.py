@@ -302,3 +302,90 @@ def test_seq_cls_lora_export_import_export_keeps_the_tensors(tmp_path):
                                                                       num_labels=LABELS)
     loaded = peft.PeftModel.from_pretrained(base, str(tmp_path / "hf1" / "adapter")).eval()
     assert_close(_torch_logits(loaded, dict(input_ids=ids)), _torch_logits(peft_model, dict(input_ids=ids)), RTOL)
+
+
+def test_imported_seq_cls_lora_trains_its_lora_and_head(tmp_path):
+    """One train step of the classifier objective on an imported SEQ_CLS run starts from its A, B
+    and head, moves all of them, and leaves the frozen base as it is."""
+    import optax
+    from t5lite.infer import checkpoint_reader, peft_checkpoint
+    from t5lite.objectives.finetune import ClassificationObjective
+    from t5lite.train.partitioning import Partitioner
+    from t5lite.train.step import TrainTask
+    base_dir, _, ids, adapter_dir = _seq_cls_adapter(tmp_path, ["pooler"])
+    run = str(tmp_path / "run")
+    cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", run])
+    method = peft_checkpoint.method_of(peft_checkpoint.read(run))
+    trained = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(run))
+    module, variables = hf.load(base_dir)
+    batch = {"encoder_input_tokens": jnp.asarray(ids, jnp.int32), "token_type_ids": jnp.zeros(ids.shape, jnp.int32),
+             "label": jnp.asarray([[0], [2]], jnp.int32)}   # [batch, 1], as the batch sharding takes it
+    task = TrainTask(module.config.replace(dropout_rate=0.0), optax.adam(1e-2), optax.constant_schedule(1e-2),
+                     Partitioner(), {k: ids.shape[1] for k in batch}, peft=method,
+                     objective=ClassificationObjective(num_labels=LABELS, pooling="pooler"))
+    frozen = task.init_base(0, {"backbone": variables["params"], "head": None})
+    state = peft_checkpoint.start_from_import(run, task.init_state(0, frozen))
+    jax.tree.map(np.testing.assert_array_equal, state.params, trained)
+    state, metrics = task.jit_train_step(frozen)(state, batch)
+    assert np.isfinite(metrics["loss"])
+    moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), state.params, trained)
+    assert jax.tree.leaves(moved) and all(jax.tree.leaves(moved))
+    jax.tree.map(np.testing.assert_array_equal, frozen["backbone"], variables["params"])
+
+
+@pytest.mark.parametrize("make,saved,module", [("bert", ["embeddings"], "bert.embeddings"),
+                                               ("gpt2", None, "score")])
+def test_modules_to_save_beyond_the_classifier_is_refused_naming_it(make, saved, module, tmp_path, capsys):
+    """A saved module that is not BERT's classifier or pooler (a part of the base, GPT-2's `score`
+    head) is refused in one line naming it and why, before OUT is written."""
+    torch.manual_seed(0)
+    if make == "bert":
+        base_dir, _, _, adapter_dir = _seq_cls_adapter(tmp_path, saved)
+    else:
+        config = transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=40,
+                                         pad_token_id=0, num_labels=LABELS)
+        model = transformers.GPT2ForSequenceClassification(config)
+        base_dir, adapter_dir = str(tmp_path / "base"), str(tmp_path / "adapter")
+        model.save_pretrained(base_dir)
+        peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS", r=2)).save_pretrained(adapter_dir)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "\n" not in err and f"saves {module!r}" in err and "beside a LoRA: " in err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(hf.HFConversionError, match="import it as a run" if make == "bert" else f"saves {module!r}"):
+        hf.load(base_dir, adapter=adapter_dir if make == "gpt2" else _seq_cls_adapter(tmp_path / "ok")[3])
+
+
+@pytest.mark.slow   # fast sibling: test_imported_seq_cls_lora_trains_its_lora_and_head
+def test_t5lite_train_continues_an_imported_seq_cls_lora(tmp_path):
+    """`t5lite train` of the shipped LoRA SST-2 classifier recipe with MODEL_DIR an imported peft
+    SEQ_CLS adapter (on a base of bert_tiny's shape) trains on from its A, B and classifier."""
+    import gin
+    from conftest import REPO, shared_data_dir
+    from t5lite.infer import checkpoint_reader, peft_checkpoint
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=2176, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64, num_labels=2)
+    model = transformers.BertForSequenceClassification(config)
+    model.save_pretrained(str(tmp_path / "base"))
+    peft_model = peft.get_peft_model(model, peft.LoraConfig(task_type="SEQ_CLS", r=8, lora_alpha=8))
+    nonzero_lora_b(peft_model)
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    run = tmp_path / "run"
+    cli.main(["convert", "--from_hf", str(tmp_path / "base"), "--peft_adapter", str(tmp_path / "adapter"),
+              "--out", str(run)])
+    imported = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(str(run)))
+    gin.clear_config()
+    try:
+        cli.main(["train", f"--gin_file={REPO / 'configs/local/bert_tiny_finetune_sst2.gin'}",
+                  f"--gin_file={REPO / 'gin/peft/lora.gin'}", f"--gin.MODEL_DIR='{run}'",
+                  f"--gin.INITIAL_CHECKPOINT_PATH='{run / 'base'}'", f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'",
+                  "--gin.TRAIN_STEPS=1", "--gin.EVAL_EVERY=0", "--gin.BATCH_SIZE=8"])
+    finally:
+        gin.clear_config()
+    assert checkpoint_reader.step_directory(str(run)).endswith("1")
+    trained = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(str(run)))
+    assert jax.tree.map(np.shape, trained) == jax.tree.map(np.shape, imported)
+    for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(imported)):   # one small step from the import
+        assert not np.array_equal(a, b) and np.allclose(a, b, atol=0.05)
