@@ -21,8 +21,9 @@ from its spec sheet (t5lite.train.mfu; the bf16 matmul measured here for a devic
 memory is the compiled step's (XLA's memory analysis: arguments, outputs and temporaries). A step
 that runs out of memory is retried once at half the batch.
 
-A section starts only if the time budget (`--budget_s`) leaves room for it; one that fails
-records its error and the rest go on. DIR/accelerator.json is rewritten after every section (a
+A section starts only if the time budget (`--budget_s`) leaves room for it and its data is there
+(fine-tuning reads GLUE SST-2 under `--data_dir`); one skipped records why under "skipped", one that
+fails records its error and the rest go on. DIR/accelerator.json is rewritten after every section (a
 run cut short keeps what it measured) and holds the published anchors the figures are read
 against (ANCHORS). A GPU image without t5lite's pure-Python dependencies takes them as wheels:
 benchmarks/accelerator_wheels.txt.
@@ -183,6 +184,13 @@ def torch_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def missing_sst2(data_dir: str) -> str | None:
+    """Why the fine-tuning section cannot run (no GLUE SST-2 under `data_dir`), or None when it can."""
+    folder = os.path.join(data_dir, "glue", "SST-2")
+    absent = [name for name in ("train.tsv", "dev.tsv") if not os.path.isfile(os.path.join(folder, name))]
+    return f"no GLUE SST-2 under --data_dir {data_dir} (no {' or '.join(absent)} in {folder})" if absent else None
+
+
 def finetune(args, dtype: str) -> list[dict]:
     import finetune as ft
 
@@ -234,8 +242,8 @@ def print_tables(results: dict) -> None:
             print(f"{name}: {rows}")
         for r in rows if isinstance(rows, list) else []:
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
-    if results["skipped"]:
-        print("skipped (time budget):", ", ".join(results["skipped"]))
+    for name, why in results["skipped"].items():
+        print(f"skipped: {name}: {why}")
     for name, error in results["errors"].items():
         print(f"failed: {name}: {error.strip().splitlines()[-1][:200]}")
 
@@ -283,19 +291,22 @@ def main():
     results = dict(command=" ".join([os.path.basename(sys.executable)] + sys.argv),
                    date=datetime.date.today().isoformat(), dry_run=args.dry_run, anchors=ANCHORS,
                    device=info,
-                   pretrain=[], skipped=[], errors={})
+                   pretrain=[], skipped={}, errors={})
 
     def save():
         with open(out_file + ".tmp", "w") as f:   # a NaN loss is written as null: JSON has no NaN
             finite.dump(finite.null_non_finite(results), f, indent=1)
         os.replace(out_file + ".tmp", out_file)
 
-    def section(name, fn, cost_s):
-        """Runs `fn` if the budget leaves `cost_s`; its result or its error goes into the JSON."""
+    def section(name, fn, cost_s, missing=None):
+        """Runs `fn` unless the data it needs is `missing` (why, recorded) or the budget does not leave
+        `cost_s`; its result or its error goes into the JSON."""
         if args.only and not any(name.startswith(prefix) for prefix in args.only):
             return None
-        if time.perf_counter() - start + cost_s > args.budget_s:
-            results["skipped"].append(name)
+        if missing or time.perf_counter() - start + cost_s > args.budget_s:
+            results["skipped"][name] = missing or "time budget"
+            print(f"skipped: {name}: {results['skipped'][name]}", flush=True)
+            save()
             return None
         print(f"[{time.perf_counter() - start:5.0f} s] {name}", flush=True)
         try:
@@ -331,7 +342,7 @@ def main():
 
     dtype = "float32" if plat == "cpu" else "bfloat16"
     pretrain_section(gpt, cost)
-    results["finetune"] = section("finetune sst2", lambda: finetune(args, dtype), cost)
+    results["finetune"] = section("finetune sst2", lambda: finetune(args, dtype), cost, missing_sst2(args.data_dir))
     results["decode"] = section("decode", lambda: decode(args), cost)
     pretrain_section(t5, 2 * cost)
     for case in comparisons:

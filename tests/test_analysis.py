@@ -520,7 +520,7 @@ def test_dependency_accuracy_ignores_self_attention():
 
 # ----------------------------------------------------------------------------- the commands
 
-def _tiny_bert_folder(folder):
+def _tiny_bert_folder(folder, positions=512):
     """A 2-layer, 2-head BERT with random weights as a Hugging Face folder, with a character vocab.txt."""
     import jax
     pytest.importorskip("safetensors", reason="writing a Hugging Face folder needs safetensors")
@@ -529,7 +529,7 @@ def _tiny_bert_folder(folder):
     letters = "abcdefghijklmnopqrstuvwxyz0123456789"
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *".,:;!?'\"()-", *letters, *(f"##{c}" for c in letters)]
     config = get_config("bert_tiny", num_encoder_layers=2, num_heads=2, head_dim=16, d_model=32, d_ff=64,
-                        vocab_size=128, max_position_embeddings=512)
+                        vocab_size=128, max_position_embeddings=positions)
     module = build(config)
     variables = module.init(jax.random.key(0), encoder_input_tokens=np.ones((1, 4), np.int32))
     hf.save(module, variables, str(folder))
@@ -797,10 +797,42 @@ def test_a_file_without_sentences_is_named(tmp_path, capsys):
     corpus.write_text("\n  \n")
     code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(tmp_path / "out"), "--neighbours", "play",
                      "--corpus", str(corpus))
-    assert code == 2 and f"--corpus {corpus} has no sentence" in err, err
+    assert code == 2 and f"--corpus: {corpus} has no sentence" in err, err
     split = tmp_path / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
     split.parent.mkdir(parents=True)
     split.write_text("")
     code, err = _cli(capsys, "attention", "--model", str(model), "--out", str(tmp_path / "out"),
                      "--data_dir", str(tmp_path / "ud"))
-    assert code == 2 and f"{split} has no sentence" in err, err
+    assert code == 2 and f"--data_dir: {split} has no sentence" in err, err
+
+
+def test_a_missing_corpus_is_named_by_the_flag_that_gave_it(tmp_path, capsys):
+    """A missing `--corpus x.conllu` is read as CoNLL-U, but the message names --corpus, not --data_dir."""
+    model = _tiny_bert_folder(tmp_path / "bert")
+    missing = tmp_path / "nowhere.conllu"
+    code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(tmp_path / "out"), "--neighbours", "play",
+                     "--corpus", str(missing))
+    assert code == 2 and f"--corpus: {missing} does not exist; give --corpus a CoNLL-U file" in err, err
+    assert "--data_dir" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_sentences_that_none_fits_the_models_positions_are_refused_saying_so(tmp_path, capsys):
+    """A file whose sentences are all longer than the model's positions is not "no sentence": the
+    message says how many were read, the positions, the shortest sentence's length and what to do.
+    "we play music ." is [CLS] w ##e p ##l ##a ##y m ##u ##s ##i ##c . [SEP]: 14 subwords."""
+    model = _tiny_bert_folder(tmp_path / "bert", positions=8)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("we play music .\nthe play was long .\n")
+    code, err = _cli(capsys, "probe", "--model", str(model), "--out", str(tmp_path / "out"), "--neighbours", "play",
+                     "--corpus", str(corpus))
+    assert code == 2 and "2 sentences read, but none fits the model's 8 positions (the shortest has 14 subwords); " \
+        "use a model with more positions or shorter sentences" in err, err
+    split = tmp_path / "ud" / "en_ewt" / "en_ewt-ud-dev.conllu"
+    split.parent.mkdir(parents=True)
+    split.write_text("".join(f"{i}\t{w}\t{w}\tX\tX\t_\t0\troot\t_\t_\n" for i, w in enumerate(
+        ["we", "play", "music", "."], 1)) + "\n")
+    code, err = _cli(capsys, "attention", "--model", str(model), "--out", str(tmp_path / "out"),
+                     "--data_dir", str(tmp_path / "ud"))
+    assert code == 2 and f"1 sentence read from {split}, but none fits the model's 8 positions (the shortest " \
+        "has 14 subwords)" in err, err
+    assert not (tmp_path / "out" / "attention.json").exists()

@@ -28,7 +28,7 @@ def test_dry_run_writes_every_figure(tmp_path):
     run = _run("--dry_run", "--out", str(tmp_path), "--data_dir", str(data), "--budget_s", "3600")   # a busy CPU
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads((tmp_path / "accelerator.json").read_text())
-    assert results["errors"] == {} and results["skipped"] == [] and results["dry_run"] is True
+    assert results["errors"] == {} and results["skipped"] == {} and results["dry_run"] is True
     device = results["device"]
     assert device["platform"] == "cpu" and device["peak_flops"] > 0 and device["measured_bf16_matmul_flops"] > 0
     cases = {(r["preset"], r["attention"], r["scan"]): r for r in results["pretrain"]}
@@ -57,6 +57,19 @@ def test_only_runs_the_named_sections(tmp_path):
     results = json.loads((tmp_path / "accelerator.json").read_text())
     assert [(r["preset"], r["attention"]) for r in results["pretrain"]] == [("gpt2_tiny", "jax")]
     assert results["finetune"] is None and results["decode"] is None
+
+
+def test_finetuning_without_sst2_is_skipped_saying_why(tmp_path):
+    """No GLUE SST-2 under --data_dir: the fine-tuning section is skipped, accelerator.json says why, and
+    the run exits 0 (nothing failed)."""
+    data = tmp_path / "no_data"
+    run = _run("--dry_run", "--out", str(tmp_path / "out"), "--data_dir", str(data), "--only", "finetune", timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "accelerator.json").read_text())
+    assert results["errors"] == {} and results["finetune"] is None
+    assert results["skipped"] == {"finetune sst2": f"no GLUE SST-2 under --data_dir {data} (no train.tsv or dev.tsv "
+                                                   f"in {data / 'glue' / 'SST-2'})"}
+    assert "skipped: finetune sst2: no GLUE SST-2" in run.stdout
 
 
 @pytest.mark.parametrize("flag", ["--steps=0", "--runs=-1", "--budget_s=0"])

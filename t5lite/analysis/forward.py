@@ -49,12 +49,28 @@ def _run(module, variables, tokens, attention: bool):
     return jnp.stack(states).astype(jnp.float32), weights
 
 
-def fitting(subject: Subject, sentences: Sequence[words.Sentence]) -> list[words.Sentence]:
-    """The sentences whose subwords fit the model's learned positions (ELMo has none: all)."""
+def fitting(subject: Subject, sentences: Sequence[words.Sentence], source: str = "") -> list[words.Sentence]:
+    """The sentences whose subwords fit the model's learned positions (ELMo has none: all); refused
+    when none does, naming `source` (the file they were read from) when given: the analyses would
+    have nothing to read."""
     config = subject.module.config
-    limit = config.max_position_embeddings if getattr(config, "position_encoding", None) == "learned" else None
-    return [s for s in sentences if limit is None
-            or len(words.encode(subject.vocabulary, s.words, config.arch).tokens) <= limit]
+    if getattr(config, "position_encoding", None) != "learned":
+        return list(sentences)
+    limit = config.max_position_embeddings
+    lengths = [len(words.encode(subject.vocabulary, s.words, config.arch).tokens) for s in sentences]
+    kept = [s for s, n in zip(sentences, lengths) if n <= limit]
+    if sentences and not kept:
+        where = f" from {source}" if source else ""
+        count = f"{len(sentences)} sentence{'s' * (len(sentences) != 1)}"
+        raise DataError(f"{count} read{where}, but none fits the model's {limit} positions (the "
+                        f"shortest has {min(lengths)} subwords); use a model with more positions or shorter sentences")
+    return kept
+
+
+def read_fitting(subject: Subject, path: str, limit: int | None = None) -> list[words.Sentence]:
+    """The first `limit` sentences of the UD or Universal NER file `path` (under --data_dir) that fit
+    the model (`fitting`)."""
+    return fitting(subject, words.read_conll(path, limit), path)
 
 
 def _batches(encoded: Sequence[Encoded], batch_size: int, limit: int) -> Iterator[tuple[list[int], np.ndarray]]:
@@ -73,7 +89,7 @@ def run(subject: Subject, encoded: Sequence[Encoded], attention: bool = False, b
     """Per sentence: states [layers + 1, tokens, d_model] (float32 numpy) and, with `attention`,
     probabilities [layers, heads, tokens, tokens] (query, key)."""
     if not encoded:
-        raise DataError("no sentence to read: none was given, or none fits the model's positions")
+        raise DataError("forward.run needs at least one sentence (the readers and `fitting` refuse fewer)")
     limit = subject.module.config.max_position_embeddings
     longest = max(len(e.tokens) for e in encoded)
     if subject.module.config.position_encoding == "learned" and longest > limit:

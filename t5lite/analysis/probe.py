@@ -119,7 +119,7 @@ def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos",
     cache = {}
     for name in probes:
         pattern, *splits = SPLITS[name]
-        data = [forward.fitting(subject, words.read_conll(os.path.join(data_dir, pattern.format(split)), limit))
+        data = [forward.read_fitting(subject, os.path.join(data_dir, pattern.format(split)), limit)
                 for split, limit in zip(splits, (train_sentences, test_sentences, test_sentences))]
         results[name] = {}
         read = results.setdefault("sentences_read", {})[name] = dict(zip(PARTS, map(len, data)))

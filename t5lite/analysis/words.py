@@ -17,6 +17,11 @@ from t5lite.data.sources import Conll, Malformed
 from t5lite.errors import DataError, DataNotFoundError
 
 SENTENCE_ENDS = frozenset({".", "!", "?"})
+# What to do about a missing file, by the flag that gave it.
+MISSING_FILE_FIXES = {
+    "--data_dir": "point --data_dir at the folder holding en_ewt/ and uner_en_ewt/ (Universal Dependencies "
+                  "English-EWT and its Universal NER layer)",
+    "--corpus": "give --corpus a CoNLL-U file or a text file"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,27 +52,32 @@ def _heads(path: str, line: int, words: Sequence[str], heads: Sequence[str]) -> 
     return tuple(map(int, heads))
 
 
-def read_conll(path: str, limit: int | None = None) -> list[Sentence]:
+def read_conll(path: str, limit: int | None = None, flag: str = "--data_dir") -> list[Sentence]:
     """The first `limit` sentences of a CoNLL-U file (UPOS, heads, relations, XPOS) or of an IOB2 file
-    (Universal NER: word in column 2, tag in column 3, checked against IOB2: t5lite.data.bio)."""
-    if not os.path.isfile(path):
-        raise DataNotFoundError(f"{path} does not exist; point --data_dir at the folder holding en_ewt/ and "
-                                "uner_en_ewt/ (Universal Dependencies English-EWT and its Universal NER layer)")
+    (Universal NER: word in column 2, tag in column 3, checked against IOB2: t5lite.data.bio). `flag`
+    is the option that gave the file (a file under --data_dir, or --corpus), for the messages."""
+    _require_file(path, flag)
     if not path.endswith(".conllu"):
         sentences = _column(path, 2)[:limit]
         for line, _, tags in sentences:
             bio.warn_once(path, line, tags)
-        return _some_sentence([Sentence(tuple(w), tuple(t)) for _, w, t in sentences], path)
+        return _some_sentence([Sentence(tuple(w), tuple(t)) for _, w, t in sentences], path, flag)
     upos, heads, relations, xpos = (_column(path, c)[:limit] for c in (3, 6, 7, 4))
     return _some_sentence([Sentence(tuple(w), tuple(t), _heads(path, line, w, hs), tuple(r), tuple(x))
                            for (line, w, t), (_, _, hs), (_, _, r), (_, _, x) in zip(upos, heads, relations, xpos)],
-                          path)
+                          path, flag)
 
 
-def _some_sentence(sentences: list[Sentence], source: str) -> list[Sentence]:
+def _require_file(path: str, flag: str) -> None:
+    """Refuses a missing file, naming the flag that gave it and what to give instead."""
+    if not os.path.isfile(path):
+        raise DataNotFoundError(f"{flag}: {path} does not exist; {MISSING_FILE_FIXES[flag]}")
+
+
+def _some_sentence(sentences: list[Sentence], path: str, flag: str) -> list[Sentence]:
     """`sentences`, refused if there is none: the analyses would have nothing to read."""
     if not sentences:
-        raise DataError(f"{source} has no sentence; give a file with at least one")
+        raise DataError(f"{flag}: {path} has no sentence; give a file with at least one")
     return sentences
 
 
@@ -86,9 +96,8 @@ def _ends_sentence(word: str) -> bool:
 def read_text(path: str, limit: int | None = None, max_words: int = 64) -> list[Sentence]:
     """Plain text: each line's whitespace-separated words with their edges' punctuation split off
     (`_split_punctuation`; WikiText's layout has it split already), cut into sentences after ".", "!"
-    and "?", and into pieces of at most `max_words` words."""
-    if not os.path.isfile(path):
-        raise DataNotFoundError(f"--corpus {path} does not exist; give a CoNLL-U file or a text file")
+    and "?", and into pieces of at most `max_words` words; the file is the one --corpus gave."""
+    _require_file(path, "--corpus")
     sentences = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -102,7 +111,7 @@ def read_text(path: str, limit: int | None = None, max_words: int = 64) -> list[
                 sentences.append(Sentence(tuple(current)))
             if limit is not None and len(sentences) >= limit:
                 return sentences[:limit]
-    return _some_sentence(sentences, f"--corpus {path}")
+    return _some_sentence(sentences, path, "--corpus")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,8 +73,9 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
     from t5lite.analysis import neighbours, probe, words
     subject = _subject(args, "corpus" if args.neighbours else "data_dir")
     if args.neighbours:
-        read = words.read_conll if args.corpus.endswith(".conllu") else words.read_text
-        result = neighbours.neighbours(subject, read(args.corpus, args.corpus_sentences), args.neighbours,
+        sentences = (words.read_conll(args.corpus, args.corpus_sentences, "--corpus") if args.corpus.endswith(".conllu")
+                     else words.read_text(args.corpus, args.corpus_sentences))
+        result = neighbours.neighbours(subject, sentences, args.neighbours,
                                        args.layer, args.k, args.pool)
         print(f"wrote {neighbours.write(result, args.out)}")
         return
@@ -85,12 +86,12 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
 
 def cmd_attention(args, gin_files, gin_bindings) -> None:
     import os
-    from t5lite.analysis import attention, forward, words
+    from t5lite.analysis import attention, forward
     if args.example >= args.sentences:
         raise ConfigError(f"--example {args.example}: choose one of the first --sentences {args.sentences} "
                           f"(0 to {args.sentences - 1})")
     subject = _subject(args, "data_dir")
-    sentences = forward.fitting(subject, words.read_conll(
-        os.path.join(args.data_dir, f"en_ewt/en_ewt-ud-{args.split}.conllu"), args.sentences))
+    sentences = forward.read_fitting(subject, os.path.join(args.data_dir, f"en_ewt/en_ewt-ud-{args.split}.conllu"),
+                                     args.sentences)
     results, weights = attention.analyse(subject, sentences)
     print("wrote " + ", ".join(attention.write(subject, results, weights, sentences, args.out, args.example)))
