@@ -38,6 +38,7 @@ from t5lite.models.recurrent import BiLMLanguageModel
 from t5lite.models.recurrent_config import AWDLSTMConfig, BiLMConfig
 from t5lite.models.running_statistics import RUNNING_STATISTICS, sown_values
 from t5lite.objectives.base import LossConfig, Objective
+from t5lite.objectives.heldout import converted_rows
 
 
 def _check_config(config, expected: type, objective: str):
@@ -162,12 +163,7 @@ class PerplexityEvaluator:
     def __init__(self, objective: _WordLMObjective, task, split, task_feature_lengths, batch_size: int = 32,
                  data_dir=None, max_examples=None):
         self.objective, self.task, self.split = objective, task, split
-        examples = list(itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir),
-                                         max_examples))
-        if not examples:
-            raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
-        converter = converter_registry.get_feature_converter(objective.converter)
-        rows = list(converter.convert(examples, task_feature_lengths))
+        rows = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir, max_examples)
         self.lengths = [int(np.count_nonzero(row["encoder_input_tokens"])) for row in rows]
         batches = converters.batch(rows, batch_size, drop_remainder=False)
         self.batches = [classify._fill({k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}, batch_size)
