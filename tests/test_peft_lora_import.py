@@ -381,11 +381,35 @@ def test_t5lite_train_continues_an_imported_seq_cls_lora(tmp_path):
         cli.main(["train", f"--gin_file={REPO / 'configs/local/bert_tiny_finetune_sst2.gin'}",
                   f"--gin_file={REPO / 'gin/peft/lora.gin'}", f"--gin.MODEL_DIR='{run}'",
                   f"--gin.INITIAL_CHECKPOINT_PATH='{run / 'base'}'", f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'",
-                  "--gin.TRAIN_STEPS=1", "--gin.EVAL_EVERY=0", "--gin.BATCH_SIZE=8"])
+                  "--gin.TRAIN_STEPS=2", "--gin.EVAL_EVERY=0", "--gin.BATCH_SIZE=8"])   # step 0's warmup rate is 0
     finally:
         gin.clear_config()
-    assert checkpoint_reader.step_directory(str(run)).endswith("1")
+    assert checkpoint_reader.step_directory(str(run)).endswith("2")
     trained = peft_checkpoint.restore_trained(checkpoint_reader.step_directory(str(run)))
     assert jax.tree.map(np.shape, trained) == jax.tree.map(np.shape, imported)
-    for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(imported)):   # one small step from the import
+    for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(imported)):   # small steps from the import
         assert not np.array_equal(a, b) and np.allclose(a, b, atol=0.05)
+
+
+def test_head_run_from_before_base_param_names_reads_its_base(tmp_path):
+    """A PEFT head run whose peft.json predates `base_params` reads its base as a newer one does
+    (the names recovered from the base checkpoint, checked by the fingerprint) for the task-head
+    model and for an embedding's encoder alone; a base that matches no reading is refused saying so."""
+    from t5lite.infer import checkpoint_reader, peft_checkpoint, predict
+    from t5lite.infer.embedding import BiEncoder
+    from t5lite.objectives.finetune import ClassificationObjective
+    from t5lite.run_layout import RunDir
+    base_dir, _, _, adapter_dir = _seq_cls_adapter(tmp_path, None)
+    run = str(tmp_path / "run")
+    cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", run])
+    config, step_dir, record = predict.model_config_of(run, None), checkpoint_reader.step_directory(run), \
+        peft_checkpoint.read(run)
+    older = {k: v for k, v in record.items() if k != "base_params"}
+    for module in (ClassificationObjective(num_labels=LABELS).build_model(config), BiEncoder(config, "mean")):
+        abstract = predict.abstract_params(config, None, module)
+        jax.tree.map(np.testing.assert_array_equal, peft_checkpoint.restore_merged(step_dir, run, older, abstract),
+                     peft_checkpoint.restore_merged(step_dir, run, record, abstract))
+    with pytest.raises(peft_checkpoint.CheckpointError, match=rf"^{RunDir(run).peft} predates the base parameter "
+                                                                "names.*train the run again$"):
+        peft_checkpoint.restore_merged(step_dir, run, {**older, "base_fingerprint": "0" * 16},
+                                       predict.abstract_params(config, None, BiEncoder(config, "mean")))

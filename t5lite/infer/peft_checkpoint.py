@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 from flax.traverse_util import flatten_dict, unflatten_dict
 
+from t5lite import storage
 from t5lite.errors import CheckpointError, ConfigError, first_line
 from t5lite.infer import checkpoint_reader
 from t5lite.models import peft
@@ -81,7 +82,7 @@ def _refuse_other_base(run_dir: str, stored: dict, base_path: str, base_fingerpr
     if stored["base_fingerprint"] != base_fingerprint:
         raise CheckpointError(
             f"{run_dir} holds PEFT parameters trained on the base {stored['base_checkpoint']} (fingerprint "
-            f"{stored['base_fingerprint']}), but the base given is {os.path.abspath(base_path)} (fingerprint "
+            f"{stored['base_fingerprint']}), but the base given is {storage.absolute(base_path)} (fingerprint "
             f"{base_fingerprint}); use the original base (train.initial_checkpoint_path), or a new MODEL_DIR")
 
 
@@ -108,17 +109,24 @@ def restore_merged(step_dir: str, run_dir: str, record: dict, abstract_params):
     (checked against the fingerprint) with the trained parameters applied (LoRA merged). A run
     trained with a task head keeps its base under "backbone": asked for `{"backbone", "head"}`
     it gives both, asked for a model alone (an analysis, an embedding) the backbone."""
-    if not os.path.isdir(record["base_checkpoint"]):
+    if not epath.Path(record["base_checkpoint"]).is_dir():
         raise CheckpointError(f"{run_dir} is a PEFT run: its checkpoint holds only the trained parameters of the base "
                               f"{record['base_checkpoint']}, which is gone; restore that checkpoint (fingerprint "
                               f"{record['base_fingerprint']}) or evaluate a merged copy (`t5lite convert --merge`)")
     trained = restore_trained(step_dir)
     headed = not {"backbone", "head"} <= set(abstract_params) and trained_with_head(trained)
     wanted = {(("backbone",) + p if headed else p): a for p, a in flatten_dict(abstract_params).items()}
-    base = _restore_base(record, wanted)
-    fingerprinted = [tuple(p.split("/")) for p in record["base_params"]] if "base_params" in record else list(base)
+    readings = [record["base_params"]] if "base_params" in record else _older_base_params(record, trained)
+    base = _restore_base({**record, "base_params": readings[0]}, wanted)
+    prints = [fingerprint(unflatten_dict({tuple(p.split("/")): base[tuple(p.split("/"))] for p in names}))
+              for names in readings]
+    if "base_params" not in record and record["base_fingerprint"] not in prints:
+        raise CheckpointError(f"{RunDir(run_dir).peft} predates the base parameter names t5lite records, and no reading "
+                              f"of the base {record['base_checkpoint']} gives its fingerprint "
+                              f"{record['base_fingerprint']} (the base changed, or the run is older than these "
+                              "readings); restore the base it was trained on, or train the run again")
     _refuse_other_base(run_dir, record, record["base_checkpoint"],
-                       fingerprint(unflatten_dict({p: base[p] for p in fingerprinted})))
+                       record["base_fingerprint"] if record["base_fingerprint"] in prints else prints[0])
     sharding = jax.tree.leaves(base)[0].sharding
     if isinstance(sharding, jax.sharding.NamedSharding):   # replicated on the base's mesh, to combine with it
         trained = jax.device_put(trained, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec()))
@@ -127,6 +135,21 @@ def restore_merged(step_dir: str, run_dir: str, record: dict, abstract_params):
     extra = set(base) - set(wanted)   # read for the fingerprint and the merge only
     merged = {p: x for p, x in merged.items() if p not in extra and (not headed or p[0] == "backbone")}
     return unflatten_dict({(p[1:] if headed else p): x for p, x in merged.items()})
+
+
+def _older_base_params(record: dict, trained) -> list[list[str]]:
+    """The base parameter names an older peft.json (one without `base_params`) may have
+    fingerprinted, largest first: all the base checkpoint stores (an ELECTRA base's discriminator),
+    laid out as the run's model (a task-head run's under "backbone"), and the same without a stored
+    head (one of another task's shape); the fingerprint tells which."""
+    stored = flatten_dict(checkpoint_reader.stored_params(record["base_checkpoint"]))
+    names = {p[0] for p in stored}
+    if trained_with_head(trained) and "backbone" not in names:
+        kept = [p for p in stored if p[0] == "discriminator"] or list(stored)
+        stored = {("backbone",) + (p[1:] if p[0] == "discriminator" else p): None for p in kept}
+    everything = sorted("/".join(p) for p in stored)
+    headless = [n for n in everything if not n.startswith("head/")]
+    return [everything] + ([headless] if headless != everything else [])
 
 
 def _param_paths(params) -> list[str]:
