@@ -36,7 +36,7 @@ def test_bert_mlm_chooses_15_percent_of_whole_words_never_specials(seed, length,
     assert ex["targets"].tolist() == tokens.tolist()
     assert not chosen[[0, -1]].any()
     assert (ex["inputs"][~chosen] == tokens[~chosen]).all()
-    target = max(1, round(length * 0.15))
+    target = max(1, round(len(tokens) * 0.15))   # BERT counts [CLS] and [SEP] in
     words = words_of(tokens) if whole_word else np.arange(len(tokens))
     body_words = words[1:-1]
     longest = np.bincount(body_words - body_words.min()).max()
@@ -162,3 +162,16 @@ def test_80_10_10_matches_hugging_faces_mlm_collator(tmp_path):
     for ours, share in ((ours_mask, hf_mask_share), (ours_kept, hf_kept_share)):
         table = [[ours, int(chosen.sum()) - ours], [round(share * n), n - round(share * n)]]
         assert stats.chi2_contingency(table).pvalue > 1e-6
+
+
+def test_gin_sets_the_bert_options_of_the_mlm_tasks(clean_gin_state):
+    import gin
+    import itertools
+    import t5lite.data.tasks  # noqa: F401  (registers the tasks)
+    from t5lite.data import get_task
+    gin.parse_config(["bert_mlm.max_predictions_per_seq = 2", "bert_mlm.random_from = 'vocabulary'"])
+    examples = itertools.islice(get_task("embedded_docs_bert_mlm").get_dataset("train", {"inputs": 64}), 5)
+    assert [int(ex["targets_loss_weights"].sum()) for ex in examples] == [2] * 5
+    gin.parse_config("bert_mlm.random_from = 'all'")
+    with pytest.raises(ValueError, match="random_from='all'"):
+        next(get_task("embedded_docs_bert_mlm").get_dataset("train", {"inputs": 64}))

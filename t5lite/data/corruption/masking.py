@@ -1,7 +1,8 @@
 """BERT's masked LM and SpanBERT's span masking, on tokenized examples.
 
-Both choose about `mask_rate` of the maskable tokens (never special ids: pad, EOS, CLS, SEP,
-sentinels), then corrupt the choice 80% [MASK] / 10% random token / 10% unchanged, and emit
+Both choose about `mask_rate` of the tokens (BERT counts [CLS] and [SEP] in, as its code does;
+SpanBERT counts the maskable ones) among the maskable ones (never special ids: pad, EOS, UNK, CLS,
+SEP, sentinels), then corrupt the choice 80% [MASK] / 10% random token / 10% unchanged, and emit
 `inputs` (corrupted), `targets` (the original) and `targets_loss_weights` (1 exactly on the chosen
 positions), which `EncoderFeatureConverter` turns into `encoder_*` features.
 
@@ -17,6 +18,7 @@ import functools
 import zlib
 from typing import Any, Iterable, Iterator, Mapping
 
+import gin
 import numpy as np
 
 from t5lite.errors import ConfigError
@@ -77,37 +79,66 @@ def word_starts(tokens: np.ndarray, vocabulary) -> np.ndarray:
 
 def word_ids(tokens: np.ndarray, maskable: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Word index per token (-1 for unmaskable tokens); a word is a start plus its continuations,
-    and an unmaskable token also ends a word."""
+    and an unmaskable token also ends a word (BERT's code would join a "##" piece right after [SEP]
+    to the word before it, which only a front-truncated segment B can show; here no word crosses a
+    special token)."""
     boundary = starts | ~maskable | np.concatenate([[True], ~maskable[:-1]])
     ids = np.cumsum(boundary & maskable) - 1
     return np.where(maskable, ids, -1)
 
 
-def corrupt(tokens: np.ndarray, chosen: np.ndarray, groups: np.ndarray, vocabulary, rng: np.random.Generator,
-            mask_token_rate: float = 0.8, random_token_rate: float = 0.1) -> np.ndarray:
-    """BERT's 80/10/10 on the chosen positions; all tokens of one group (a token, or a SpanBERT span,
-    numbered by `groups`) get the same treatment. Random tokens are drawn from the non-special ids."""
-    regular = _regular_ids(vocabulary)
-    draw = rng.random(max(int(groups.max(initial=-1)) + 1, 1))[np.maximum(groups, 0)]
-    random = regular[rng.integers(len(regular), size=tokens.shape)]
-    out = np.where(chosen & (draw < mask_token_rate), special_ids(vocabulary)["mask"], tokens)
-    out = np.where(chosen & (draw >= mask_token_rate) & (draw < mask_token_rate + random_token_rate), random, out)
-    return out.astype(np.int32)
+RANDOM_POOLS = ("non_special", "vocabulary")
 
 
-def choose_whole_words(words: np.ndarray, num_to_predict: int, rng: np.random.Generator) -> np.ndarray:
-    """BERT's `create_masked_lm_predictions`: words in random order, each taken whole while the
-    total stays within `num_to_predict` tokens."""
-    chosen = np.zeros(len(words), dtype=bool)
+def random_pool(vocabulary, random_from: str = "non_special") -> np.ndarray:
+    """The ids a random replacement is drawn from: "vocabulary" is every id (BERT's code draws from
+    its whole vocab.txt, [CLS], [SEP], [MASK] and [unused*] included); "non_special" leaves out the
+    ids no objective masks (pad/EOS/UNK, CLS/SEP/[MASK], sentinels), which t5lite's vocabularies
+    have many of (100 sentinels, standing in for [MASK] and [CLS] where the vocabulary has none)."""
+    if random_from == "vocabulary":
+        return np.arange(int(vocabulary.vocab_size))
+    if random_from == "non_special":
+        return _regular_ids(vocabulary)
+    raise ConfigError(f"random_from={random_from!r} is not a random-token pool; use one of {RANDOM_POOLS}")
+
+
+def corrupt(tokens: np.ndarray, groups: Iterable[np.ndarray], vocabulary, rng: np.random.Generator,
+            mask_token_rate: float = 0.8, random_token_rate: float = 0.1,
+            random_from: str = "non_special") -> np.ndarray:
+    """BERT's 80/10/10, drawn in the order BERT's `create_masked_lm_predictions` draws it: per group
+    of positions (a token; a SpanBERT span gets one treatment), in the order given, one uniform for
+    [MASK], then if unmasked one for kept vs random, then a token from `random_pool` per position."""
+    pool = random_pool(vocabulary, random_from)
+    kept_share = (1 - mask_token_rate - random_token_rate) / (1 - mask_token_rate) if mask_token_rate < 1 else 1.0
+    out = np.array(tokens, dtype=np.int32)
+    for positions in groups:
+        if rng.random() < mask_token_rate:
+            out[positions] = special_ids(vocabulary)["mask"]
+        elif rng.random() >= kept_share:
+            out[positions] = pool[rng.integers(len(pool), size=len(positions))]
+    return out
+
+
+def choose_whole_words(words: np.ndarray, num_to_predict: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """BERT's `create_masked_lm_predictions`: the words in random order, each taken whole unless it
+    would take the total past `num_to_predict` (then skipped); the positions of the words taken, in
+    the order taken."""
     sizes = np.bincount(words[words >= 0])
-    total = 0
+    taken, total = [], 0
     for word in rng.permutation(len(sizes)):
-        if total + sizes[word] <= num_to_predict:
-            chosen |= words == word
-            total += sizes[word]
         if total >= num_to_predict:
             break
-    return chosen
+        if total + sizes[word] <= num_to_predict:
+            taken.append(np.flatnonzero(words == word))
+            total += sizes[word]
+    return taken
+
+
+def bert_num_to_predict(length: int, mask_rate: float, max_predictions_per_seq: int | None) -> int:
+    """BERT's count: round(mask_rate x all the tokens, [CLS] and [SEP] included), at least 1, at most
+    `max_predictions_per_seq` (None: no cap)."""
+    count = max(1, int(round(length * mask_rate)))
+    return count if max_predictions_per_seq is None else min(max_predictions_per_seq, count)
 
 
 def _mask_rngs(seed: int, index: int, tokens: np.ndarray, static_seed: int | None, copies: int):
@@ -119,12 +150,26 @@ def _mask_rngs(seed: int, index: int, tokens: np.ndarray, static_seed: int | Non
     return [np.random.default_rng([static_seed, 3, digest, copy]) for copy in range(copies)]
 
 
+@gin.configurable(denylist=["dataset", "output_features", "seed"])
 def bert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], seed: int,
              mask_rate: float = 0.15, mask_token_rate: float = 0.8, random_token_rate: float = 0.1,
              whole_word: bool = True, static_seed: int | None = None, num_static_copies: int = 1,
-             feature: str = "inputs") -> Iterator[Example]:
-    """BERT's masked LM on `feature` (kept as `targets`): round(mask_rate * maskable tokens) chosen,
-    at least one, as whole words when `whole_word`; other features (e.g. `token_type_ids`) pass through."""
+             feature: str = "inputs", max_predictions_per_seq: int | None = None,
+             random_from: str = "non_special") -> Iterator[Example]:
+    """BERT's masked LM on `feature` (kept as `targets`), as google-research/bert's
+    `create_masked_lm_predictions`: `bert_num_to_predict` tokens chosen among the maskable ones,
+    as whole words when `whole_word` (BERT's --do_whole_word_mask, its whole-word-masking models),
+    then `corrupt`; other features (e.g. `token_type_ids`) pass through.
+
+    `max_predictions_per_seq` defaults to None, no cap: BERT's README sets its flag to about
+    max_seq_length x masked_lm_prob (20 at 128, 80 at 512), a bound on its fixed-size
+    masked_lm_positions that never binds on a sequence within max_seq_length; t5lite weights the
+    positions in place, so a fixed number like 20 would only under-mask longer sequences.
+    `random_from` defaults to "non_special" (see `random_pool`), not BERT's whole vocabulary: t5lite's
+    vocabularies carry sentinels (the stand-ins for [MASK] and [CLS] among them, a third of the ids
+    of a small test vocabulary), so a whole-vocabulary "random word" could be a mask or a structure
+    token; "vocabulary" gives BERT's draws.
+    """
     if num_static_copies > 1 and static_seed is None:
         raise ConfigError("bert_mlm: num_static_copies needs static masking; set static_seed (e.g. 0)")
     vocabulary = output_features[feature].vocabulary
@@ -134,12 +179,14 @@ def bert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], see
         maskable = ~np.isin(tokens, forbidden)
         starts = word_starts(tokens, vocabulary) if whole_word else np.ones(len(tokens), bool)
         words = word_ids(tokens, maskable, starts)
-        num_to_predict = max(1, int(round(maskable.sum() * mask_rate))) if maskable.any() else 0
+        num_to_predict = bert_num_to_predict(len(tokens), mask_rate, max_predictions_per_seq)
         for rng in _mask_rngs(seed, i, tokens, static_seed, num_static_copies):
-            chosen = choose_whole_words(words, num_to_predict, rng)
-            inputs = corrupt(tokens, chosen, np.arange(len(tokens)), vocabulary, rng, mask_token_rate,
-                             random_token_rate)
-            yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen.astype(np.int32)}
+            positions = np.concatenate([np.zeros(0, np.int64), *choose_whole_words(words, num_to_predict, rng)])
+            inputs = corrupt(tokens, positions[:, None], vocabulary, rng, mask_token_rate, random_token_rate,
+                             random_from)
+            chosen = np.zeros(len(tokens), np.int32)
+            chosen[positions] = 1
+            yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen}
 
 
 def span_length_distribution(p: float = 0.2, max_span_words: int = 10) -> np.ndarray:
@@ -212,6 +259,7 @@ def spanbert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any],
         num_to_predict = max(1, int(round(maskable.sum() * mask_rate))) if maskable.any() else 0
         span_of = span_mask(words, num_to_predict, rng, p, max_span_words)
         chosen = span_of >= 0
-        inputs = corrupt(tokens, chosen, span_of, vocabulary, rng, mask_token_rate, random_token_rate)
+        spans = [np.flatnonzero(span_of == span) for span in range(int(span_of.max(initial=-1)) + 1)]
+        inputs = corrupt(tokens, spans, vocabulary, rng, mask_token_rate, random_token_rate)
         yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen.astype(np.int32),
                **span_boundary_features(span_of)}
