@@ -68,3 +68,28 @@ def test_default_packing_differs_from_seqio_only_at_its_batch_boundaries():
     assert [r["_examples"] for r in seqio_like] == [2, 2, 1, 2, 2, 1]
     default = converters.DecoderOnlyLMFeatureConverter().convert(examples, lengths, pack=True)
     assert [r["_examples"] for r in default] == [2, 2, 2, 2, 2]
+
+
+def test_an_example_empty_in_one_feature_keeps_its_segment_number_where_seqio_renumbers():
+    """seqio numbers each feature's segments from its positions == 0, so an example with empty
+    `inputs` gets no encoder segment and the later ones shift down: decoder segment k then
+    cross-attends to another example's inputs. t5lite numbers the examples of the row in every
+    feature; apart from that numbering its rows equal seqio's."""
+    examples = random_examples(11, 12, longest=0.4)
+    for k in (1, 5, 6):
+        examples[k]["inputs"] = np.zeros(0, np.int32)
+    expected = seqio_rows(seqio.EncDecFeatureConverter(pack=True, use_custom_packing_ops=False), examples, LENGTHS)
+    got = list(converters.EncDecFeatureConverter().convert(examples, LENGTHS, pack=True, restart_every=16))
+    assert len(got) == len(expected)
+    first = 0
+    for row, want in zip(got, expected):
+        for s, example in enumerate(examples[first:first + row["_examples"]], start=1):   # ids name the examples
+            assert row["encoder_input_tokens"][row["encoder_segment_ids"] == s].tolist() == example["inputs"].tolist()
+            assert row["decoder_target_tokens"][row["decoder_segment_ids"] == s].tolist() == example["targets"].tolist()
+        first += row["_examples"]
+        same = [k for k in want if k != "encoder_segment_ids"]
+        assert {k: row[k].tolist() for k in same} == {k: want[k].tolist() for k in same}
+        ours, theirs = row["encoder_segment_ids"], want["encoder_segment_ids"]
+        renumbered = np.searchsorted(np.unique(ours[ours > 0]), ours) + 1
+        assert np.where(ours > 0, renumbered, 0).tolist() == theirs.tolist()
+    assert any(not np.array_equal(r["encoder_segment_ids"], w["encoder_segment_ids"]) for r, w in zip(got, expected))

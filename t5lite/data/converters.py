@@ -57,7 +57,10 @@ def _make_row(examples: list[dict[str, np.ndarray]], lengths: Mapping[str, int])
     """Concatenates `examples` feature by feature, padded with 0, with segment ids and positions.
 
     Segment id k marks the k-th example of the row in every feature, even one where that example is
-    empty, so encoder and decoder segment ids agree on which example a token belongs to.
+    empty, so encoder and decoder segment ids agree on which example a token belongs to. seqio
+    numbers each feature's segments on its own (from positions == 0), so after an example with
+    empty `inputs` its decoder segment k would cross-attend to another example's inputs; the rows
+    are otherwise seqio's.
     """
     row: Row = {}
     for key, length in lengths.items():
