@@ -292,16 +292,26 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
     return built
 
 
+ERROR = "t5lite: error:"
+
+
+def assert_works_or_is_refused(kind, command, run, recipe, out, capsys) -> int:
+    """`t5lite COMMAND` on a run of `kind` (outputs under `out`) exits 0, or 2 with one line that says
+    what the run is (never that it, or its base, is missing); its exit code."""
+    import re
+    (out / "corpus.txt").write_text("the sea is blue .\nthe lobster lives in the sea .\n")
+    code, err = run_cli(COMMANDS[command](run, recipe, out), capsys)
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 2:   # progress bars aside, one line that says what the run is
+        lines = [line for line in err.splitlines() if line.startswith(ERROR)]
+        said = lines[0][len(ERROR):].replace(str(run), "RUN") if len(lines) == 1 else ""   # in words, not by its path
+        assert re.search(KIND_WORDS[kind], said) and not re.search("does not exist|is gone", said), lines
+    return code
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("kind", KIND_WORDS)
 def test_every_run_kind_with_every_command(kinds, kind, command, tmp_path, capsys, monkeypatch):
-    import re
     monkeypatch.chdir(REPO)   # the recipes include gin files by repository paths
-    run, recipe = kinds(kind)
-    (tmp_path / "corpus.txt").write_text("the sea is blue .\nthe lobster lives in the sea .\n")
-    code, err = run_cli(COMMANDS[command](run, recipe, tmp_path), capsys)
-    assert code in (0, 2) and "Traceback" not in err, err
-    if code == 2:   # progress bars aside, one line that says what the run is
-        lines = [line for line in err.splitlines() if line.startswith("t5lite: error:")]
-        assert len(lines) == 1 and re.search(KIND_WORDS[kind], lines[0]), lines
+    assert_works_or_is_refused(kind, command, *kinds(kind), tmp_path, capsys)

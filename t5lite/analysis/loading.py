@@ -10,6 +10,7 @@ import os
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from etils import epath
 
 from t5lite import models
 from t5lite.data import vocab as vocab_lib
@@ -31,7 +32,7 @@ class Subject:
 
 
 def _is_hf_folder(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "config.json"))
+    return (epath.Path(path) / "config.json").is_file()
 
 
 def _vocabulary(path: str | None, folder: str | None):
@@ -50,7 +51,7 @@ def load(path: str, vocabulary: str | None = None, name: str | None = None, comm
     (`checkpoint_reader.require_command_takes`) is refused before any work."""
     from t5lite.infer import checkpoint_reader, elmo_layers, predict
     from t5lite.interop import hf
-    if not os.path.exists(path):
+    if not epath.Path(path).exists():
         raise DataNotFoundError(f"--model {path!r} does not exist; give a Hugging Face model folder or a t5lite run")
     if _is_hf_folder(path):
         module, variables = hf.load(path, **READABLE)

@@ -10,6 +10,7 @@ import pickle
 
 import numpy as np
 
+from t5lite import storage
 from t5lite.errors import first_line
 from t5lite.interop.hf.fields import HFConversionError
 
@@ -22,6 +23,9 @@ RESAVE = "write the folder again with transformers' save_pretrained"
 
 def read_config(path: str) -> dict:
     """The folder's config.json, with generation_config.json's special ids over it."""
+    if storage.is_remote(path):   # its tokenizer files are copied into the run with local file calls
+        raise HFConversionError(f"{path} is in a bucket; t5lite reads Hugging Face model folders from local disk: copy "
+                                f"it first (gcloud storage cp -r {path} .) and give the local folder")
     if not os.path.isdir(path):
         raise HFConversionError(f"{path} does not exist; give a Hugging Face model folder (config.json with "
                                 "model.safetensors or pytorch_model.bin, as save_pretrained writes)"
