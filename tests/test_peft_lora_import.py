@@ -287,7 +287,8 @@ def test_seq_cls_lora_export_import_export_keeps_the_tensors(tmp_path):
     base_dir, peft_model, ids, adapter_dir = _seq_cls_adapter(tmp_path, ["pooler"])
     cli.main(["convert", "--from_hf", base_dir, "--peft_adapter", adapter_dir, "--out", str(tmp_path / "run")])
     cli.main(["convert", "--to_hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf1")])
-    cli.main(["convert", "--from_hf", str(tmp_path / "hf1" / "base"), "--peft_adapter", str(tmp_path / "hf1" / "adapter"),
+    hf1 = tmp_path / "hf1"
+    cli.main(["convert", "--from_hf", str(hf1 / "base"), "--peft_adapter", str(hf1 / "adapter"),
               "--out", str(tmp_path / "run2")])
     cli.main(["convert", "--to_hf", str(tmp_path / "run2"), "--out", str(tmp_path / "hf2")])
     first, second = _adapter_tensors(tmp_path / "hf1" / "adapter"), _adapter_tensors(tmp_path / "hf2" / "adapter")

@@ -121,8 +121,8 @@ def restore_merged(step_dir: str, run_dir: str, record: dict, abstract_params):
     prints = [fingerprint(unflatten_dict({tuple(p.split("/")): base[tuple(p.split("/"))] for p in names}))
               for names in readings]
     if "base_params" not in record and record["base_fingerprint"] not in prints:
-        raise CheckpointError(f"{RunDir(run_dir).peft} predates the base parameter names t5lite records, and no reading "
-                              f"of the base {record['base_checkpoint']} gives its fingerprint "
+        raise CheckpointError(f"{RunDir(run_dir).peft} predates the base parameter names t5lite records, and no "
+                              f"reading of the base {record['base_checkpoint']} gives its fingerprint "
                               f"{record['base_fingerprint']} (the base changed, or the run is older than these "
                               "readings); restore the base it was trained on, or train the run again")
     _refuse_other_base(run_dir, record, record["base_checkpoint"],

@@ -191,10 +191,10 @@ def _saved_modules(entries: list[str], tensors: dict[str, np.ndarray]) -> dict[s
         if not key.startswith(PREFIX) or ".lora_" in key:
             continue
         parts = key[len(PREFIX):].split(".")[:-1]
-        module = next((".".join(parts[:i]) for i in range(1, len(parts) + 1)
-                       if any(".".join(parts[:i]).endswith(e) for e in entries)), None)
-        if module is not None:
-            out[module] = next(e for e in entries if module.endswith(e))
+        modules = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        found = next(((module, e) for module in modules for e in entries if module.endswith(e)), None)
+        if found is not None:
+            out[found[0]] = found[1]
     return out
 
 
@@ -220,7 +220,7 @@ def _seq_cls_head(rules: list[Rule], adapter_config: dict, tensors: dict[str, np
                                 f"beside a LoRA: {why}; save the adapter without it")
     if SEQ_CLS_HEAD not in modules:
         raise HFConversionError(f"{where}: modules_to_save saves BERT's pooler without the classifier that reads it; "
-                                f"save it with task_type='SEQ_CLS' (peft then saves the classifier too)")
+                                "save it with task_type='SEQ_CLS' (peft then saves the classifier too)")
     if pooler is None:
         raise HFConversionError(f"{where}: the adapter's classifier reads BERT's pooler, which the base has not; "
                                 "convert the base saved with its pooler (BertModel, BertForSequenceClassification)")
@@ -252,8 +252,8 @@ def _module_params(rules: list[Rule], tensors: dict[str, np.ndarray], shapes: di
         want = rule.hf_shape([shapes[p] for p in rule.ours])
         tensor = tensors.get(PREFIX + rule.hf)
         if tensor is None or tuple(tensor.shape) != want:
-            raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS} has {PREFIX}{rule.hf} "
-                                    f"{'missing' if tensor is None else tuple(tensor.shape)}, expected {want}; "
+            found = "has none" if tensor is None else f"is {tuple(tensor.shape)}"
+            raise HFConversionError(f"{where}: {ADAPTER_WEIGHTS}'s {PREFIX}{rule.hf} {found}, the base's is {want}; "
                                     "import the adapter onto the base it was trained on")
         for p, value in zip(rule.ours, rule.from_hf(np.asarray(tensor, np.float32), [shapes[p] for p in rule.ours])):
             out[root + tuple(p.split("/"))] = value
