@@ -309,9 +309,13 @@ def assert_works_or_is_refused(kind, command, run, recipe, out, capsys) -> int:
     return code
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS)
-@pytest.mark.parametrize("kind", KIND_WORDS)
+def every_kind_with_every_command(test):
+    """The slow walk's cells (a local run or its copy in a bucket): each run kind with each command."""
+    cells = pytest.mark.parametrize("command", COMMANDS)(pytest.mark.parametrize("kind", KIND_WORDS)(test))
+    return pytest.mark.slow(cells)
+
+
+@every_kind_with_every_command
 def test_every_run_kind_with_every_command(kinds, kind, command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)   # the recipes include gin files by repository paths
     assert_works_or_is_refused(kind, command, *kinds(kind), tmp_path, capsys)

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, TINY_LENGTHS, TINY_TASK, train_tiny
 from test_gcs import BUCKET, gcs  # noqa: F401  (the emulator fixture)
-from test_run_command_matrix import (COMMANDS, KIND_WORDS, assert_works_or_is_refused, clean_gin,  # noqa: F401
+from test_run_command_matrix import (assert_works_or_is_refused, clean_gin, every_kind_with_every_command,  # noqa: F401
                                      kinds, run_cli, runs)
 
 
@@ -64,9 +64,7 @@ def gs_kinds(kinds, gcs):  # noqa: F811
     return copy
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS)
-@pytest.mark.parametrize("kind", KIND_WORDS)
+@every_kind_with_every_command
 def test_every_gs_run_kind_with_every_command(gs_kinds, kind, command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)   # the recipes include gin files by repository paths
     assert_works_or_is_refused_in_the_bucket(kind, command, *gs_kinds(kind), tmp_path, capsys)
