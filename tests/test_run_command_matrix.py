@@ -160,6 +160,16 @@ def test_misleading_messages_say_what_the_run_is(runs, tmp_path, capsys, argv, s
     assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
 
 
+def test_an_int8_run_is_not_exported_to_hugging_face(runs, tmp_path, capsys):
+    code, err = run_cli(["convert", "--quantize", "int8", "--from_hf", runs["root"] / "hf_base", "--out", tmp_path / "q"],
+                        capsys)
+    assert code == 0, err
+    code, err = run_cli(["convert", "--to_hf", tmp_path / "q", "--out", tmp_path / "hf"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is an int8-quantised run" in err and "export the float run" in err, err
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_peft_run_without_or_with_a_broken_peft_json(runs, tmp_path, capsys):
     import shutil
     run = tmp_path / "run"
@@ -205,7 +215,7 @@ TINY_T5 = ["--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.TASK_FEATURE_LENG
 # What a refusal must say the run is, per kind.
 KIND_WORDS = {"pretrained": "encoder_decoder|not a PEFT|t5|text-to-text", "task_head": "task-head|encoder",
               "peft": "PEFT|LoRA|encoder_decoder", "peft_head": "PEFT|LoRA|encoder", "peft_on_classifier": "PEFT|LoRA|encoder",
-              "quantised": "quantised", "pruned": "task-head|encoder", "distilled": "encoder",
+              "quantised": "quantised|encoder_decoder", "pruned": "task-head|encoder", "distilled": "encoder",
               "elmo": "ELMo", "awd_lstm": "AWD-LSTM|awd_lstm", "word2vec": "word2vec"}
 
 COMMANDS = {
@@ -236,7 +246,8 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
     awd_lstm = [f"--gin_file={REPO / 'configs/local/awd_lstm_tiny_wikitext2.gin'}", "--gin.DATA_DIR=None",
                 "--gin.MIXTURE_OR_TASK_NAME='embedded_docs_lines'", "--gin.word_vocabulary.task='embedded_docs_lines'",
                 "--gin.word_vocabulary.split='train'", "--gin.word_vocabulary.size=512",
-                "--gin.model_config.vocab_size=512", "--gin.TASK_FEATURE_LENGTHS={'targets': 16}"]
+                "--gin.model_config.vocab_size=512", "--gin.TASK_FEATURE_LENGTHS={'targets': 16}",
+                "--gin.BATCH_SIZE=8"]   # eval's too: the LM's carried state has a row per stream
 
     def train(name, *argv):
         code, err = run_cli(["train", f"--gin.MODEL_DIR='{root / name}'", *argv])
@@ -276,7 +287,7 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
                                     "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.train.eval_every=0"),
                               [f"--gin_file={REPO / 'configs/local/bert_tiny_pretrain.gin'}"]),
         "elmo": lambda: (elmo(), []),
-        "awd_lstm": lambda: (train("awd_lstm", *awd_lstm, "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=8",
+        "awd_lstm": lambda: (train("awd_lstm", *awd_lstm, "--gin.TRAIN_STEPS=1",
                                    "--gin.train.eval_every=0", "--gin.train.train_split='train'",
                                    "--gin.warmup_cosine.warmup_steps=1"), awd_lstm),
         "word2vec": lambda: (train("word2vec", f"--gin_file={REPO / 'configs/local/word2vec_wikitext2.gin'}",

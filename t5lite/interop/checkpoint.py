@@ -269,6 +269,10 @@ def t5lite_to_hf(run_dir: str, out_dir: str, preset: str | None = None) -> Model
     if not from_preset:
         _refuse_not_transformer(step_dir, "--to_hf")
     config = read_model_config(run_dir, preset)
+    if config.weight_quantization != "none":
+        raise hf.HFConversionError(f"{run_dir} is an {config.weight_quantization}-quantised run, whose integer "
+                                   "weights a Hugging Face model does not hold; export the float run it was quantised "
+                                   "from")
     try:
         hf.export_config(config)      # most models HF cannot express fail here, before the checkpoint is read
         params = _restore_params(step_dir, config, f"--preset {preset}" if from_preset else saved_config.name)
