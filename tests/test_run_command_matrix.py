@@ -247,7 +247,7 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
                 "--gin.MIXTURE_OR_TASK_NAME='embedded_docs_lines'", "--gin.word_vocabulary.task='embedded_docs_lines'",
                 "--gin.word_vocabulary.split='train'", "--gin.word_vocabulary.size=512",
                 "--gin.model_config.vocab_size=512", "--gin.TASK_FEATURE_LENGTHS={'targets': 16}",
-                "--gin.BATCH_SIZE=8"]   # eval's too: the LM's carried state has a row per stream
+                "--gin.BATCH_SIZE=8"]   # eval's rows too: the LM's carried state has a row per stream
 
     def train(name, *argv):
         code, err = run_cli(["train", f"--gin.MODEL_DIR='{root / name}'", *argv])
@@ -289,7 +289,7 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
         "elmo": lambda: (elmo(), []),
         "awd_lstm": lambda: (train("awd_lstm", *awd_lstm, "--gin.TRAIN_STEPS=1",
                                    "--gin.train.eval_every=0", "--gin.train.train_split='train'",
-                                   "--gin.warmup_cosine.warmup_steps=1"), awd_lstm),
+                                   "--gin.warmup_cosine.warmup_steps=1"), [*awd_lstm, "--gin.eval.batch_size=8"]),
         "word2vec": lambda: (train("word2vec", f"--gin_file={REPO / 'configs/local/word2vec_wikitext2.gin'}",
                                    f"--gin.DATA_DIR='{shared_data_dir()}'", "--gin.TRAIN_STEPS=3", "--gin.BATCH_SIZE=4",
                                    "--gin.model_config.overrides={'dim': 8}"), []),
