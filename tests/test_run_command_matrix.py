@@ -161,10 +161,11 @@ def test_misleading_messages_say_what_the_run_is(runs, tmp_path, capsys, argv, s
 
 
 def test_an_int8_run_is_not_exported_to_hugging_face(runs, tmp_path, capsys):
-    code, err = run_cli(["convert", "--quantize", "int8", "--from_hf", runs["root"] / "hf_base", "--out", tmp_path / "q"],
+    quantised = tmp_path / "q"
+    code, err = run_cli(["convert", "--quantize", "int8", "--from_hf", runs["root"] / "hf_base", "--out", quantised],
                         capsys)
     assert code == 0, err
-    code, err = run_cli(["convert", "--to_hf", tmp_path / "q", "--out", tmp_path / "hf"], capsys)
+    code, err = run_cli(["convert", "--to_hf", quantised, "--out", tmp_path / "hf"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "is an int8-quantised run" in err and "export the float run" in err, err
     assert not (tmp_path / "hf").exists()
@@ -214,7 +215,8 @@ TINY_T5 = ["--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.TASK_FEATURE_LENG
            "--gin.train.eval_every=0"]
 # What a refusal must say the run is, per kind.
 KIND_WORDS = {"pretrained": "encoder_decoder|not a PEFT|t5|text-to-text", "task_head": "task-head|encoder",
-              "peft": "PEFT|LoRA|encoder_decoder", "peft_head": "PEFT|LoRA|encoder", "peft_on_classifier": "PEFT|LoRA|encoder",
+              "peft": "PEFT|LoRA|encoder_decoder", "peft_head": "PEFT|LoRA|encoder",
+              "peft_on_classifier": "PEFT|LoRA|encoder",
               "quantised": "quantised|encoder_decoder", "pruned": "task-head|encoder", "distilled": "encoder",
               "elmo": "ELMo", "awd_lstm": "AWD-LSTM|awd_lstm", "word2vec": "word2vec"}
 
@@ -283,7 +285,8 @@ def kinds(runs, bert_tiny_sst2_run, tmp_path_factory):
                                  "--gin.HeadPruning.batches=2"), sst2),
         "distilled": lambda: (train("distilled", f"--gin_file={REPO / 'configs/local/bert_tiny_pretrain.gin'}",
                                     f"--gin_file={REPO / 'gin/objectives/distilbert.gin'}",
-                                    f"--gin.TEACHER_PATH='{runs['base']}'", "--gin.DistillationObjective.student_layers=[0, 1]",
+                                    f"--gin.TEACHER_PATH='{runs['base']}'",
+                                    "--gin.DistillationObjective.student_layers=[0, 1]",
                                     "--gin.TRAIN_STEPS=1", "--gin.BATCH_SIZE=4", "--gin.train.eval_every=0"),
                               [f"--gin_file={REPO / 'configs/local/bert_tiny_pretrain.gin'}"]),
         "elmo": lambda: (elmo(), []),

@@ -43,7 +43,8 @@ MICRO_REFUSED = {("pretrained", "merge"), ("pretrained", "to_elmo"), ("peft", "t
 
 @pytest.mark.parametrize("command", FAST_COMMANDS)
 @pytest.mark.parametrize("kind", ["pretrained", "peft"])
-def test_a_gs_t5_and_lora_run_with_the_commands_that_read_them(micro_runs, kind, command, tmp_path, capsys, monkeypatch):
+def test_a_gs_t5_and_lora_run_with_the_commands_that_read_them(micro_runs, kind, command, tmp_path, capsys,
+                                                                monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = assert_works_or_is_refused_in_the_bucket(kind, command, *micro_runs[kind], tmp_path, capsys)
     assert code == (2 if (kind, command) in MICRO_REFUSED else 0)
