@@ -144,7 +144,7 @@ def curve(args, run: str) -> dict:
                    pruned={g: {"/".join(p): sorted(h) for p, h in chosen[g].items()} for g in ORDERS})
         rows.append(row)
         print(_table_row(row), flush=True)
-    return {"run": run, "heads": total,
+    return {"heads": total,
             "importance": {g: {"/".join(p): v.tolist() for p, v in imp.items()} for g, imp in importance.items()},
             "rows": rows}
 
@@ -184,7 +184,8 @@ def main(argv=None) -> None:
         run = args.run or _fine_tune(args)
         print("| pruned | heads | " + " | ".join(ORDERS.values()) + f" | random (mean ± sd, {args.seeds} seeds) |\n"
               "|---|---|---|---|---|", flush=True)
-        result = {"args": vars(args), **curve(args, run)}
+        settings = {k: v for k, v in vars(args).items() if k not in ("glue_dir", "out")}   # not this machine's paths
+        result = {"args": settings, **curve(args, run)}
     except T5liteError as e:
         print(f"head_pruning_curve.py: error: {cli.user_message(e)}", file=sys.stderr)
         raise SystemExit(2) from None
