@@ -24,6 +24,9 @@ os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAG
 # TensorFlow is installed, and that refuses the Keras 3 of the 'reference' extra's TensorFlow.
 # The references here are all PyTorch; 5.x has no TensorFlow side and ignores the variable.
 os.environ.setdefault("USE_TF", "0")
+# gcsfs reads this when it is imported: unset, every gs:// call of the emulator tests (test_gcs.py)
+# first asks the real service's metadata server for the bucket's layout, and waits for its timeout.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from t5lite.models import get_config  # noqa: E402
 
