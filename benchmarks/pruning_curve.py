@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 
+from t5lite import finite
+
 
 def _train(model_dir, args, initial=None, pruning=None, checkpoint_every=None):
     from t5lite import models
@@ -67,8 +69,9 @@ def main():
             previous[variant] = run
         rows.append(row)
         print(row, flush=True)
+    settings = {k: v for k, v in vars(args).items() if k not in ("glue_dir", "out")}   # not this machine's paths
     with open(os.path.join(args.out, "pruning_curve.json"), "w") as f:
-        json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+        finite.dump({"args": settings, "rows": rows}, f, indent=1)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
