@@ -174,23 +174,27 @@ def test_no_gradient_flows_from_the_discriminator_loss_into_the_generator():
 
 
 def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path):
-    from conftest import logged_losses, train_tiny
+    from conftest import train_tiny
     from t5lite.infer import checkpoint_reader
     model = models.get_config("electra_tiny", vocab_size=2176, dropout_rate=0.0)
     objective = electra.ElectraObjective("electra_tiny_generator")
     args = dict(mixture_or_task_name="embedded_docs_electra_mlm", task_feature_lengths={"inputs": 32},
                 feature_converter="encoder", objective=objective, z_loss=0.0)
     train_tiny(tmp_path, model, 4, **args)
-    train_tiny(tmp_path, model, 6, **args)   # resumes from the step-4 checkpoint
+    # Resumes from the step-4 checkpoint and evaluates the validation split at the end.
+    train_tiny(tmp_path, model, 6, eval_every=2, eval_max_examples=4, **args)
     with open(tmp_path / "metrics.jsonl") as f:
         records = [json.loads(line) for line in f]
-    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    *records, evaluation = records
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6] and evaluation["step"] == 6
+    evaluated = {k for k in evaluation if k.startswith("eval_")}
+    assert {f"eval_{k}" for k in ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy")} <= evaluated
+    assert all(np.isfinite(evaluation[k]) for k in evaluated) and "eval_rtd_auc" not in evaluated
     for r in records:
         for key in ("loss", "mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_auc", "replaced_fraction"):
             assert np.isfinite(r[key]), (key, r)
         assert 0.0 <= r["rtd_auc"] <= 1.0 and 0.0 < r["replaced_fraction"] <= 1.0
-    losses = logged_losses(tmp_path)
-    assert losses[6] < losses[1]
+    assert records[-1]["loss"] < records[0]["loss"]
     # The checkpoint holds both networks; the discriminator restores alone as a standalone encoder.
     abstract = jax.eval_shape(lambda: _init(models.build(model)))
     disc = checkpoint_reader.restore_params(os.path.join(tmp_path, "checkpoints"), {"discriminator": abstract})
@@ -209,6 +213,52 @@ def test_electra_trains_logs_rtd_metrics_and_resumes_with_both_networks(tmp_path
         theirs = exported(input_ids=torch.tensor(tokens)).logits.numpy()
     ours = joint.apply({"params": both}, encoder_input_tokens=jnp.asarray(tokens), method="discriminate")
     assert_close(ours, theirs)
+
+
+def test_evaluation_is_the_split_mean_of_numpys_mlm_and_rtd_without_dropout(monkeypatch):
+    """`eval_every` on an ELECTRA run scores the split: the generator's cross entropy and accuracy over
+    every masked token, the discriminator's binary cross entropy and accuracy over every real token of
+    the input its samples corrupted, both networks without dropout; the reference is numpy's over each
+    row's logits. The sampler draws the generator's likeliest non-pad token here so that numpy can
+    follow it (the sampler itself is tested above)."""
+    import scipy.special
+    from t5lite.data import catalog, converter_registry
+    from t5lite.data.converters import EXAMPLES_KEY
+    likeliest = lambda logits, rng, pad_id: jnp.argmax(logits.at[..., pad_id].set(-jnp.inf), -1).astype(jnp.int32)
+    monkeypatch.setattr(electra, "sample_replacements", likeliest)
+    task = catalog.get_task_or_mixture("embedded_docs_electra_mlm")
+    lengths = {"inputs": 32}
+    objective = electra.ElectraObjective("electra_tiny_generator", generator_overrides={"dropout_rate": 0.3})
+    module = objective.build_model(models.get_config("electra_tiny", vocab_size=2176, dropout_rate=0.3))
+    params = _init(module, 32)
+    (evaluator,) = objective.evaluators(task, "validation", lengths, batch_size=2, max_examples=5).values()
+    result = evaluator.evaluate(module, params)
+
+    examples = list(task.get_dataset("validation", lengths))[:5]
+    rows = list(converter_registry.get_feature_converter("encoder").convert(examples, lengths))
+    apply = jax.jit(lambda features, method: module.apply({"params": params}, **features, method=method),
+                    static_argnums=1)
+    mlm, rtd, replaced_count, masked_count = [], [], 0, 0
+    for row in rows:
+        features = {k: jnp.asarray(v)[None] for k, v in row.items() if k != EXAMPLES_KEY}
+        targets, masked = row["encoder_target_tokens"], row["encoder_loss_weights"] > 0
+        log_p = scipy.special.log_softmax(np.asarray(apply(features, "generate")[0], np.float64), axis=-1)
+        mlm += [(-log_p[i, targets[i]], log_p[i].argmax() == targets[i]) for i in np.flatnonzero(masked)]
+        log_p[:, 0] = -np.inf                                         # the pad id is never drawn
+        corrupted = np.where(masked, log_p.argmax(-1), targets)
+        replaced = (corrupted != targets).astype(np.float64)
+        x = np.asarray(apply({**features, "encoder_input_tokens": jnp.asarray(corrupted)[None]}, "discriminate")[0],
+                       np.float64)
+        real = targets != 0
+        rtd += list(zip(np.logaddexp(0.0, x[real]) - x[real] * replaced[real], (x[real] > 0) == (replaced[real] > 0)))
+        replaced_count, masked_count = replaced_count + replaced.sum(), masked_count + masked.sum()
+    assert len(rows) == 5 and mlm
+    expected = {"mlm_loss": np.mean([l for l, _ in mlm]), "mlm_accuracy": np.mean([h for _, h in mlm]),
+                "rtd_loss": np.mean([l for l, _ in rtd]), "rtd_accuracy": np.mean([h for _, h in rtd]),
+                "replaced_fraction": replaced_count / masked_count}
+    assert set(result.metrics) == set(expected)
+    for name, value in expected.items():
+        assert_close(result.metrics[name], value, rtol=1e-5)
 
 
 def test_electra_mlm_task_masks_15_percent_of_tokens_85_percent_with_mask_and_never_random():

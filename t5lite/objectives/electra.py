@@ -11,7 +11,9 @@ standalone `electra_*` encoder (`models.build(config)`; `t5lite convert --to_hf`
 `ElectraObjective` (gin: `train.objective = @ElectraObjective()`): the generator predicts the
 masked tokens; replacements are sampled from its softmax at the masked positions (integers: no
 gradient flows back through the sample); a position counts as replaced only where the sample
-differs from the original; loss = MLM + `disc_weight` (50) x RTD binary cross entropy.
+differs from the original; loss = MLM + `disc_weight` (50) x RTD binary cross entropy. With
+`train.eval_every` (or `t5lite eval`) a split is scored by the generator's MLM loss and accuracy and the
+discriminator's RTD loss and accuracy (and the replaced share), without dropout.
 """
 from __future__ import annotations
 
@@ -24,13 +26,17 @@ import jax.numpy as jnp
 
 from t5lite import models
 from t5lite.errors import ConfigError
+from t5lite.models import flops
 from t5lite.models.config import ModelConfig
 from t5lite.objectives import losses
 from t5lite.objectives.base import LossConfig, Objective, target_segment_ids, token_metrics
+from t5lite.objectives.heldout import LossEvaluator
 
 # Param paths (inside an Encoder) the generator takes from the discriminator.
 SHARED_EMBEDDINGS = (("token_embedder",), ("encoder", "position_embedder"), ("encoder", "token_type_embedder"),
                      ("encoder", "embedding_norm"))
+# The key of the generator's samples in a held-out evaluation: the same replacements each time.
+EVAL_SAMPLE_KEY = 0
 # Fields the generator takes from the discriminator so that the shared tables fit both.
 _SHARED_FIELDS = ("vocab_size", "max_position_embeddings", "position_offset", "type_vocab_size", "pad_token_id",
                   "layer_norm_epsilon", "dtype")
@@ -148,6 +154,8 @@ class ElectraObjective(Objective):
     """ELECTRA's joint loss. `generator`: the generator's preset (its vocabulary, positions and token
     types follow the discriminator, which is the run's model); `disc_weight`: the RTD weight (50
     in the paper). The MLM part uses the run's z-loss, label smoothing and normalizing factor."""
+    converter = "encoder"   # the feature converter its training and evaluation read
+    produces_text = False
 
     def __init__(self, generator: str | ModelConfig = "electra_small_generator", disc_weight: float = 50.0,
                  generator_overrides: Mapping[str, Any] | None = None):
@@ -168,15 +176,19 @@ class ElectraObjective(Objective):
         return {**super().normalizers(batch, loss), "real_tokens": jnp.maximum(jnp.sum(real), 1).astype(jnp.float32)}
 
     def loss_and_metrics(self, module: nn.Module, params, batch, rng, normalizers, loss: LossConfig):
-        generator_rng, sample_rng, discriminator_rng = jax.random.split(rng, 3)
-        logits = module.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": generator_rng},
-                              method="generate")
+        """rng None (a held-out evaluation): no dropout, and the replacements drawn with a fixed key."""
+        if rng is None:
+            generator_rng, discriminator_rng, sample_rng = None, None, jax.random.key(EVAL_SAMPLE_KEY)
+        else:
+            generator_rng, sample_rng, discriminator_rng = jax.random.split(rng, 3)
+        logits = module.apply({"params": params}, **batch, **_dropout(generator_rng), method="generate")
         samples = sample_replacements(logits, sample_rng, module.discriminator_config.pad_token_id)
         return self.loss_from_samples(module, params, batch, logits, samples, discriminator_rng, normalizers, loss)
 
     def loss_from_samples(self, module: nn.Module, params, batch, generator_logits, samples, rng, normalizers,
                           loss: LossConfig):
-        """The loss and metrics given the generator's logits and its sampled tokens (tests inject them)."""
+        """The loss and metrics given the generator's logits and its sampled tokens (tests inject them);
+        rng None: the discriminator without dropout."""
         targets, weights = batch["encoder_target_tokens"], batch["encoder_loss_weights"]
         token_loss, z = losses.cross_entropy(generator_logits, targets, 1.0, loss.z_loss, loss.label_smoothing)
         mlm = jnp.sum(token_loss * losses.objective_weights(loss.normalizing_factor, weights,
@@ -184,8 +196,8 @@ class ElectraObjective(Objective):
         masked = weights > 0
         corrupted = jnp.where(masked, samples, targets)
         replaced = (corrupted != targets).astype(jnp.float32)
-        rtd_logits = module.apply({"params": params}, **{**batch, "encoder_input_tokens": corrupted},
-                                  enable_dropout=True, rngs={"dropout": rng}, method="discriminate")
+        rtd_logits = module.apply({"params": params}, **{**batch, "encoder_input_tokens": corrupted}, **_dropout(rng),
+                                  method="discriminate")
         real = _real_tokens(batch, module.discriminator_config.pad_token_id).astype(jnp.float32)
         bce = _sigmoid_cross_entropy(rtd_logits, replaced) * real
         rtd = jnp.sum(bce) / normalizers["real_tokens"]
@@ -199,6 +211,25 @@ class ElectraObjective(Objective):
                    "replaced_fraction": (jnp.sum(replaced), n_masked),
                    "loss": objective}
         return objective, metrics
+
+    def evaluators(self, task, split, task_feature_lengths, batch_size=32, data_dir=None, max_examples=None, **_):
+        return {task.name: ElectraEvaluator(self, task, split, task_feature_lengths, batch_size, data_dir,
+                                            max_examples)}
+
+
+class ElectraEvaluator(LossEvaluator):
+    """The objective's metrics over a split (t5lite.objectives.heldout), the ROC AUC left out: the
+    ratio of its per-batch counts summed is not the split's AUC. FLOPs: both networks' forwards."""
+    skipped = ("rtd_auc",)
+
+    def forward_flops(self, module, length: int) -> float:
+        return sum(flops.forward_flops_per_example(config, length)
+                   for config in (module.generator_config, module.discriminator_config))
+
+
+def _dropout(rng) -> dict[str, Any]:
+    """`Module.apply` keywords: dropout with `rng`, none when it is None."""
+    return {"enable_dropout": rng is not None, "rngs": {} if rng is None else {"dropout": rng}}
 
 
 def _real_tokens(batch, pad_id: int):

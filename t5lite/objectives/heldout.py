@@ -1,4 +1,4 @@
-"""Held-out evaluation of a pre-training objective by its own loss (MLM, MLM + NSP/SOP/SBO): a
+"""Held-out evaluation of a pre-training objective by its own loss (MLM, MLM + NSP/SOP/SBO, ELECTRA): a
 split's examples converted as training converts them and run through the objective's
 `loss_and_metrics` without dropout, z-loss or label smoothing, so the evaluation's `mlm_loss` is the
 plain cross entropy over the masked tokens and `mlm_accuracy` the share predicted right.
@@ -35,6 +35,7 @@ class LossEvaluator:
     """Each `(sum, count)` metric of the objective (z-loss aside) as its ratio over the split; FLOPs:
     the model's forward at each row's real tokens. The last batch is left short rather than filled,
     so that a per-row count (NSP's pairs) counts real rows only."""
+    skipped: tuple[str, ...] = ()   # metrics whose (sum, count) do not add up over batches (a ROC AUC's)
 
     def __init__(self, objective, task, split: str, task_feature_lengths, batch_size: int = 32, data_dir=None,
                  max_examples=None):
@@ -46,10 +47,14 @@ class LossEvaluator:
 
     def evaluate(self, module, params) -> EvalResult:
         sums = [jax.device_get(_loss_sums(self.objective, module, params, b)) for b in self.batches]
-        totals = {k: [sum(float(s[k][i]) for s in sums) for i in (0, 1)] for k in sums[0]}
+        totals = {k: [sum(float(s[k][i]) for s in sums) for i in (0, 1)] for k in sums[0] if k not in self.skipped}
         scores = {k: num / den if den else math.nan for k, (num, den) in totals.items()}
-        done = sum(flops.forward_flops_per_example(module.config, n) for n in self.lengths)
+        done = sum(self.forward_flops(module, n) for n in self.lengths)
         return EvalResult(scores, [], flops=done)
+
+    def forward_flops(self, module, length: int) -> float:
+        """FLOPs of the evaluation's forward passes over one row of `length` real tokens."""
+        return flops.forward_flops_per_example(module.config, length)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
