@@ -252,6 +252,11 @@ def test_a_transformer_preset_is_refused_with_the_preset_to_use():
         word2vec.Word2VecObjective(vocabulary=vocab).build_model(get_config("word2vec", vocab_size=3))
 
 
+def test_eval_every_is_refused_with_where_the_vectors_are_scored():
+    with pytest.raises(ConfigError, match="leave train.eval_every at 0 .*word_similarity"):
+        word2vec.Word2VecObjective().evaluators(None, "validation", {"inputs": 32})
+
+
 def _analogies_above_random(vectors_file):
     """(trained, random control) analogy results on word2vec's questions (gensim's copy)."""
     datapath = pytest.importorskip("gensim.test.utils", reason="word2vec's questions ship with gensim").datapath

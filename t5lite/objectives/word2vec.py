@@ -121,6 +121,11 @@ class Word2VecObjective(Objective):
                  "CBOW" if self.cbow else "skip-gram", config.dim, self.window, self.negatives, self.sample)
         return Word2Vec(config.vocab_size, config.dim)
 
+    def evaluators(self, task, split, task_feature_lengths, **kwargs):
+        """Refused: word2vec.c has no held-out loss; its vectors are scored by analogies and similarity."""
+        raise ConfigError("word2vec has no held-out evaluation: leave train.eval_every at 0 and score the run's "
+                          "vectors.txt with t5lite.analysis.word_similarity (docs/guides/word-vectors.md)")
+
     def train_flops_per_example(self, config, feature_lengths):
         """Forward + backward (3x forward) FLOPs of a row of words before subsampling. A centre word
         sees window + 1 context words on average (the dynamic window draws window - b, b uniform in
