@@ -1,6 +1,7 @@
 """What a train step minimises: the `Objective` interface (base) and one module per family.
 
-base: the interface and token cross entropy (span corruption, LM, MLM). encoder: BERT's MLM with
+base: the interface and token cross entropy (span corruption, LM, MLM). causal_lm: GPT's causal
+LM, evaluated by its held-out loss (heldout). encoder: BERT's MLM with
 NSP, SOP or SpanBERT's SBO. electra: replaced-token detection. finetune: task heads
 (classification, span extraction, tagging, GPT's auxiliary LM). distillation and
 sequence_distillation: students of a frozen teacher. sentence, skip_thought, quick_thought:

@@ -106,7 +106,7 @@ class Objective:
         """(the scalar to minimise for this (micro)batch, summed metrics)."""
         targets_key, weights_key = target_keys(batch)
         weights = batch[weights_key]
-        logits = module.apply({"params": params}, **batch, enable_dropout=True, rngs={"dropout": rng})
+        logits = module.apply({"params": params}, **batch, **dropout(rng))
         token_loss, z = losses.cross_entropy(logits, batch[targets_key], 1.0, loss.z_loss, loss.label_smoothing)
         objective = jnp.sum(token_loss * losses.objective_weights(loss.normalizing_factor, weights,
                                                                   target_segment_ids(batch))) / normalizers["tokens"]
@@ -149,6 +149,11 @@ class Objective:
     def reference_models(self, frozen) -> dict[str, tuple[Any, Any]]:
         """{name: (module, params)} evaluated once when a run starts, beside the trained model."""
         return {}
+
+
+def dropout(rng) -> dict[str, Any]:
+    """`Module.apply` keywords: dropout with `rng`; none when it is None (a held-out evaluation)."""
+    return {"enable_dropout": rng is not None, "rngs": {} if rng is None else {"dropout": rng}}
 
 
 def token_metrics(token_loss, z, logits, targets, weights, total, prefix: str = "") -> dict[str, Any]:

@@ -29,7 +29,7 @@ from t5lite.errors import ConfigError
 from t5lite.models import flops
 from t5lite.models.config import ModelConfig
 from t5lite.objectives import losses
-from t5lite.objectives.base import LossConfig, Objective, target_segment_ids, token_metrics
+from t5lite.objectives.base import LossConfig, Objective, dropout, target_segment_ids, token_metrics
 from t5lite.objectives.heldout import LossEvaluator
 
 # Param paths (inside an Encoder) the generator takes from the discriminator.
@@ -181,7 +181,7 @@ class ElectraObjective(Objective):
             generator_rng, discriminator_rng, sample_rng = None, None, jax.random.key(EVAL_SAMPLE_KEY)
         else:
             generator_rng, sample_rng, discriminator_rng = jax.random.split(rng, 3)
-        logits = module.apply({"params": params}, **batch, **_dropout(generator_rng), method="generate")
+        logits = module.apply({"params": params}, **batch, **dropout(generator_rng), method="generate")
         samples = sample_replacements(logits, sample_rng, module.discriminator_config.pad_token_id)
         return self.loss_from_samples(module, params, batch, logits, samples, discriminator_rng, normalizers, loss)
 
@@ -196,7 +196,7 @@ class ElectraObjective(Objective):
         masked = weights > 0
         corrupted = jnp.where(masked, samples, targets)
         replaced = (corrupted != targets).astype(jnp.float32)
-        rtd_logits = module.apply({"params": params}, **{**batch, "encoder_input_tokens": corrupted}, **_dropout(rng),
+        rtd_logits = module.apply({"params": params}, **{**batch, "encoder_input_tokens": corrupted}, **dropout(rng),
                                   method="discriminate")
         real = _real_tokens(batch, module.discriminator_config.pad_token_id).astype(jnp.float32)
         bce = _sigmoid_cross_entropy(rtd_logits, replaced) * real
@@ -225,11 +225,6 @@ class ElectraEvaluator(LossEvaluator):
     def forward_flops(self, module, length: int) -> float:
         return sum(flops.forward_flops_per_example(config, length)
                    for config in (module.generator_config, module.discriminator_config))
-
-
-def _dropout(rng) -> dict[str, Any]:
-    """`Module.apply` keywords: dropout with `rng`, none when it is None."""
-    return {"enable_dropout": rng is not None, "rngs": {} if rng is None else {"dropout": rng}}
 
 
 def _real_tokens(batch, pad_id: int):

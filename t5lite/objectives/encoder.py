@@ -21,7 +21,7 @@ from t5lite.errors import ConfigError
 from t5lite.models.config import ModelConfig
 from t5lite.models.heads import SpanBoundaryHead
 from t5lite.objectives import losses
-from t5lite.objectives.base import LossConfig, Objective, token_metrics
+from t5lite.objectives.base import LossConfig, Objective, dropout, token_metrics
 from t5lite.objectives.heldout import LossEvaluator
 
 
@@ -48,8 +48,7 @@ class MlmObjective(Objective):
         return models.build(config.replace(**self.heads))
 
     def loss_and_metrics(self, module, params, batch, rng, normalizers, loss: LossConfig):
-        logits = module.apply({"params": params}, **batch, enable_dropout=rng is not None,
-                              rngs={} if rng is None else {"dropout": rng}, method="pretraining_logits")
+        logits = module.apply({"params": params}, **batch, **dropout(rng), method="pretraining_logits")
         targets, weights = batch["encoder_target_tokens"], batch["encoder_loss_weights"]
         token_loss, z = losses.cross_entropy(logits["mlm"], targets, 1.0, loss.z_loss, loss.label_smoothing)
         objective = jnp.sum(token_loss * losses.objective_weights(loss.normalizing_factor, weights,
