@@ -16,7 +16,6 @@ import importlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 from typing import Iterable, Sequence
 
@@ -32,7 +31,7 @@ from t5lite.data.cache import default_cache_dir
 from t5lite.data.corpus import embedded_documents
 from t5lite.errors import CheckpointError, ConfigError, DataNotFoundError, T5liteError
 from t5lite.run_layout import RunDir
-from t5lite.storage import write_atomically
+from t5lite.storage import is_remote, write_atomically
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 TINY_VOCAB_SIZE = 2000   # pieces of the vocabularies trained on the embedded corpus (sentinels come on top)
@@ -439,7 +438,12 @@ TOKENIZER_FILES = ("spiece.model", "tokenizer.json", "vocab.txt", "vocab.json", 
 def tokenizer_file(folder: str) -> str | None:
     """What t5lite reads of a Hugging Face tokenizer folder: `spiece.model` (T5's, whose
     tokenizer.json is a Unigram t5lite does not read), `tokenizer.json`, `vocab.txt`, or the folder
-    for GPT-2's `vocab.json` + `merges.txt`; None when it holds none of them."""
+    for GPT-2's `vocab.json` + `merges.txt`; None when it holds none of them. Of a folder in a
+    bucket (a gs:// run's), the file of its local copy (`local_tokenizer_folder`)."""
+    if is_remote(folder):
+        folder = local_tokenizer_folder(folder)
+        if folder is None:
+            return None
     for name in ("spiece.model", "tokenizer.json", "vocab.txt"):
         if os.path.isfile(os.path.join(folder, name)):
             return os.path.join(folder, name)
@@ -447,22 +451,43 @@ def tokenizer_file(folder: str) -> str | None:
     return folder if has_bpe else None
 
 
+def local_tokenizer_folder(folder: str) -> str | None:
+    """A local copy of the tokenizer files of a folder in a bucket (SentencePiece and `tokenizers`
+    open local files only), cached under a hash of the files so each version is fetched once;
+    None when the folder holds none of them."""
+    files = {name: (epath.Path(folder) / name).read_bytes() for name in TOKENIZER_FILES
+             if (epath.Path(folder) / name).is_file()}
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    local = os.path.join(default_cache_dir(), "run_tokenizers", digest.hexdigest()[:16])
+    os.makedirs(local, exist_ok=True)
+    for name, data in files.items():
+        if not os.path.isfile(os.path.join(local, name)):
+            write_atomically(os.path.join(local, name), data)
+    return local
+
+
 def record_tokenizer(model_dir: str, hf_dir: str) -> str | None:
     """Copies the tokenizer files of `hf_dir` to `MODEL_DIR/tokenizer` and records that vocabulary
     in `vocabulary.json`, so commands on the run need no vocabulary flag (`use_run_vocabulary`).
-    Returns the vocabulary file, or None (with a warning) when there is none t5lite can read."""
+    Either may be in a bucket. Returns the vocabulary file, or None (with a warning) when there is
+    none t5lite can read."""
     if tokenizer_file(hf_dir) is None:
         return None
-    target = str(RunDir(model_dir).tokenizer)
-    os.makedirs(target, exist_ok=True)
+    target = RunDir(model_dir).tokenizer
+    target.mkdir(parents=True, exist_ok=True)
     for name in TOKENIZER_FILES:
-        if os.path.isfile(os.path.join(hf_dir, name)):
-            shutil.copyfile(os.path.join(hf_dir, name), os.path.join(target, name))
-    path = tokenizer_file(target)
+        if (source := epath.Path(hf_dir) / name).is_file():
+            write_atomically(target / name, source.read_bytes())
+    path = tokenizer_file(str(target))
     try:
         record_identity(model_dir, make_vocabulary(kind_of_file(path), path))
     except T5liteError as e:
-        shutil.rmtree(target)
+        target.rmtree()
         logging.getLogger("t5lite").warning("%s: its tokenizer is not recorded with the run (%s); pass the "
                                             "vocabulary to each command", hf_dir, e)
         return None
