@@ -1,15 +1,19 @@
 """FLOPs by formula: what a forward or training pass of a model costs, from its config and lengths.
 
-Counted as MaxText does, per token: 2 FLOPs per multiply-add of every matmul with a parameter
-(attention q/k/v/out, MLP, factorised-embedding projection, output head) plus the two attention
-matmuls QK^T and AV (halved under a causal mask), times 3 for forward + backward. That is
-6 x (matmul parameters) + 12 x layers x length x heads x head_dim per token, the attention term
-halved for causal self-attention. The family decides which pieces exist: encoders have no
-cross-attention and their head is the MLM (or ELECTRA discriminator) head over every position;
-decoders (GPT, prefix LMs, counted as causal) have no encoder; encoder-decoders add
-cross-attention, and their LM head runs over the target positions only. Not counted:
-rematerialisation, norms, softmax and other elementwise work, embedding lookups, and the extra
-position matmuls of Shaw and DeBERTa relative attention.
+A decoder-only model is counted exactly as MaxText's `calculate_tflops_training_per_device`
+(MaxText/maxtext_utils.py, its dense branch; tests/test_reference_flops.py transcribes it): per
+token, 2 FLOPs per multiply-add of every matmul with a parameter (attention q/k/v/out, MLP, the
+output head over the vocabulary) plus the two attention matmuls QK^T and AV halved under the
+causal mask, times 3 for forward + backward. That is 6 x (matmul parameters) + 6 x layers x
+length x heads x head_dim per token. Prefix LMs are counted as causal, as MaxText counts every
+decoder. MaxText has no encoder or encoder-decoder formula; for those t5lite applies the same
+per-matmul rule to what it adds: encoder stacks with bidirectional attention (not halved),
+cross-attention (q and out over the target positions, k and v over the encoder's, QK^T and AV
+over target x encoder positions), the MLM (or ELECTRA discriminator) head over every encoder
+position, the factorised-embedding projection (ALBERT, ELECTRA) and ALBERT's shared layers once
+per use; an encoder-decoder's LM head runs over the target positions only. Not counted, by
+either: rematerialisation, norms, softmax and other elementwise work, embedding lookups, and
+(t5lite only) the extra position matmuls of Shaw and DeBERTa relative attention.
 
 The recurrent families count the same way per word: 4 gates x (input + recurrent state) per LSTM
 step (ELMo: plus its projection, both directions), ELMo's char CNN and highway layers, and the word
