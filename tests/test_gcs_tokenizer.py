@@ -1,6 +1,7 @@
 """A run that carries its own tokenizer (`t5lite convert --from_hf`, or fine-tuned from such a run)
 in a bucket: converting into gs:// records the tokenizer there, and the commands on the gs:// run
-encode with it exactly as on a local copy (they used to fall back to the default vocabulary)."""
+encode with it exactly as on a local copy (they used to fall back to the default vocabulary).
+A peft adapter folder in a bucket is refused in one line saying to copy it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,3 +71,18 @@ def test_a_run_fine_tuned_from_a_gs_run_carries_its_tokenizer_on(converted, tmp_
     assert local_encodings[0] != _encodings(str(tmp_path / "no_run"))   # the default vocabulary encodes otherwise
     assert _encodings(tuned) == _encodings(remote) == local_encodings
     assert not (tmp_path / "gs:").exists(), "a gs:// path was used as a local one"
+
+
+def test_a_peft_adapter_folder_in_a_bucket_is_refused_in_one_line(converted, gcs, tmp_path, capsys):  # noqa: F811
+    """Adapter folders are read from local disk: the refusal says to copy it, where it used to say
+    that the folder has no adapter_config.json."""
+    folder, _, _ = converted
+    _, fs = gcs
+    fs.pipe(f"{BUCKET}/adapter/adapter_config.json", b'{"peft_type": "LORA", "r": 2}')
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["convert", "--from_hf", str(folder), "--peft_adapter", f"gs://{BUCKET}/adapter",
+                  "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"gs://{BUCKET}/adapter is in a bucket" in err and "peft adapter folders" in err and "copy it first" in err
+    assert not (tmp_path / "run").exists()

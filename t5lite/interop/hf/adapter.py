@@ -449,6 +449,7 @@ def to_peft(config: ModelConfig, rules: list[Rule], method: peft.LoRA | peft.Pro
 
 def read(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     """A peft adapter folder's config and tensors."""
+    files.refuse_remote(path, "peft adapter folders")
     config_path = os.path.join(path, ADAPTER_CONFIG)
     if not os.path.isfile(config_path):
         raise HFConversionError(f"{path} is not a peft adapter folder: it has no {ADAPTER_CONFIG} (peft's "

@@ -23,9 +23,7 @@ RESAVE = "write the folder again with transformers' save_pretrained"
 
 def read_config(path: str) -> dict:
     """The folder's config.json, with generation_config.json's special ids over it."""
-    if storage.is_remote(path):   # its tokenizer files are copied into the run with local file calls
-        raise HFConversionError(f"{path} is in a bucket; t5lite reads Hugging Face model folders from local disk: copy "
-                                f"it first (gcloud storage cp -r {path} .) and give the local folder")
+    refuse_remote(path, "Hugging Face model folders")
     if not os.path.isdir(path):
         raise HFConversionError(f"{path} does not exist; give a Hugging Face model folder (config.json with "
                                 "model.safetensors or pytorch_model.bin, as save_pretrained writes)"
@@ -39,6 +37,14 @@ def read_config(path: str) -> dict:
     if os.path.exists(generation):
         config.update({k: v for k, v in _read_json(generation).items() if k in GENERATION_IDS and v is not None})
     return config
+
+
+def refuse_remote(path: str, folders: str) -> None:
+    """Model and adapter folders are read with local file calls, so one in a bucket is refused
+    with how to copy it (`folders` says which kind, for the message)."""
+    if storage.is_remote(path):
+        raise HFConversionError(f"{path} is in a bucket; t5lite reads {folders} from local disk: copy "
+                                f"it first (gcloud storage cp -r {path} .) and give the local folder")
 
 
 def _read_json(path: str) -> dict:
