@@ -1,7 +1,12 @@
 """Parallelism as data: a device mesh plus rules that map logical axis names onto mesh axes.
 
 Model code names axes (`batch`, `embed`, `mlp`, `heads`, ...); the rules here decide which mesh
-axis (`data`, `fsdp`, `model`) shards each one, as T5X's and MaxText's logical axis rules do.
+axis (`data`, `fsdp`, `model`) shards each one. On each shipped mesh the default rules shard as
+T5X's `standard_logical_axis_rules` (t5x/partitioning.py; tests/test_reference_partitioning.py):
+data and tensor parallelism as its 1-D parameter partitioning, `fsdp` as its 2-D one with `fsdp`
+in the part of T5X's `data`. T5X has one data axis; with both `data` and `fsdp` > 1 the batch
+spans both and parameters are split over `fsdp` only. T5X's 2-D activation partitioning
+(activations' `embed` over `model`) is not a default.
 Switching data parallelism to FSDP or tensor parallelism is a gin change of `mesh_shape` and
 `logical_axis_rules`, never a code change.
 """
@@ -24,13 +29,14 @@ from t5lite.errors import ConfigError
 MESH_AXES = ("data", "fsdp", "model")
 
 # Data parallel over `data`, parameters and optimizer state sharded over `fsdp` (ZeRO-3 style),
-# tensor parallel over `model` (T5X 2-D rules with MaxText's naming).
+# tensor parallel over `model`; T5X's rules for the axes it names, t5lite's own axes after them.
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("batch", ("data", "fsdp")),
     ("vocab", "model"),
     ("mlp", "model"),
     ("heads", "model"),
     ("kv", None),
+    ("joined_kv", "model"),   # heads x kv in one axis (prefix tuning's rows)
     ("embed", "fsdp"),
     ("length", None),
     ("layers", None),
