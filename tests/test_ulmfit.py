@@ -585,9 +585,11 @@ def test_stateful_lm_on_sentence_rows_says_which_converter(monkeypatch):
         objective.normalizers({"encoder_input_tokens": jnp.ones((2, 5), jnp.int32)}, None)
 
 
-def test_stream_validation_perplexity_carries_the_state_as_fastai(monkeypatch):
+@pytest.mark.parametrize("batch_size", [2, 3])
+def test_stream_validation_perplexity_carries_the_state_as_fastai(monkeypatch, batch_size):
     """Validation as fastai's (ModelResetter.before_validate, then the LMDataLoader batches in order
-    through AWD_LSTM, its hidden state carried): exp of the mean cross entropy of torch's logits."""
+    through AWD_LSTM, its hidden state carried): exp of the mean cross entropy of torch's logits.
+    It carries the state itself, so a model trained on 2 stream rows evaluates at any batch size."""
     torch = pytest.importorskip("torch", reason="torch (the hf extra) is the reference LSTM")
     from t5lite.data import word_converters
     texts = ["the cat sat on the mat", "a dog ran in the park and the cat ran too", "the end of it all"] * 3
@@ -604,14 +606,34 @@ def test_stream_validation_perplexity_carries_the_state_as_fastai(monkeypatch):
     objective = recurrent_objectives.AWDLSTMLMObjective(stream_rows=2)
     module = objective.build_model(TINY)
     params = _init(module, *objective.init_features({}).values())
-    evaluator = objective.evaluators(Texts(), "validation", {"targets": 6}, batch_size=2)["texts"]
+    evaluator = objective.evaluators(Texts(), "validation", {"targets": 6}, batch_size=batch_size)["texts"]
     stream = np.concatenate([vocabulary.encode_tokens(["<S>", *vocabulary.tokens(t), "</S>"]) for t in texts])
-    hidden = [tuple(torch.zeros(1, 2, width) for _ in "hc") for _, width in TINY.layer_dims()]
+    hidden = [tuple(torch.zeros(1, batch_size, width) for _ in "hc") for _, width in TINY.layer_dims()]
     losses = []
-    for items in _fastai_lm_batches(stream, 2, 5)[:-1]:     # fastai's shorter last batch is dropped
+    for items in _fastai_lm_batches(stream, batch_size, 5)[:-1]:     # fastai's shorter last batch is dropped
         logits, hidden = _torch_lm(torch, params, [x for x, _ in items], hidden)
         targets = np.asarray([y for _, y in items])
         losses.append(-np.take_along_axis(torch.log_softmax(torch.tensor(logits), -1).numpy(), targets[..., None], -1))
     assert len(losses) > 2
     np.testing.assert_allclose(evaluator.evaluate(module, params).metrics["perplexity"],
                                math.exp(np.mean(losses)), rtol=1e-5)
+
+
+def test_a_stateful_lm_read_at_another_batch_size_is_refused_with_the_training_one(tmp_path):
+    """The LM's carried state has a row per training batch row (stream_rows = %BATCH_SIZE), so a
+    config with another BATCH_SIZE builds another model: the refusal names the run's BATCH_SIZE,
+    not a preset or vocab_size."""
+    from t5lite.errors import CheckpointMismatchError
+    from t5lite.infer import checkpoint_reader
+    from t5lite.train.checkpoints import Checkpointer
+    def params(rows):
+        return _init(AWDLSTMLanguageModel(TINY, rows), jnp.ones((rows, 2), jnp.int32), jnp.ones((rows, 1), jnp.int32))
+    ckpt = Checkpointer(str(tmp_path / "checkpoints"), save_every=1, async_save=False)
+    ckpt.save(0, {"params": params(8)}, {}, force=True)
+    ckpt.close()
+    abstract = jax.eval_shape(lambda: params(4))
+    with pytest.raises(CheckpointMismatchError) as refusal:
+        checkpoint_reader.restore_params(str(tmp_path), abstract)
+    message = str(refusal.value)
+    assert "trained with BATCH_SIZE = 8" in message and "--gin.BATCH_SIZE=8" in message, message
+    assert "eval.batch_size" in message and "preset" not in message, message

@@ -80,7 +80,7 @@ def restore_params(path: str, abstract_params: Any) -> Any:
         if name not in packed_names and tuple(flat_stored[name].shape) != tuple(wanted.shape):
             raise CheckpointMismatchError(
                 f"checkpoint {path}: parameter {name} has shape {tuple(flat_stored[name].shape)}, the model expects "
-                f"{tuple(wanted.shape)}; use the run's own model_config.preset and vocab_size (or no model gin)")
+                f"{tuple(wanted.shape)}; {_shape_advice(name, tuple(flat_stored[name].shape))}")
     to_dequantize = {p for p in quantization.quantized_leaves(stored_params)
                      if p in expected and jax.numpy.dtype(expected[p].dtype) != jax.numpy.int8}
     # Only the `params` subtree is read (partial restore), laid out as `abstract_params`' shardings.
@@ -99,6 +99,16 @@ def restore_params(path: str, abstract_params: Any) -> Any:
                                                    expected[p].shape)
         params = unflatten_dict(flat)
     return jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), params, abstract_params)
+
+
+def _shape_advice(name: str, stored_shape: tuple[int, ...]) -> str:
+    """What to do about a parameter of another shape than the model's: the carried state of a
+    stateful AWD-LSTM LM (t5lite.models.awd_lstm) has a row per training batch row."""
+    if "carried_state_" in name:
+        return (f"the AWD-LSTM LM carries its state per batch row and this run was trained with BATCH_SIZE = "
+                f"{stored_shape[0]} (AWDLSTMLMObjective.stream_rows = %BATCH_SIZE), so evaluate it with "
+                f"--gin.BATCH_SIZE={stored_shape[0]}; the evaluation's own rows are eval.batch_size, any value")
+    return "use the run's own model_config.preset and vocab_size (or no model gin)"
 
 
 # The top-level names of a PEFT run's trained tree (t5lite.models.peft), where its base is not.
