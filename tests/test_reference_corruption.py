@@ -53,3 +53,137 @@ def test_span_length_distribution_equals_spanberts():
     len_distrib = [p * (1 - p) ** (i - lower) for i in range(lower, upper + 1)] if p >= 0 else None
     len_distrib = [x / (sum(len_distrib)) for x in len_distrib]
     np.testing.assert_allclose(masking.span_length_distribution(p, upper), len_distrib, rtol=1e-12)
+
+
+# --- google-research/electra, pretrain/pretrain_helpers.py: `scatter_update`, `get_candidates_mask` and
+# `mask`, in TF2 (tf.log -> tf.math.log, modeling.get_shape_list -> static shapes, the config's vocab
+# and max_predictions_per_seq passed in). The two random ops are parameters so a test can feed them
+# t5lite's draws; left at their defaults they are ELECTRA's own tf.random calls.
+
+def electra_scatter_update(tf, sequence, updates, positions):
+    B, L = sequence.shape
+    D = 1
+    sequence = tf.expand_dims(sequence, -1)
+    N = positions.shape[1]
+    shift = tf.expand_dims(L * tf.range(B), -1)
+    flat_positions = tf.reshape(positions + shift, [-1, 1])
+    flat_updates = tf.reshape(updates, [-1, D])
+    updates = tf.scatter_nd(flat_positions, flat_updates, [B * L, D])
+    updates = tf.reshape(updates, [B, L, D])
+    flat_updates_mask = tf.ones([B * N], tf.int32)
+    updates_mask = tf.scatter_nd(flat_positions, flat_updates_mask, [B * L])
+    updates_mask = tf.reshape(updates_mask, [B, L])
+    not_first_token = tf.concat([tf.zeros((B, 1), tf.int32), tf.ones((B, L - 1), tf.int32)], -1)
+    updates_mask *= not_first_token
+    updates_mask_3d = tf.expand_dims(updates_mask, -1)
+    updates = tf.math.floordiv(updates, tf.maximum(1, updates_mask_3d))
+    updates_mask = tf.minimum(updates_mask, 1)
+    updates_mask_3d = tf.minimum(updates_mask_3d, 1)
+    updated_sequence = (((1 - updates_mask_3d) * sequence) + (updates_mask_3d * updates))
+    return tf.squeeze(updated_sequence, -1), updates_mask
+
+
+def electra_get_candidates_mask(tf, vocab, input_ids, input_mask):
+    ignore_ids = [vocab["[SEP]"], vocab["[CLS]"], vocab["[MASK]"]]
+    candidates_mask = tf.ones_like(input_ids, tf.bool)
+    for ignore_id in ignore_ids:
+        candidates_mask &= tf.not_equal(input_ids, ignore_id)
+    candidates_mask &= tf.cast(input_mask, tf.bool)
+    return candidates_mask
+
+
+def electra_mask(tf, vocab, max_predictions_per_seq, input_ids, input_mask, mask_prob,
+                 categorical=None, uniform=None):
+    categorical = categorical or tf.random.categorical
+    uniform = uniform or tf.random.uniform
+    N = max_predictions_per_seq
+    B, L = input_ids.shape
+    candidates_mask = electra_get_candidates_mask(tf, vocab, input_ids, input_mask)
+    num_tokens = tf.cast(tf.reduce_sum(input_mask, -1), tf.float32)
+    num_to_predict = tf.maximum(1, tf.minimum(N, tf.cast(tf.round(num_tokens * mask_prob), tf.int32)))
+    masked_lm_weights = tf.cast(tf.sequence_mask(num_to_predict, N), tf.float32)
+    candidate_mask_float = tf.cast(candidates_mask, tf.float32)
+    sample_prob = (1.0 * candidate_mask_float)
+    sample_prob /= tf.reduce_sum(sample_prob, axis=-1, keepdims=True)
+    sample_logits = tf.math.log(sample_prob)
+    masked_lm_positions = categorical(sample_logits, N, dtype=tf.int32)
+    masked_lm_positions *= tf.cast(masked_lm_weights, tf.int32)
+    replace_with_mask_positions = masked_lm_positions * tf.cast(tf.less(uniform([B, N]), 0.85), tf.int32)
+    inputs_ids, _ = electra_scatter_update(tf, input_ids, tf.fill([B, N], vocab["[MASK]"]),
+                                           replace_with_mask_positions)
+    return inputs_ids, masked_lm_positions, masked_lm_weights
+
+
+@pytest.fixture(scope="module")
+def tf():
+    tf = pytest.importorskip("tensorflow")
+    tf.config.set_visible_devices([], "GPU")
+    return tf
+
+
+class _ElectraVocabulary:
+    """A WordPiece-like vocabulary with [MASK], [CLS], [SEP] ids for `masking.special_ids`."""
+    vocab_size, mask_id, cls_id, sep_id, eos_id, unk_id = 200, 103, 101, 102, 102, 100
+
+
+def _electra_rows(rng, n, max_seq_length):
+    """[CLS] tokens [SEP] rows of random lengths; some hold [UNK] (100), which ELECTRA may mask."""
+    rows = []
+    for _ in range(n):
+        body = rng.integers(100, 200, int(rng.integers(1, max_seq_length - 1)))
+        rows.append(np.concatenate([[101], np.where((body >= 101) & (body <= 103), 150, body), [102]]))
+    return rows
+
+
+ELECTRA_FEATURES = {"inputs": type("Feature", (), {"vocabulary": _ElectraVocabulary()})()}
+ELECTRA_VOCAB = {"[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+
+
+def _padded(rows, length):
+    ids = np.zeros((len(rows), length), np.int32)
+    for r, row in enumerate(rows):
+        ids[r, :len(row)] = row
+    return ids, (ids != 0).astype(np.int32)
+
+
+@pytest.mark.parametrize("max_seq_length", [12, 40, 128])
+def test_electra_mlm_equals_electras_mask_on_the_same_draws(tf, max_seq_length):
+    """Each row through ELECTRA's `mask` with the two random ops fed the draws t5lite took: the same
+    corrupted ids, and t5lite's loss weight per position = ELECTRA's masked_lm_weights summed there."""
+    rows = _electra_rows(np.random.default_rng(max_seq_length), 40, max_seq_length)
+    ours = list(masking.electra_mlm([{"inputs": r} for r in rows], ELECTRA_FEATURES, {"inputs": max_seq_length},
+                                    seed=3))
+    cap = int((0.15 + 0.005) * max_seq_length)            # configure_pretraining.py's max_predictions_per_seq
+    for i, (row, ex) in enumerate(zip(rows, ours)):
+        draws = np.random.default_rng([3, 7, i])          # the generator electra_mlm draws row i from
+
+        def categorical(logits, n, dtype):                # uniform over the candidates, with replacement
+            candidates = np.flatnonzero(np.isfinite(logits.numpy()[0]))
+            return tf.constant(candidates[draws.integers(len(candidates), size=n)][None], dtype)
+
+        def uniform(shape):
+            return tf.constant(draws.random(shape[1])[None], tf.float32)
+
+        ids, mask = _padded([row], max_seq_length)
+        input_ids, positions, weights = electra_mask(tf, ELECTRA_VOCAB, cap, tf.constant(ids), tf.constant(mask), 0.15,
+                                                     categorical, uniform)
+        per_position = np.bincount(positions.numpy()[0], weights.numpy()[0], minlength=max_seq_length)
+        np.testing.assert_array_equal(ex["inputs"], input_ids.numpy()[0, :len(row)])
+        np.testing.assert_array_equal(ex["targets_loss_weights"], per_position[:len(row)])
+
+
+def test_electra_mlm_positions_follow_electras_categorical_draws(tf):
+    """Where draws cannot be shared: ELECTRA's own tf.random.categorical and t5lite's positions, counted
+    per position over many masks of one row, agree within 5 standard errors."""
+    row = np.concatenate([[101], np.random.default_rng(5).integers(104, 200, 50), [102]])
+    trials, cap = 400, int((0.15 + 0.005) * 64)
+    ours = np.zeros(len(row))
+    for ex in masking.electra_mlm([{"inputs": row}] * trials, ELECTRA_FEATURES, {"inputs": 64}, seed=0):
+        ours += ex["targets_loss_weights"]
+    ids, mask = _padded([row] * trials, 64)
+    tf.random.set_seed(0)
+    _, positions, weights = electra_mask(tf, ELECTRA_VOCAB, cap, tf.constant(ids), tf.constant(mask), 0.15)
+    theirs = np.bincount(positions.numpy().ravel(), weights.numpy().ravel(), minlength=64)[:len(row)]
+    assert ours.sum() == theirs.sum()
+    expected = (ours + theirs) / 2
+    assert (np.abs(ours - theirs) <= 5 * np.sqrt(2 * expected) + 1).all(), np.c_[ours, theirs]

@@ -189,6 +189,39 @@ def bert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], see
             yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen}
 
 
+def electra_max_predictions(mask_rate: float, max_seq_length: int) -> int:
+    """ELECTRA's `max_predictions_per_seq` (configure_pretraining.py): int((mask_prob + 0.005) x max_seq_length)."""
+    return int((mask_rate + 0.005) * max_seq_length)
+
+
+def electra_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], sequence_length: Mapping[str, int],
+                seed: int, mask_rate: float = 0.15, mask_token_rate: float = 0.85,
+                max_predictions_per_seq: int | None = None, feature: str = "inputs") -> Iterator[Example]:
+    """ELECTRA's generator input, as its `pretrain_helpers.mask`: `bert_num_to_predict` over every
+    token ([CLS] and [SEP] counted), capped at `max_predictions_per_seq` (None: `electra_max_predictions`
+    of `sequence_length[feature]`, ELECTRA's config); that many positions drawn uniformly *with
+    replacement* among the tokens other than [CLS], [SEP], [MASK] and padding (drawn as ELECTRA draws
+    them: a cap's worth, the first ones used), each draw then [MASK] with probability
+    `mask_token_rate`, else kept. `targets_loss_weights` counts the draws per position, so a position
+    drawn twice weighs twice in the generator's loss, as in ELECTRA's masked_lm_weights."""
+    vocabulary = output_features[feature].vocabulary
+    ids = special_ids(vocabulary)
+    cap = max_predictions_per_seq
+    if cap is None:
+        cap = electra_max_predictions(mask_rate, int(sequence_length[feature]))
+    for i, ex in enumerate(dataset):
+        rng = np.random.default_rng([seed, 7, i])
+        tokens = np.asarray(ex[feature], dtype=np.int32)
+        candidates = np.flatnonzero(~np.isin(tokens, [0, ids["cls"], ids["sep"], ids["mask"]]))
+        num_to_predict = bert_num_to_predict(len(tokens), mask_rate, cap) if len(candidates) else 0
+        positions = candidates[rng.integers(max(len(candidates), 1), size=cap)[:num_to_predict]]
+        to_mask = rng.random(cap)[:num_to_predict] < mask_token_rate
+        inputs = tokens.copy()
+        inputs[positions[to_mask]] = ids["mask"]
+        draws = np.bincount(positions, minlength=len(tokens)).astype(np.int32)
+        yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": draws}
+
+
 def span_length_distribution(p: float = 0.2, max_span_words: int = 10) -> np.ndarray:
     """P(span of k words), k = 1..max: Geometric(p) clipped as SpanBERT's code does (renormalized over
     1..max, mean 3.8 words for p = 0.2, the paper's figure)."""

@@ -34,9 +34,8 @@ _ENCODER = {
     "bert_nsp_mlm": [functools.partial(sentence_pairs.sentence_pairs, objective="nsp"), masking.bert_mlm],
     "albert_sop_mlm": [functools.partial(sentence_pairs.sentence_pairs, objective="sop"), masking.bert_mlm],
     "spanbert": [DOC_SENTENCES, masking.spanbert_mlm],
-    # ELECTRA's generator input (its pretrain_helpers.mask): 15% of tokens, not whole words, 85% [MASK], 15% kept.
-    "electra_mlm": [FULL_SENTENCES, functools.partial(masking.bert_mlm, whole_word=False, mask_token_rate=0.85,
-                                                      random_token_rate=0.0)],
+    # ELECTRA's generator input (its pretrain_helpers.mask): 15% of all tokens, drawn with replacement, 85% [MASK].
+    "electra_mlm": [FULL_SENTENCES, masking.electra_mlm],
 }
 for _name, _steps in _ENCODER.items():
     _add(_name, [sentence_pairs.tokenize_sentences, *_steps])
