@@ -113,13 +113,12 @@ def contains(haystack, needle):
 
 
 @pytest.mark.parametrize("objective", ["nsp", "sop"])
-def test_pairs_have_bert_layout_and_balanced_labels(objective):
+def test_pairs_have_bert_layout(objective):
+    """Layout and label meaning; the draws themselves are BERT's (tests/test_reference_corruption.py)."""
     docs = documents(0, 300)
     ids = special_ids(VOCAB)
     key = "next_sentence_label" if objective == "nsp" else "sentence_order_label"
-    examples = list(S.sentence_pairs(docs, {"inputs": 200}, FEATURES, 0, objective=objective))
-    labels = [int(ex[key]) for ex in examples]
-    assert_binomial(sum(labels), len(labels), 0.5)
+    examples = list(S.sentence_pairs(docs, {"inputs": 200}, FEATURES, 0, objective=objective, short_seq_prob=0))
     whole = [np.concatenate(d["sentences"]) for d in docs]
     random_next = []
     for ex in examples:
@@ -130,8 +129,9 @@ def test_pairs_have_bert_layout_and_balanced_labels(objective):
         a, b = tokens[1:seps[0]], tokens[seps[0] + 1:-1]
         in_order = any(contains(w, np.concatenate([a, b])) for w in whole)
         if objective == "sop":   # documents fit whole, so pairs are untruncated and consecutive
-            assert in_order == (not ex[key]) or any(contains(w, np.concatenate([b, a])) for w in whole)
-            assert any(contains(w, np.concatenate([b, a]) if ex[key] else np.concatenate([a, b])) for w in whole)
+            swapped = any(contains(w, np.concatenate([b, a])) for w in whole)
+            one_sentence_chunk = any(np.array_equal(a, s) for d in docs for s in d["sentences"])  # random B (ALBERT)
+            assert (swapped or one_sentence_chunk) if ex[key] else in_order
         elif not ex[key]:
             assert in_order
         else:   # B is a piece of some (random) document, which rarely continues A

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from t5lite.data.corruption import masking
+from t5lite.data.corruption import sentence_pairs
 from t5lite.data.corruption.sentence_pairs import _truncate_pair
 
 
@@ -33,6 +34,106 @@ def bert_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
             del trunc_tokens[0]
         else:
             trunc_tokens.pop()
+
+
+def albert_create_instances_from_document(all_documents, document_index, max_seq_length, short_seq_prob,
+                                          rng, random_next_sentence):
+    """google-research/albert create_pretraining_data.py `create_instances_from_document`, its
+    FLAGS.random_next_sentence a parameter; with it True the lines run are google-research/bert
+    create_pretraining_data.py's `create_instances_from_document` (ALBERT adds the SOP `elif`). The
+    `create_masked_lm_predictions` call and TrainingInstance are left out: (tokens, segment_ids,
+    is_random_next) per instance."""
+    document = all_documents[document_index]
+    max_num_tokens = max_seq_length - 3
+    target_seq_length = max_num_tokens
+    if rng.random() < short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+    instances = []
+    current_chunk = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        segment = document[i]
+        current_chunk.append(segment)
+        current_length += len(segment)
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            if current_chunk:
+                a_end = 1
+                if len(current_chunk) >= 2:
+                    a_end = rng.randint(1, len(current_chunk) - 1)
+                tokens_a = []
+                for j in range(a_end):
+                    tokens_a.extend(current_chunk[j])
+                tokens_b = []
+                is_random_next = False
+                if len(current_chunk) == 1 or (random_next_sentence and rng.random() < 0.5):
+                    is_random_next = True
+                    target_b_length = target_seq_length - len(tokens_a)
+                    for _ in range(10):
+                        random_document_index = rng.randint(0, len(all_documents) - 1)
+                        if random_document_index != document_index:
+                            break
+                    random_document = all_documents[random_document_index]
+                    random_start = rng.randint(0, len(random_document) - 1)
+                    for j in range(random_start, len(random_document)):
+                        tokens_b.extend(random_document[j])
+                        if len(tokens_b) >= target_b_length:
+                            break
+                    num_unused_segments = len(current_chunk) - a_end
+                    i -= num_unused_segments
+                elif not random_next_sentence and rng.random() < 0.5:
+                    is_random_next = True
+                    for j in range(a_end, len(current_chunk)):
+                        tokens_b.extend(current_chunk[j])
+                    tokens_a, tokens_b = tokens_b, tokens_a
+                else:
+                    is_random_next = False
+                    for j in range(a_end, len(current_chunk)):
+                        tokens_b.extend(current_chunk[j])
+                bert_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                assert len(tokens_a) >= 1
+                assert len(tokens_b) >= 1
+                tokens = ["[CLS]", *tokens_a, "[SEP]", *tokens_b, "[SEP]"]
+                segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+                instances.append((tokens, segment_ids, is_random_next))
+            current_chunk = []
+            current_length = 0
+        i += 1
+    return instances
+
+
+class PythonRandom:
+    """random.Random's `random` and `randint` (both ends included) over a numpy Generator's stream, so
+    upstream code and t5lite (which calls the Generator's `random` and `integers`) share every draw."""
+
+    def __init__(self, seed):
+        self._rng = np.random.default_rng(seed)
+
+    def random(self):
+        return self._rng.random()
+
+    def randint(self, a, b):
+        return int(self._rng.integers(a, b + 1))
+
+
+@pytest.mark.parametrize("objective", ["nsp", "sop"])
+@pytest.mark.parametrize("seed", range(12))
+def test_document_pairs_equal_berts_and_alberts_create_instances_from_document(objective, seed):
+    rng = np.random.default_rng(2000 + seed)
+    documents = [[rng.integers(5, 99, int(rng.integers(1, 25))) for _ in range(int(rng.integers(1, 9)))]
+                 for _ in range(int(rng.integers(1, 6)))]
+    max_seq_length, short_seq_prob = int(rng.integers(8, 64)), [0.1, 0.5][seed % 2]
+    upstream = PythonRandom(seed)
+    ours = np.random.default_rng(seed)
+    for index in range(len(documents)):
+        theirs = albert_create_instances_from_document([[s.tolist() for s in d] for d in documents], index,
+                                                       max_seq_length, short_seq_prob, upstream,
+                                                       random_next_sentence=objective == "nsp")
+        theirs = [([{"[CLS]": 1001, "[SEP]": 1002}.get(t, t) for t in tokens], segment_ids, is_random_next)
+                  for tokens, segment_ids, is_random_next in theirs]
+        mine = [(sentence_pairs._pair_example(a, b, {"cls": 1001, "sep": 1002}), label) for a, b, label in
+                sentence_pairs.document_pairs(documents, index, max_seq_length - 3, short_seq_prob, objective, ours)]
+        assert [(ex["inputs"].tolist(), ex["token_type_ids"].tolist(), bool(label)) for ex, label in mine] == theirs
 
 
 @pytest.mark.parametrize("seed", range(50))

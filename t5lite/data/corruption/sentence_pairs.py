@@ -1,14 +1,16 @@
 """Sentence-level inputs for encoder pre-training: BERT's NSP, ALBERT's SOP and RoBERTa's
 FULL-SENTENCES / DOC-SENTENCES, from documents tokenized sentence by sentence.
 
-NSP and SOP follow BERT's `create_instances_from_document`: sentences are gathered into a chunk of
-about `sequence_length["inputs"] - 3` tokens, cut at a random sentence into A and B, and the pair
-truncated to fit (one token at a time from the longer side, front or back at random). Then NSP
-replaces B, with probability 1/2, by sentences from a random other document among the
-`buffer_size` around it (label `next_sentence_label` 1), SOP swaps A and B with probability 1/2
-(label `sentence_order_label` 1). Two differences from BERT: a one-sentence chunk is cut inside
-the sentence instead of always taking a random B, so the labels are exactly Bernoulli(1/2); and
-the B sentences a random B replaces are skipped rather than put back for the next chunk.
+NSP and SOP follow BERT's `create_instances_from_document` (ALBERT's for SOP), draw for draw
+(`document_pairs`): sentences are gathered into a chunk of about `sequence_length["inputs"] - 3`
+tokens (10% of documents, `short_seq_prob`, aim at a random shorter length), cut at a random
+sentence into A and B, and the pair truncated to fit (`_truncate_pair`, BERT's `truncate_seq_pair`).
+NSP replaces B, with probability 1/2 and always in a one-sentence chunk, by sentences from a random
+other document (label `next_sentence_label` 1) and puts the displaced sentences back; SOP swaps A
+and B with probability 1/2 (label `sentence_order_label` 1; a one-sentence chunk takes a random B,
+labelled 1, as ALBERT's code does). Differences: the random document comes from the `buffer_size`
+documents around it (BERT's from the whole shuffled corpus), and the pairs are made anew every
+epoch instead of `dupe_factor` fixed copies.
 Output: `inputs` = `targets` = [CLS] A [SEP] B [SEP] and `token_type_ids` 0 up to the first
 [SEP], 1 after; `bert_mlm` can follow to mask it.
 """
@@ -61,44 +63,56 @@ def _pair_example(a: np.ndarray, b: np.ndarray, ids: Mapping[str, int]) -> Examp
     return {"inputs": tokens, "targets": tokens, "token_type_ids": token_type_ids}
 
 
-def _chunks(sentences: list[np.ndarray], target_length: int) -> Iterator[list[np.ndarray]]:
-    """Consecutive sentences gathered until they reach `target_length` tokens (the last chunk may be short)."""
-    chunk, length = [], 0
-    for sentence in sentences:
-        chunk.append(sentence)
-        length += len(sentence)
-        if length >= target_length:
-            yield chunk
+def _random_segment(documents: list[list[np.ndarray]], exclude: int, target_length: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """BERT's random next segment: a document other than `exclude` (ten tries, then whichever came up),
+    its sentences from a random one on until they reach `target_length` tokens."""
+    for _ in range(10):
+        other = int(rng.integers(len(documents)))
+        if other != exclude:
+            break
+    sentences = documents[other][int(rng.integers(len(documents[other]))):]
+    reached = np.flatnonzero(np.cumsum([len(s) for s in sentences]) >= target_length)
+    return np.concatenate(sentences[:reached[0] + 1 if len(reached) else len(sentences)])
+
+
+def document_pairs(documents: list[list[np.ndarray]], index: int, max_tokens: int, short_seq_prob: float,
+                   objective: str, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """(A, B, label) per chunk of `documents[index]`, as BERT's `create_instances_from_document`
+    (NSP) or ALBERT's (SOP) before masking: a target length (with probability `short_seq_prob` a
+    random one in [2, max_tokens]), sentences gathered until they reach it, A = a random number of
+    them; B is random (label 1) for a one-sentence chunk or, for NSP, with probability 1/2, and the
+    sentences it displaces are put back for the next chunk; for SOP the two halves swap (label 1)
+    with probability 1/2. Then `_truncate_pair` to `max_tokens`."""
+    document = documents[index]
+    target_length = max_tokens
+    if rng.random() < short_seq_prob:
+        target_length = int(rng.integers(2, max_tokens + 1))
+    chunk, length, i = [], 0, 0
+    while i < len(document):
+        chunk.append(document[i])
+        length += len(document[i])
+        if i == len(document) - 1 or length >= target_length:
+            a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+            a, label = np.concatenate(chunk[:a_end]), 0
+            if len(chunk) == 1 or (objective == "nsp" and rng.random() < 0.5):
+                b, label = _random_segment(documents, index, target_length - len(a), rng), 1
+                i -= len(chunk) - a_end
+            else:
+                b = np.concatenate(chunk[a_end:])
+                if objective == "sop" and rng.random() < 0.5:
+                    a, b, label = b, a, 1
+            yield (*_truncate_pair(a, b, max_tokens, rng), label)
             chunk, length = [], 0
-    if chunk:
-        yield chunk
-
-
-def _split_chunk(chunk: list[np.ndarray], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A and B: the chunk cut before a random sentence (inside the sentence if it is the only one)."""
-    if len(chunk) == 1:
-        cut = int(rng.integers(1, len(chunk[0]))) if len(chunk[0]) > 1 else 1
-        return chunk[0][:cut], chunk[0][cut:]
-    a_end = int(rng.integers(1, len(chunk)))
-    return np.concatenate(chunk[:a_end]), np.concatenate(chunk[a_end:])
-
-
-def _random_segment(documents: list[list[np.ndarray]], exclude: int, length: int,
-                    rng: np.random.Generator) -> np.ndarray | None:
-    """About `length` tokens of consecutive sentences from a random other document (None if there is none)."""
-    if len(documents) < 2:
-        return None
-    other = int(rng.integers(len(documents) - 1))
-    sentences = documents[other + (other >= exclude)]
-    start = int(rng.integers(len(sentences)))
-    tokens = np.concatenate(sentences[start:])
-    return tokens[:max(length, 1)]
+        i += 1
 
 
 def sentence_pairs(dataset: Iterable[Example], sequence_length: Mapping[str, int],
                    output_features: Mapping[str, Any], seed: int, objective: str = "nsp",
-                   buffer_size: int = 100) -> Iterator[Example]:
-    """NSP (`objective="nsp"`) or SOP (`"sop"`) pairs from `tokenize_sentences` documents."""
+                   buffer_size: int = 100, short_seq_prob: float = 0.1) -> Iterator[Example]:
+    """NSP (`objective="nsp"`) or SOP (`"sop"`) pairs from `tokenize_sentences` documents, by
+    `document_pairs` over each group of `buffer_size` documents; `short_seq_prob` 0.1 is BERT's
+    and ALBERT's default (0 always fills the sequence)."""
     if objective not in ("nsp", "sop"):
         raise ConfigError(f"sentence_pairs: objective must be 'nsp' or 'sop', got {objective!r}")
     max_tokens = int(sequence_length["inputs"]) - 3
@@ -113,17 +127,8 @@ def sentence_pairs(dataset: Iterable[Example], sequence_length: Mapping[str, int
         if not documents:
             return
         rng = np.random.default_rng([seed, 6, group])
-        for d, document in enumerate(documents):
-            for chunk in _chunks(document, max_tokens):
-                a, b = _split_chunk(chunk, rng)
-                label = int(rng.random() < 0.5)
-                if label and objective == "nsp":
-                    b = _random_segment(documents, d, max_tokens - len(a), rng)
-                    if b is None:
-                        b, label = _split_chunk(chunk, rng)[1], 0
-                elif label:
-                    a, b = b, a
-                a, b = _truncate_pair(a, b, max_tokens, rng)
+        for d in range(len(documents)):
+            for a, b, label in document_pairs(documents, d, max_tokens, short_seq_prob, objective, rng):
                 yield {**_pair_example(a, b, ids), label_key: np.int32(label)}
 
 
