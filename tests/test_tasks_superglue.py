@@ -32,7 +32,7 @@ def test_glue_style_formats():
     assert _formatted("super_glue_wic", [wic])[0] == {
         "inputs": "wic sentence1: A river bank. sentence2: A bank loan. word: bank", "targets": "False", "idx": 7}
     axb = {"sentence1": "S1.", "sentence2": "S2.", "label": -1, "idx": 0}
-    assert _formatted("super_glue_axb", [axb])[0]["inputs"] == "rte sentence1: S1. sentence2: S2."
+    assert _formatted("super_glue_axb", [axb])[0]["inputs"] == "rte hypothesis: S2. premise: S1."
     assert _formatted("super_glue_axb", [axb])[0]["targets"] == "<unk>"
 
 
@@ -125,7 +125,7 @@ def test_local_jsonl_simple_tasks(tmp_path):
         ("copa choice1: Wet. choice2: Dry. premise: It rained. question: effect", "choice2")]
     assert _texts("super_glue_wic", "test", tmp_path) == [
         ("wic sentence1: A river bank. sentence2: A bank. word: bank", "<unk>")]
-    assert _texts("super_glue_axb", "test", tmp_path) == [("rte sentence1: S1. sentence2: S2.", "entailment")]
+    assert _texts("super_glue_axb", "test", tmp_path) == [("rte hypothesis: S2. premise: S1.", "entailment")]
     assert get_task("super_glue_boolq").source.files.files("validation", str(tmp_path)) == [
         str(tmp_path / "BoolQ" / "val.jsonl")]
 
@@ -174,7 +174,7 @@ def _patch_tf_free(monkeypatch):
 @pytest.mark.parametrize("name, prefix", [
     ("boolq", "boolq passage: "), ("cb", "cb hypothesis: "), ("copa", "copa choice1: "),
     ("rte", "rte hypothesis: "), ("wic", "wic sentence1: "), ("multirc", "multirc question: "),
-    ("record", "record query: "), ("axb", "rte sentence1: "), ("axg", "rte hypothesis: ")])
+    ("record", "record query: "), ("axb", "rte hypothesis: "), ("axg", "rte hypothesis: ")])
 def test_tfds_source_with_mock_data(name, prefix, monkeypatch):
     tfds = pytest.importorskip("tensorflow_datasets", reason="the TFDS path needs tensorflow-datasets")
     _patch_tf_free(monkeypatch)

@@ -78,13 +78,25 @@ def record_postprocess(text: str, example: Example | None = None, is_target: boo
 
 # ----------------------------------------------------------------------------- WSC
 
+# One of the two WSC texts T5 hard-codes (t5.data.preprocessors._wsc_inputs), with T5's blanked text:
+# it drops the text's trailing space, which the rule below keeps.
+_T5_BLANKED = {
+    'The boy continued to whip the pony , and eventually the pony threw him over. John laughed out quite loud. '
+    '"Good for him," he said. ':
+    'The boy continued to whip the pony , and eventually the pony threw him over. John laughed out quite loud. '
+    '"Good for X ," he said.'}
+
+
 def _blank_pronoun(text: str, index: int, pronoun: str) -> str:
     """The text with the pronoun (word `index`, split on spaces) replaced by "X".
 
     T5 asserts that word `index` is the pronoun and hard-codes the two WSC texts where it is not
     (the index points at a neighbour, or the pronoun carries punctuation: 'him,"'); here the nearest
-    word that is, or starts with, the pronoun is taken, which gives the same inputs for those two.
+    word that is, or starts with, the pronoun is taken, which gives T5's text for the first of them
+    and, but for a trailing space, for the second (`_T5_BLANKED` holds T5's).
     """
+    if text in _T5_BLANKED:
+        return _T5_BLANKED[text]
     words = text.split(" ")
 
     def is_pronoun(word: str) -> bool:
@@ -254,6 +266,15 @@ def _glue_style(benchmark, labels, feature_names=None):
     return functools.partial(glue, benchmark_name=benchmark, label_names=labels, feature_names=feature_names)
 
 
+AXB_AS_RTE = {"premise": "sentence1", "hypothesis": "sentence2", "label": "label", "idx": "idx"}
+
+
+def axb_as_rte(dataset: Iterable[Example]) -> Iterator[Example]:
+    """AX-b as T5's super_glue_axb_v102 casts it: sentence1/sentence2 renamed premise/hypothesis, then
+    formatted as rte ("rte hypothesis: <sentence2> premise: <sentence1>", as AX-g and RTE read)."""
+    return glue(P.rekey(dataset, AXB_AS_RTE), "rte", NLI)
+
+
 def _add(name, config, splits, formatter, metric_fns, postprocess_fn):
     TaskRegistry.add(name, source=FilesOrTfds(_files(config, splits), TfdsSource(f"super_glue/{config}", splits,
                                                                                   module=MODULE)),
@@ -271,8 +292,9 @@ for _name, _features, _metrics in [
     _labels = LABELS.get(_name, BOOL)
     _add(f"super_glue_{_name}", _name, SPLITS, _glue_style(_name, _labels, _features), _metrics,
          _labels_postprocess(_labels))
-for _name in ("axb", "axg"):  # diagnostics: test only, cast as rte, no metrics (as T5)
-    _add(f"super_glue_{_name}", _name, ("test",), _glue_style("rte", NLI), [], _labels_postprocess(NLI))
+# The diagnostics: test only, cast as rte, no metrics (as T5).
+_add("super_glue_axb", "axb", ("test",), axb_as_rte, [], _labels_postprocess(NLI))
+_add("super_glue_axg", "axg", ("test",), _glue_style("rte", NLI), [], _labels_postprocess(NLI))
 _add("super_glue_multirc", "multirc", SPLITS, multirc,
      [metrics.multirc_f1_over_all_answers, metrics.multirc_exact_match], multirc_postprocess)
 _add("super_glue_record", "record", SPLITS, record, [metrics.record_metrics], record_postprocess)
