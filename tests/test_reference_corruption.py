@@ -5,8 +5,11 @@ on PyPI):
   sequence of random draws as t5lite's `_truncate_pair`;
 - facebookresearch/SpanBERT, pretraining/fairseq/data/masking.py: `PairWithSpanMaskingScheme.__init__`'s
   span-length distribution (`self.len_distrib`, span_lower 1, span_upper 10, geometric_p 0.2)."""
+import math
+
 import numpy as np
 import pytest
+from objectives_helpers import PieceVocabulary, features
 
 from t5lite.data.corruption import masking
 from t5lite.data.corruption import sentence_pairs
@@ -288,3 +291,180 @@ def test_electra_mlm_positions_follow_electras_categorical_draws(tf):
     assert ours.sum() == theirs.sum()
     expected = (ours + theirs) / 2
     assert (np.abs(ours - theirs) <= 5 * np.sqrt(2 * expected) + 1).all(), np.c_[ours, theirs]
+
+
+# --- facebookresearch/SpanBERT, pretraining/fairseq/data/masking.py: `ParagraphInfo`,
+# `PairWithSpanMaskingScheme.mask`, `span_masking`, `merge_intervals`, `pad_to_len`, with `np.random`
+# a parameter so t5lite's draws can be fed in, and the dictionary's `is_start_word` as
+# pretraining/fairseq/tasks/span_bert.py's BertDictionary has it (not a "##" piece). Arguments: the
+# published recipe (pretraining/README.md): span 1-10, geometric-p 0.2, --replacement-method span,
+# --endpoints external, --max-pair-targets 15, --tagged-anchor-prob 0 (the default), mask-ratio 0.15.
+
+class SpanBertDictionary:
+    def __init__(self, vocabulary):
+        self.symbols = [vocabulary.id_to_piece(i) for i in range(vocabulary.vocab_size)]
+
+    def is_start_word(self, idx):
+        return not self.symbols[idx].startswith('##')
+
+
+class ParagraphInfo(object):
+    def __init__(self, dictionary):
+        self.dictionary = dictionary
+
+    def get_word_piece_map(self, sentence):
+        return [self.dictionary.is_start_word(i) for i in sentence]
+
+    def get_word_start(self, sentence, anchor, word_piece_map=None):
+        word_piece_map = word_piece_map if word_piece_map is not None else self.get_word_piece_map(sentence)
+        left = anchor
+        while left > 0 and word_piece_map[left] == False:  # noqa: E712
+            left -= 1
+        return left
+
+    def get_word_end(self, sentence, anchor, word_piece_map=None):
+        word_piece_map = word_piece_map if word_piece_map is not None else self.get_word_piece_map(sentence)
+        right = anchor + 1
+        while right < len(sentence) and word_piece_map[right] == False:  # noqa: E712
+            right += 1
+        return right
+
+
+def spanbert_pair_with_span_mask(sentence, paragraph_info, tokens, pad, mask_id, random, mask_ratio=0.15,
+                                 lower=1, upper=10, p=0.2, max_pair_targets=15):
+    """`PairWithSpanMaskingScheme.__init__` and `.mask` (tagmap None, so tagged_indices stays None)."""
+    lens = list(range(lower, upper + 1))
+    len_distrib = [p * (1 - p) ** (i - lower) for i in range(lower, upper + 1)] if p >= 0 else None
+    len_distrib = [x / (sum(len_distrib)) for x in len_distrib]
+    tagged_anchor_prob = 0.0
+    sent_length = len(sentence)
+    mask_num = math.ceil(sent_length * mask_ratio)
+    mask = set()
+    word_piece_map = paragraph_info.get_word_piece_map(sentence)
+    spans = []
+    while len(mask) < mask_num:
+        span_len = random.choice(lens, p=len_distrib)
+        tagged_indices = None
+        anchor = random.choice(sent_length) if random.rand() >= tagged_anchor_prob else random.choice(tagged_indices)
+        if anchor in mask:
+            continue
+        left1, right1 = (paragraph_info.get_word_start(sentence, anchor, word_piece_map),
+                         paragraph_info.get_word_end(sentence, anchor, word_piece_map))
+        spans.append([left1, left1])
+        for i in range(left1, right1):
+            if len(mask) >= mask_num:
+                break
+            mask.add(i)
+            spans[-1][-1] = i
+        num_words = 1
+        right2 = right1
+        while num_words < span_len and right2 < len(sentence) and len(mask) < mask_num:
+            left2 = right2
+            right2 = paragraph_info.get_word_end(sentence, right2, word_piece_map)
+            num_words += 1
+            for i in range(left2, right2):
+                if len(mask) >= mask_num:
+                    break
+                mask.add(i)
+                spans[-1][-1] = i
+    return spanbert_span_masking(sentence, spans, tokens, pad, mask_id, max_pair_targets, mask, random,
+                                 replacement='span', endpoints='external')
+
+
+def spanbert_span_masking(sentence, spans, tokens, pad, mask_id, pad_len, mask, random, replacement='word_piece',
+                          endpoints='external'):
+    sentence = np.copy(sentence)
+    sent_length = len(sentence)
+    target = np.full(sent_length, pad)
+    pair_targets = []
+    spans = spanbert_merge_intervals(spans)
+    assert len(mask) == sum([e - s + 1 for s, e in spans])
+    for start, end in spans:
+        lower_limit = 0 if endpoints == 'external' else -1
+        upper_limit = sent_length - 1 if endpoints == 'external' else sent_length
+        if start > lower_limit and end < upper_limit:
+            if endpoints == 'external':
+                pair_targets += [[start - 1, end + 1]]
+            else:
+                pair_targets += [[start, end]]
+            pair_targets[-1] += [sentence[i] for i in range(start, end + 1)]
+        rand = random.random()
+        for i in range(start, end + 1):
+            assert i in mask
+            target[i] = sentence[i]
+            if replacement == 'word_piece':
+                rand = random.random()
+            if rand < 0.8:
+                sentence[i] = mask_id
+            elif rand < 0.9:
+                sentence[i] = random.choice(tokens)
+    pair_targets = spanbert_pad_to_len(pair_targets, pad, pad_len + 2)
+    return sentence, target, pair_targets
+
+
+def spanbert_merge_intervals(intervals):
+    intervals = sorted(intervals, key=lambda x: x[0])
+    merged = []
+    for interval in intervals:
+        if not merged or merged[-1][1] + 1 < interval[0]:
+            merged.append(interval)
+        else:
+            merged[-1][1] = max(merged[-1][1], interval[1])
+    return merged
+
+
+def spanbert_pad_to_len(pair_targets, pad, max_pair_target_len):
+    for i in range(len(pair_targets)):
+        pair_targets[i] = pair_targets[i][:max_pair_target_len]
+        this_len = len(pair_targets[i])
+        for j in range(max_pair_target_len - this_len):
+            pair_targets[i].append(pad)
+    return pair_targets
+
+
+class NumpyRandom:
+    """np.random's calls that SpanBERT makes, over a numpy Generator's stream so t5lite (which calls the
+    Generator's `choice(values, p=...)`, `integers` and `random`) shares every draw. `rand()` only
+    decides the tagged anchor, which --tagged-anchor-prob 0 never takes whatever it returns: it
+    returns 1.0 without a draw."""
+
+    def __init__(self, seed):
+        self._rng = np.random.default_rng(seed)
+
+    def choice(self, a, p=None):
+        if p is not None:
+            return self._rng.choice(a, p=p)
+        return int(self._rng.integers(a)) if np.ndim(a) == 0 else a[int(self._rng.integers(len(a)))]
+
+    def rand(self):
+        return 1.0
+
+    def random(self):
+        return self._rng.random()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_spanbert_mlm_equals_spanberts_pair_with_span_masking_on_the_same_draws(seed):
+    """[CLS] block [SEP] through t5lite's spanbert_mlm and the block through SpanBERT's scheme (as its
+    NoNSPSpanBertDataset does, then shifted by the [CLS]): the same corrupted tokens, MLM targets, and
+    SBO inputs (a token's pair target: its span's boundaries and its position among the first 15)."""
+    vocabulary = PieceVocabulary(wordpiece=True)
+    rng = np.random.default_rng(3000 + seed)
+    block = rng.integers(3, vocabulary.vocab_size - vocabulary.extra_ids, int(rng.integers(1, 200)))
+    if seed % 4 == 0:
+        block[: rng.integers(1, 4)] = 4                  # the block opens inside a word
+    mask_id, cls, sep = masking.special_ids(vocabulary)["mask"], 1001, 1002
+    (ours,) = masking.spanbert_mlm([{"inputs": np.concatenate([[cls], block, [sep]])}], features(vocabulary), seed)
+    pool = masking.random_pool(vocabulary)
+    theirs, target, pair_targets = spanbert_pair_with_span_mask(
+        block, ParagraphInfo(SpanBertDictionary(vocabulary)), pool, 0, mask_id, NumpyRandom([seed, 4, 0]))
+    np.testing.assert_array_equal(ours["inputs"][1:-1], theirs)
+    np.testing.assert_array_equal(ours["targets_loss_weights"][1:-1], target != 0)
+    relative, left, right = (np.zeros(len(block), int) for _ in range(3))
+    for pair in pair_targets:                            # [start - 1, end + 1, the span's first 15 tokens]
+        count = sum(t != 0 for t in pair[2:])
+        relative[pair[0] + 1:pair[0] + 1 + count] = np.arange(1, count + 1)
+        left[pair[0] + 1:pair[0] + 1 + count], right[pair[0] + 1:pair[0] + 1 + count] = pair[0], pair[1]
+    np.testing.assert_array_equal(ours["span_relative_position"][1:-1], relative)
+    np.testing.assert_array_equal(ours["span_left_boundary"][1:-1], np.where(relative > 0, left + 1, 0))
+    np.testing.assert_array_equal(ours["span_right_boundary"][1:-1], np.where(relative > 0, right + 1, 0))

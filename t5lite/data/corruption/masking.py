@@ -15,6 +15,7 @@ static (`static_seed` set: the mask depends only on that seed and the tokens, fi
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -229,70 +230,104 @@ def span_length_distribution(p: float = 0.2, max_span_words: int = 10) -> np.nda
     return weights / weights.sum()
 
 
-def span_mask(words: np.ndarray, num_to_predict: int, rng: np.random.Generator, p: float = 0.2,
-              max_span_words: int = 10) -> np.ndarray:
-    """SpanBERT's masking: span id per token (-1 unmasked). Span lengths in words from
-    `span_length_distribution`, each span starting at a random word, added while the masked tokens
-    stay within `num_to_predict`; spans neither overlap nor touch (so each has its own boundary tokens)."""
+def span_mask(starts: np.ndarray, num_to_predict: int, rng: np.random.Generator, p: float = 0.2,
+              max_span_words: int = 10) -> list[tuple[int, int]]:
+    """SpanBERT's `PairWithSpanMaskingScheme.mask` over a block (`starts`: True where a word starts):
+    until `num_to_predict` tokens are masked, a span length in words from `span_length_distribution`
+    and a random anchor token (drawn again if already masked); the span runs from the anchor's word
+    start over that many words (fewer at the block's end), adding tokens until the count is reached,
+    so the last span may end inside a word. Spans may overlap or touch; returns them merged, sorted,
+    as (first, last) inclusive (SpanBERT's `merge_intervals`)."""
     lengths = np.arange(1, max_span_words + 1)
     probs = span_length_distribution(p, max_span_words)
-    num_words = int(words.max()) + 1 if (words >= 0).any() else 0
-    span_of = np.full(len(words), -1)
-    masked_words = np.zeros(num_words + 1, bool)   # one past the end so neighbours index safely
-    total, attempts, num_spans = 0, 0, 0
-    while total < num_to_predict and attempts < 100 * max(num_to_predict, 1):
-        attempts += 1
-        length = min(int(rng.choice(lengths, p=probs)), num_words)
-        first = int(rng.integers(num_words - length + 1))
-        span_words = np.arange(first, first + length)
-        if masked_words[max(first - 1, 0):first + length + 1].any():
+    word_begins = np.flatnonzero(np.concatenate([[True], starts[1:]])) if len(starts) else np.zeros(0, np.int64)
+    masked = np.zeros(len(starts), bool)
+    spans = []
+    while masked.sum() < num_to_predict:
+        num_words = int(rng.choice(lengths, p=probs))
+        anchor = int(rng.integers(len(starts)))
+        if masked[anchor]:
             continue
-        positions = np.isin(words, span_words)
-        if total + positions.sum() > num_to_predict:
-            continue
-        masked_words[span_words] = True
-        span_of[positions] = num_spans
-        total += int(positions.sum())
-        num_spans += 1
-    return span_of
+        word = int(np.searchsorted(word_begins, anchor, side="right")) - 1
+        first = int(word_begins[word])
+        end = int(word_begins[word + num_words]) if word + num_words < len(word_begins) else len(starts)
+        new = np.cumsum(~masked[first:end])
+        room = num_to_predict - int(masked.sum())
+        last = first + int(np.argmax(new >= room)) if new[-1] >= room else end - 1
+        masked[first:last + 1] = True
+        spans.append((first, last))
+    return _merge_spans(spans)
 
 
-def span_boundary_features(span_of: np.ndarray) -> dict[str, np.ndarray]:
-    """What SpanBERT's span boundary objective needs: per span its first and last token (`span_starts`,
-    `span_ends`, inclusive), and per token (0 off the spans) the left and right boundary positions
-    (start - 1, end + 1) and the 1-based position in its span, which `SpanBoundaryHead` takes and
-    the `encoder_sbo` feature converter keeps."""
-    num_spans = int(span_of.max()) + 1 if span_of.size else 0
-    index = np.arange(len(span_of))
-    starts = np.array([index[span_of == s].min() for s in range(num_spans)], dtype=np.int32)
-    ends = np.array([index[span_of == s].max() for s in range(num_spans)], dtype=np.int32)
-    masked = span_of >= 0
-    lookup = np.where(masked, span_of, num_spans)   # off the spans: the appended 0
-    start_of, end_of = np.append(starts, 0)[lookup], np.append(ends, 0)[lookup]
-    return {"span_starts": starts, "span_ends": ends,
-            "span_left_boundary": np.where(masked, start_of - 1, 0).astype(np.int32),
-            "span_right_boundary": np.where(masked, end_of + 1, 0).astype(np.int32),
-            "span_relative_position": np.where(masked, index - start_of + 1, 0).astype(np.int32)}
+def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching (first, last) spans joined, sorted by first."""
+    merged: list[list[int]] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return [(first, last) for first, last in merged]
+
+
+def span_boundary_features(spans: list[tuple[int, int]], length: int, with_boundary_target: np.ndarray,
+                           max_pair_targets: int) -> dict[str, np.ndarray]:
+    """What SpanBERT's span boundary objective needs, for a sequence of `length` tokens: per span its
+    first and last token (`span_starts`, `span_ends`, inclusive), and per token the left and right
+    boundary positions (first - 1, last + 1) and the 1-based position in its span, on the first
+    `max_pair_targets` tokens of the spans `with_boundary_target` (0 elsewhere), which
+    `SpanBoundaryHead` takes and the `encoder_sbo` feature converter keeps."""
+    left, right, relative = (np.zeros(length, np.int32) for _ in range(3))
+    for (first, last), target in zip(spans, with_boundary_target):
+        if target:
+            kept = slice(first, min(last, first + max_pair_targets - 1) + 1)
+            left[kept], right[kept] = first - 1, last + 1
+            relative[kept] = np.arange(1, kept.stop - first + 1)
+    return {"span_starts": np.array([f for f, _ in spans], np.int32),
+            "span_ends": np.array([l for _, l in spans], np.int32),
+            "span_left_boundary": left, "span_right_boundary": right, "span_relative_position": relative}
+
+
+def corrupt_spans(tokens: np.ndarray, spans: list[tuple[int, int]], vocabulary, rng: np.random.Generator,
+                  mask_token_rate: float = 0.8, random_token_rate: float = 0.1) -> np.ndarray:
+    """SpanBERT's `span_masking` with --replacement-method span: one uniform per span, in order:
+    below `mask_token_rate` [MASK] on every token, else below the two rates' sum a random token per
+    position (from `random_pool`, one draw each), else kept."""
+    pool, mask = random_pool(vocabulary), special_ids(vocabulary)["mask"]
+    out = np.array(tokens, dtype=np.int32)
+    for first, last in spans:
+        draw = rng.random()
+        for i in range(first, last + 1):
+            if draw < mask_token_rate:
+                out[i] = mask
+            elif draw < mask_token_rate + random_token_rate:
+                out[i] = pool[rng.integers(len(pool))]
+    return out
 
 
 def spanbert_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], seed: int,
                  mask_rate: float = 0.15, p: float = 0.2, max_span_words: int = 10,
-                 mask_token_rate: float = 0.8, random_token_rate: float = 0.1,
+                 mask_token_rate: float = 0.8, random_token_rate: float = 0.1, max_pair_targets: int = 15,
                  feature: str = "inputs") -> Iterator[Example]:
-    """SpanBERT's masked LM: geometric spans of whole words, 80/10/10 per span, plus the span boundary
-    features. The first and last token are never masked, so every span has two boundary tokens."""
+    """SpanBERT's masked LM as its code with the published recipe (--schemes pair_span, span 1-10,
+    geometric-p 0.2, --replacement-method span, --endpoints external, --max-pair-targets 15) on
+    [CLS] block [SEP] sequences: ceil(mask_rate x the block's tokens) masked by `span_mask`,
+    `corrupt_spans`, and the span boundary features, with a boundary target only for the spans
+    whose boundaries are both inside the block (not [CLS] or [SEP]), as SpanBERT's pair targets.
+    One difference: a random token is drawn uniformly from `random_pool`, where SpanBERT draws it
+    from the training corpus's token stream (its unigram frequencies), which t5lite does not hold."""
     vocabulary = output_features[feature].vocabulary
-    forbidden = _never_masked(vocabulary)
     for i, ex in enumerate(dataset):
         rng = np.random.default_rng([seed, 4, i])
         tokens = np.asarray(ex[feature], dtype=np.int32)
-        maskable = ~np.isin(tokens, forbidden)
-        maskable[[0, -1]] = False
-        words = word_ids(tokens, maskable, word_starts(tokens, vocabulary))
-        num_to_predict = max(1, int(round(maskable.sum() * mask_rate))) if maskable.any() else 0
-        span_of = span_mask(words, num_to_predict, rng, p, max_span_words)
-        chosen = span_of >= 0
-        spans = [np.flatnonzero(span_of == span) for span in range(int(span_of.max(initial=-1)) + 1)]
-        inputs = corrupt(tokens, spans, vocabulary, rng, mask_token_rate, random_token_rate)
-        yield {**ex, "inputs": inputs, "targets": tokens, "targets_loss_weights": chosen.astype(np.int32),
-               **span_boundary_features(span_of)}
+        block = tokens[1:-1]
+        num_to_predict = math.ceil(len(block) * mask_rate)
+        spans = [(first + 1, last + 1) for first, last in
+                 span_mask(word_starts(block, vocabulary), num_to_predict, rng, p, max_span_words)]
+        inner = np.array([first > 1 and last < len(block) for first, last in spans], bool)
+        chosen = np.zeros(len(tokens), np.int32)
+        for first, last in spans:
+            chosen[first:last + 1] = 1
+        yield {**ex, "inputs": corrupt_spans(tokens, spans, vocabulary, rng, mask_token_rate, random_token_rate),
+               "targets": tokens, "targets_loss_weights": chosen,
+               **span_boundary_features(spans, len(tokens), inner, max_pair_targets)}
