@@ -1,7 +1,11 @@
 """Feature converters and packing against seqio's own (`seqio.EncDecFeatureConverter`,
-`seqio.LMFeatureConverter`, pure-TF packing: `use_custom_packing_ops=False`), run on the same
-random examples: with `restart_every=max(lengths)` every row and feature equals seqio's; without
+`seqio.LMFeatureConverter`, `seqio.PrefixLMFeatureConverter`, `seqio.EncoderFeatureConverter`; pure-TF
+packing: `use_custom_packing_ops=False`), run on the same random examples: with `restart_every=max(lengths)` every row and feature equals seqio's; without
 it (t5lite's default) the rows differ only where seqio closes a row at a padded-batch boundary."""
+import dataclasses
+import functools
+from typing import Callable
+
 import numpy as np
 import pytest
 
@@ -11,6 +15,7 @@ seqio = pytest.importorskip("seqio", reason="the seqio reference needs the `refe
 tf = pytest.importorskip("tensorflow", reason="the seqio reference needs the `reference` extra")
 
 LENGTHS = {"inputs": 16, "targets": 8}
+MASK = 100   # the encoder examples' mask id, above the random ids
 
 
 def random_examples(seed, count, keys=("inputs", "targets"), longest=1.0):
@@ -21,6 +26,18 @@ def random_examples(seed, count, keys=("inputs", "targets"), longest=1.0):
             for _ in range(count)]
 
 
+def masked_examples(seed, count, longest=1.0):
+    """BERT-style aligned examples: `targets` of ids 2..99, `inputs` the same with about 15% set to MASK."""
+    rng = np.random.default_rng(seed)
+    examples = []
+    for example in random_examples(seed, count, ("inputs",), longest):
+        targets = example["inputs"]
+        examples.append({"inputs": np.where(rng.random(len(targets)) < 0.15, MASK, targets).astype(np.int32),
+                         "targets": targets})
+    return examples
+
+
+
 def seqio_rows(converter, examples, lengths):
     keys = list(lengths)
     ds = tf.data.Dataset.from_generator(lambda: ({k: e[k] for k in keys} for e in examples),
@@ -28,33 +45,55 @@ def seqio_rows(converter, examples, lengths):
     return [{k: v.numpy() for k, v in row.items()} for row in converter(ds, lengths)]
 
 
-@pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("ours, theirs, keys", [
-    (converters.EncDecFeatureConverter, seqio.EncDecFeatureConverter, ("inputs", "targets")),
-    (converters.DecoderOnlyLMFeatureConverter, seqio.LMFeatureConverter, ("targets",)),
-])
-def test_packed_rows_equal_seqios(seed, ours, theirs, keys):
-    lengths = {k: LENGTHS[k] for k in keys}
-    # Several of seqio's padded batches, of short examples, so that its rows close early at their ends.
-    examples = random_examples(seed, 3 * max(lengths.values()) + 5, keys, longest=0.4)
-    expected = seqio_rows(theirs(pack=True, use_custom_packing_ops=False), examples, lengths)
-    got = list(ours().convert(examples, lengths, pack=True, restart_every=max(lengths.values())))
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A t5lite converter, seqio's, their task feature lengths and examples that fit them."""
+    ours: Callable
+    theirs: Callable
+    lengths: dict
+    examples: Callable = functools.partial(random_examples, keys=("inputs", "targets"))
+    # seqio packs in padded batches of max(packed lengths) examples; the prefix LM packs one
+    # "targets" of len(inputs) + len(targets).
+    restart_every: int = 16
+
+    def __repr__(self):
+        return self.ours.func.__name__ if isinstance(self.ours, functools.partial) else self.ours.__name__
+
+
+CASES = [
+    Case(converters.EncDecFeatureConverter, seqio.EncDecFeatureConverter, LENGTHS),
+    Case(converters.DecoderOnlyLMFeatureConverter, seqio.LMFeatureConverter, {"targets": 8},
+         functools.partial(random_examples, keys=("targets",)), restart_every=8),
+    Case(converters.PrefixLMFeatureConverter, seqio.PrefixLMFeatureConverter, LENGTHS, restart_every=24),
+    Case(functools.partial(converters.EncoderFeatureConverter, mask_id=MASK),
+         functools.partial(seqio.EncoderFeatureConverter, mask_id=MASK), {"inputs": 16, "targets": 16},
+         masked_examples),
+]
+
+
+def assert_rows_equal(got, expected):
+    """Every feature seqio emits, in every row (t5lite's encoder rows add `token_type_ids`)."""
+    got = list(got)
     assert len(got) == len(expected)
     for row, want in zip(got, expected):
         assert {k: row[k].tolist() for k in want} == {k: v.tolist() for k, v in want.items()}
 
 
-@pytest.mark.parametrize("ours, theirs, keys", [
-    (converters.EncDecFeatureConverter, seqio.EncDecFeatureConverter, ("inputs", "targets")),
-    (converters.DecoderOnlyLMFeatureConverter, seqio.LMFeatureConverter, ("targets",)),
-])
-def test_unpacked_rows_equal_seqios(ours, theirs, keys):
-    lengths = {k: LENGTHS[k] for k in keys}
-    examples = random_examples(7, 20, keys)
-    expected = seqio_rows(theirs(pack=False), examples, lengths)
-    got = list(ours().convert(examples, lengths, pack=False))
-    for row, want in zip(got, expected, strict=True):
-        assert {k: row[k].tolist() for k in want} == {k: v.tolist() for k, v in want.items()}
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_packed_rows_equal_seqios(seed, case):
+    # Several of seqio's padded batches, of short examples, so that its rows close early at their ends.
+    examples = case.examples(seed, 3 * case.restart_every + 5, longest=0.4)
+    expected = seqio_rows(case.theirs(pack=True, use_custom_packing_ops=False), examples, case.lengths)
+    assert_rows_equal(case.ours().convert(examples, case.lengths, pack=True, restart_every=case.restart_every),
+                      expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_unpacked_rows_equal_seqios(case):
+    examples = case.examples(7, 20)
+    expected = seqio_rows(case.theirs(pack=False), examples, case.lengths)
+    assert_rows_equal(case.ours().convert(examples, case.lengths, pack=False), expected)
 
 
 def test_default_packing_differs_from_seqio_only_at_its_batch_boundaries():
@@ -93,3 +132,27 @@ def test_an_example_empty_in_one_feature_keeps_its_segment_number_where_seqio_re
         renumbered = np.searchsorted(np.unique(ours[ours > 0]), ours) + 1
         assert np.where(ours > 0, renumbered, 0).tolist() == theirs.tolist()
     assert any(not np.array_equal(r["encoder_segment_ids"], w["encoder_segment_ids"]) for r, w in zip(got, expected))
+
+
+def test_prefix_lm_empty_targets_get_no_padding_target_where_seqio_adds_one():
+    """seqio's prefix LM gives an example with empty `targets` one padding target. Unpacked, its causal
+    attention then reaches one pad further. Packed (pure TF), the pad is dropped from the tokens but
+    not from the inputs-width features, so the next example's masks shift by one position: its first
+    target loses its loss weight. t5lite keeps the example as its inputs alone; the other rows, and
+    an example with empty `inputs`, are seqio's."""
+    lengths = {"inputs": 4, "targets": 3}
+    examples = [{"inputs": np.array([5, 6, 7], np.int32), "targets": np.zeros(0, np.int32)},
+                {"inputs": np.zeros(0, np.int32), "targets": np.array([3, 4], np.int32)},
+                {"inputs": np.array([8, 9], np.int32), "targets": np.array([3, 4], np.int32)}]
+    unpacked = seqio_rows(seqio.PrefixLMFeatureConverter(pack=False), examples, lengths)
+    ours = list(converters.PrefixLMFeatureConverter().convert(examples, lengths))
+    assert unpacked[0]["decoder_causal_attention"].tolist() == [1, 1, 1, 1, 0, 0, 0]
+    assert ours[0]["decoder_causal_attention"].tolist() == [1, 1, 1, 0, 0, 0, 0]
+    assert_rows_equal(ours[1:], unpacked[1:])
+    packed = seqio_rows(seqio.PrefixLMFeatureConverter(pack=True, use_custom_packing_ops=False), examples, lengths)
+    ours = list(converters.PrefixLMFeatureConverter().convert(examples, lengths, pack=True, restart_every=7))
+    assert packed[0]["decoder_loss_weights"].tolist() == [0, 0, 0, 0, 1, 0, 0]
+    assert ours[0]["decoder_loss_weights"].tolist() == [0, 0, 0, 1, 1, 0, 0]   # both targets of example 2
+    tokens = ("decoder_target_tokens", "decoder_input_tokens", "decoder_segment_ids", "decoder_positions")
+    assert_rows_equal([{k: row[k] for k in tokens} for row in ours], [{k: row[k] for k in tokens} for row in packed])
+    assert_rows_equal(ours[1:], packed[1:])

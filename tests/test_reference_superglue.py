@@ -40,7 +40,7 @@ def wsc(idx, text, span1, span2, label=None):
 
 
 PASSAGE = ("(CNN) -- Lionel Messi scored twice as Barcelona beat Real Madrid 3-1 at the Camp Nou on Saturday. "
-           "Messi's second goal was his 40th of the season.\n@highlight\nBarcelona beat Real Madrid 3-1\n"
+           "Messi's second was his 40th strike of the season.\n@highlight\nBarcelona beat Real Madrid 3-1\n"
            "@highlight\nLionel Messi scores twice!\n@highlight\nBarcelona go top of La Liga")
 
 

@@ -255,7 +255,10 @@ class PrefixLMFeatureConverter(FeatureConverter):
     `decoder_causal_attention` is 1 on the input positions plus one more (the position whose input
     token is the last prefix token and which predicts the first target), as in seqio and
     mesh_tensorflow. The loss covers only the target positions. Each feature is trimmed to its own
-    length before concatenation, so the decoder length is len(inputs) + len(targets).
+    length before concatenation, so the decoder length is len(inputs) + len(targets). The rows are
+    seqio's `PrefixLMFeatureConverter`'s but for an example with empty `targets`: seqio appends one
+    padding target to it, which unpacked widens its causal attention by a pad and packed shifts the
+    next example's masks by one position; here it stays its inputs alone, with nothing to predict.
     """
     name = "prefix_lm"
     FEATURES = {"decoder_target_tokens": "targets", "decoder_input_tokens": "targets",
@@ -330,9 +333,9 @@ class EncoderFeatureConverter(FeatureConverter):
         self._check_pack(pack)
         return super().model_feature_lengths(task_feature_lengths, pack)
 
-    def convert(self, examples, task_feature_lengths, pack=False):
+    def convert(self, examples, task_feature_lengths, pack=False, restart_every=None):
         self._check_pack(pack)
-        return super().convert(examples, task_feature_lengths, pack)
+        return super().convert(examples, task_feature_lengths, pack, restart_every)
 
     def _row_lengths(self, task_feature_lengths):
         lengths = dict.fromkeys(self.aligned, _length(task_feature_lengths, "inputs", self.name))
