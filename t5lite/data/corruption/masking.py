@@ -1,10 +1,11 @@
-"""BERT's masked LM and SpanBERT's span masking, on tokenized examples.
+"""BERT's masked LM, ELECTRA's generator masking and SpanBERT's span masking, on tokenized examples,
+each as its upstream code draws it (`bert_mlm`, `electra_mlm`, `spanbert_mlm` say how and where
+they differ).
 
-Both choose about `mask_rate` of the tokens (BERT counts [CLS] and [SEP] in, as its code does;
-SpanBERT counts the maskable ones) among the maskable ones (never special ids: pad, EOS, UNK, CLS,
-SEP, sentinels), then corrupt the choice 80% [MASK] / 10% random token / 10% unchanged, and emit
-`inputs` (corrupted), `targets` (the original) and `targets_loss_weights` (1 exactly on the chosen
-positions), which `EncoderFeatureConverter` turns into `encoder_*` features.
+Each chooses about `mask_rate` of the tokens (BERT and ELECTRA count [CLS] and [SEP] in; SpanBERT
+counts the block between them), corrupts the choice ([MASK], a random token or unchanged), and
+emits `inputs` (corrupted), `targets` (the original) and `targets_loss_weights` (nonzero exactly
+on the chosen positions), which `EncoderFeatureConverter` turns into `encoder_*` features.
 
 Words come from the vocabulary: a SentencePiece piece starting with "▁" (byte-level BPE: "Ġ")
 starts a word, a WordPiece piece starting with "##" continues one (`word_starts`). Masking is
@@ -107,7 +108,7 @@ def corrupt(tokens: np.ndarray, groups: Iterable[np.ndarray], vocabulary, rng: n
             mask_token_rate: float = 0.8, random_token_rate: float = 0.1,
             random_from: str = "non_special") -> np.ndarray:
     """BERT's 80/10/10, drawn in the order BERT's `create_masked_lm_predictions` draws it: per group
-    of positions (a token; a SpanBERT span gets one treatment), in the order given, one uniform for
+    of positions (one token for `bert_mlm`), in the order given, one uniform for
     [MASK], then if unmasked one for kept vs random, then a token from `random_pool` per position."""
     pool = random_pool(vocabulary, random_from)
     kept_share = (1 - mask_token_rate - random_token_rate) / (1 - mask_token_rate) if mask_token_rate < 1 else 1.0
@@ -204,7 +205,9 @@ def electra_mlm(dataset: Iterable[Example], output_features: Mapping[str, Any], 
     replacement* among the tokens other than [CLS], [SEP], [MASK] and padding (drawn as ELECTRA draws
     them: a cap's worth, the first ones used), each draw then [MASK] with probability
     `mask_token_rate`, else kept. `targets_loss_weights` counts the draws per position, so a position
-    drawn twice weighs twice in the generator's loss, as in ELECTRA's masked_lm_weights."""
+    drawn twice weighs twice in the generator's loss, as in ELECTRA's masked_lm_weights. Unlike ELECTRA,
+    such a position then gets one generator sample (`ElectraObjective`): ELECTRA's `scatter_update`
+    writes the floor of the mean of its two samples' ids, which samples nothing."""
     vocabulary = output_features[feature].vocabulary
     ids = special_ids(vocabulary)
     cap = max_predictions_per_seq
