@@ -108,8 +108,8 @@ def open_file(path: str):
 def _lines(path: str) -> Iterator[tuple[int, str | Malformed]]:
     """The file's lines numbered from 1, without newline or a leading UTF-8 byte-order mark.
 
-    Split on "\\n" only (as TFDS reads GLUE), so text containing other Unicode line breaks stays
-    one row; a line that is not valid UTF-8 comes back as Malformed rather than failing the file.
+    Split on "\\n" only, so text containing other line breaks (U+2028, U+0085) stays one row; a line
+    that is not valid UTF-8 comes back as Malformed rather than failing the file.
     """
     with open_file(path) as f:
         for number, raw in enumerate(f, 1):
@@ -140,9 +140,12 @@ class Table:
     header; its columns are then named by `headerless` (CoLA's train and dev files). Features in
     `defaults` may be absent from the header (GLUE's test files have no label column). `convert`
     maps feature -> fn(str), raising ValueError on a bad value. With `quoted=False` a line is split
-    on the delimiter with no quoting (as TFDS reads GLUE: MRPC's text contains bare quotes);
-    `quoted=True` reads CSV whose fields may contain quoted newlines. Rows are numbered into
-    `index_key` from 0 (TFDS's `idx`); blank lines are ignored.
+    on the delimiter with no quoting, and a lone "\\r" ends a line as "\\n" does, as TFDS reads GLUE
+    (`csv` with QUOTE_NONE over a text-mode file; MRPC's text contains bare quotes); `quoted=True`
+    reads CSV whose fields may contain quoted newlines. Rows are numbered into `index_key` from 0,
+    malformed ones included (TFDS's `idx`); blank lines are ignored. A row with more fields than
+    the header is malformed here; TFDS keeps it, read by position, though a stray tab has shifted
+    the columns after it.
     """
     features: Mapping[str, str]
     convert: Mapping[str, Callable[[str], Any]] = dataclasses.field(default_factory=dict)
@@ -157,7 +160,11 @@ class Table:
             yield from _csv_records(path, self.delimiter)
             return
         for number, line in _lines(path):
-            yield number, line if isinstance(line, Malformed) else (line.split(self.delimiter) if line else [])
+            if isinstance(line, Malformed):
+                yield number, line
+                continue
+            for part in line.split("\r"):
+                yield number, part.split(self.delimiter) if part else []
 
     def _columns(self, path: str, first: list[str]) -> tuple[list[str], bool]:
         """(column names, whether `first` was the header)."""
