@@ -52,7 +52,11 @@ class ModelConfig(Replaceable):
     use_bias: bool = False            # biases on every dense layer (everything but T5)
     scale_attention: bool = False     # q.k / sqrt(head_dim); T5 folds the scale into q's init instead
     layer_norm_epsilon: float = 1e-6
-    # Parameter init: None is T5's fan-in scaling; a float is a fixed normal stddev (BERT's 0.02).
+    # Parameter init: None is T5X's (t5x/examples/t5): fan-in scaled normal attention kernels (q also
+    # / sqrt(head_dim)), fan-in scaled truncated normal MLP and output kernels, N(0, 1) token
+    # embeddings, fan-avg uniform relative-position biases. A float is Hugging Face's
+    # `_init_weights`: every kernel and embedding N(0, init_std) (BERT's 0.02; see
+    # `zero_pad_embedding` and `scale_residual_init`). tests/test_reference_init.py checks both.
     init_std: float | None = None
 
     # Embeddings.
@@ -122,6 +126,18 @@ class ModelConfig(Replaceable):
         if self.span_boundary_head and (self.arch != "encoder" or self.encoder_head != "mlm"):
             raise ConfigError("span_boundary_head=True is SpanBERT's pre-training head: it needs arch='encoder' with "
                              "encoder_head='mlm'")
+
+    @property
+    def zero_pad_embedding(self) -> bool:
+        """Whether the token embedding's pad_token_id row starts at zero: Hugging Face's padding_idx,
+        which every Hugging Face-style family (`init_std` set) but GPT-2 (the decoder-only one) has."""
+        return self.init_std is not None and self.arch != "decoder"
+
+    @property
+    def scale_residual_init(self) -> bool:
+        """Whether kernels writing into the residual stream (attention out, MLP wo) start with
+        init_std / sqrt(2 x layers): GPT-2's c_proj (Hugging Face's GPT2PreTrainedModel._init_weights)."""
+        return self.init_std is not None and self.arch == "decoder"
 
     @property
     def embed_dim(self) -> int:

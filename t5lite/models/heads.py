@@ -38,7 +38,8 @@ class LmHead(nn.Module):
             logits = self.embedder.attend(x * cfg.d_model ** -0.5 if cfg.scale_tied_logits else x)
         else:
             logits = L.Dense((cfg.vocab_size,), ("embed", "vocab"), stddev=L.init_std(cfg, cfg.d_model ** -0.5),
-                             dtype=L.dtype_of(cfg), quantized=L.quantized(cfg), name="logits_dense")(x)
+                             dtype=L.dtype_of(cfg), quantized=L.quantized(cfg), truncated=L.truncated_init(cfg),
+                             name="logits_dense")(x)
         logits = logits.astype(jnp.float32)
         if cfg.logits_bias:
             logits = logits + L.param_with_axes(self, "logits_bias", nn.initializers.zeros, (cfg.vocab_size,),

@@ -36,7 +36,11 @@ def param_with_axes(module: nn.Module, name: str, init, shape, axes):
     return module.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.float32)
 
 
-def normal(stddev: float):
+def normal(stddev: float, truncated: bool = False):
+    """N(0, stddev); `truncated`: flax's variance_scaling "truncated_normal" of that stddev (cut at
+    2 sigma of the untruncated normal, which is widened so that the cut one has `stddev`)."""
+    if truncated:
+        return nn.initializers.truncated_normal(stddev / .87962566103423978)
     return nn.initializers.normal(stddev=stddev)
 
 
@@ -58,6 +62,20 @@ def init_std(config: ModelConfig, fan_in_std: float) -> float:
     return config.init_std if config.init_std is not None else fan_in_std
 
 
+def residual_init_std(config: ModelConfig, fan_in_std: float) -> float:
+    """`init_std` of a kernel writing into the residual stream, / sqrt(2 x layers) under
+    `scale_residual_init` (GPT-2)."""
+    std = init_std(config, fan_in_std)
+    layers = config.num_encoder_layers + config.num_decoder_layers
+    return std / (2 * layers) ** 0.5 if config.scale_residual_init else std
+
+
+def truncated_init(config: ModelConfig) -> bool:
+    """Whether fan-in scaled MLP and output kernels are truncated normals (T5X's DenseGeneral
+    default, `variance_scaling(1.0, 'fan_in', 'truncated_normal')`); Hugging Face's are not."""
+    return config.init_std is None
+
+
 class Dense(nn.Module):
     """`x[..., *in] @ kernel[*in, *features] (+ bias[*features])` over the last `in_ndim` axes of x.
 
@@ -71,6 +89,7 @@ class Dense(nn.Module):
     stddev: float = 0.02
     dtype: jnp.dtype = jnp.float32
     quantized: bool = False
+    truncated: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -81,7 +100,7 @@ class Dense(nn.Module):
             y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=self.in_ndim)
             y = y * scale.reshape(self.features).astype(self.dtype)
         else:
-            kernel = param_with_axes(self, "kernel", normal(self.stddev), shape, self.axes)
+            kernel = param_with_axes(self, "kernel", normal(self.stddev, self.truncated), shape, self.axes)
             y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=self.in_ndim)
         if self.use_bias:
             bias = param_with_axes(self, "bias", nn.initializers.zeros, self.features,
@@ -114,6 +133,13 @@ def make_norm(config: ModelConfig, name: str, axis_name: str = "embed") -> Norm:
     return Norm(config.norm, config.layer_norm_epsilon, dtype_of(config), axis_name, name=name)
 
 
+def _with_zero_row(init, row: int | None):
+    """`init` with `row` of the table set to zero (none when `row` is None)."""
+    if row is None:
+        return init
+    return lambda key, shape, dtype=jnp.float32: init(key, shape, dtype).at[row].set(0)
+
+
 class Embed(nn.Module):
     """An embedding table; `attend` reuses it as an output projection (tied logits).
 
@@ -124,13 +150,15 @@ class Embed(nn.Module):
     stddev: float = 1.0
     axes: tuple[str, str] = ("vocab", "embed")
     quantized: bool = False
+    zero_row: int | None = None   # a row that starts at zero (Hugging Face's padding_idx)
 
     def setup(self):
         shape = (self.num_embeddings, self.features)
         if self.quantized:
             self.embedding, self.scale = int8_param(self, "embedding", shape, self.axes, (self.num_embeddings, 1))
         else:
-            self.embedding = param_with_axes(self, "embedding", normal(self.stddev), shape, self.axes)
+            self.embedding = param_with_axes(self, "embedding", _with_zero_row(normal(self.stddev), self.zero_row),
+                                             shape, self.axes)
 
     def __call__(self, ids):
         rows = jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
@@ -202,7 +230,9 @@ class RelativePositionBias(nn.Module):
     def __call__(self, relative_positions):
         """Offsets key - query [batch, q, k] -> bias [batch, heads, q, k]."""
         cfg = self.config
-        table = param_with_axes(self, "rel_embedding", normal(init_std(cfg, 1.0)),
+        init = (nn.initializers.variance_scaling(1.0, "fan_avg", "uniform") if cfg.init_std is None   # T5X's
+                else normal(cfg.init_std))
+        table = param_with_axes(self, "rel_embedding", init,
                                 (cfg.relative_attention_num_buckets, cfg.num_heads), ("relpos_buckets", "heads"))
         buckets = relative_position_bucket(relative_positions, self.bidirectional,
                                            cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
@@ -311,10 +341,10 @@ class MultiHeadAttention(nn.Module):
     decode: bool = False
     is_self_attention: bool = True
 
-    def _dense(self, name, features, axes, in_ndim, fan_in_std):
+    def _dense(self, name, features, axes, in_ndim, fan_in_std, residual=False):
         cfg = self.config
-        return Dense(features, axes, in_ndim, cfg.use_bias, init_std(cfg, fan_in_std), dtype_of(cfg), quantized(cfg),
-                     name=name)
+        std = residual_init_std(cfg, fan_in_std) if residual else init_std(cfg, fan_in_std)
+        return Dense(features, axes, in_ndim, cfg.use_bias, std, dtype_of(cfg), quantized(cfg), name=name)
 
     def _cached(self, k, v, cache_index):
         """Self-attention: writes k, v [b, heads, n, head_dim] at each row's `cache_index`, returns the
@@ -416,7 +446,7 @@ class MultiHeadAttention(nn.Module):
         out = out.reshape(rows, -1, h, hd)
         if self.has_variable(HEAD_GATES, "heads"):   # Michel et al.'s head mask: [heads] or [rows, length, heads]
             out = out * self.get_variable(HEAD_GATES, "heads").astype(dtype)[..., None]
-        out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5)(out)
+        out = self._dense("out", (d,), ("heads", "kv", "embed"), 2, (h * hd) ** -0.5, residual=True)(out)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
 
 
@@ -439,11 +469,11 @@ class MlpBlock(nn.Module):
         for i, act in enumerate(cfg.mlp_activations):
             name = "wi" if len(cfg.mlp_activations) == 1 else f"wi_{i}"
             h = Dense((cfg.d_ff,), ("embed", "mlp"), 1, cfg.use_bias, init_std(cfg, cfg.d_model ** -0.5), dtype,
-                      quantized(cfg), name=name)(x)
+                      quantized(cfg), truncated_init(cfg), name=name)(x)
             h = ACTIVATIONS[act](h)
             hidden = h if hidden is None else hidden * h
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
         if cfg.mlp_dropout:
             hidden = nn.Dropout(cfg.dropout_rate)(hidden, deterministic=self.deterministic)
-        return Dense((cfg.d_model,), ("mlp", "embed"), 1, cfg.use_bias, init_std(cfg, cfg.d_ff ** -0.5), dtype,
-                     quantized(cfg), name="wo")(hidden)
+        return Dense((cfg.d_model,), ("mlp", "embed"), 1, cfg.use_bias, residual_init_std(cfg, cfg.d_ff ** -0.5),
+                     dtype, quantized(cfg), truncated_init(cfg), name="wo")(hidden)

@@ -262,7 +262,7 @@ def without_prompt(x, tokens):
 
 def make_token_embedder(cfg: ModelConfig) -> L.Embed:
     return L.Embed(cfg.vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0), quantized=L.quantized(cfg),
-                   name="token_embedder")
+                   zero_row=cfg.pad_token_id if cfg.zero_pad_embedding else None, name="token_embedder")
 
 
 class Encoder(nn.Module):
