@@ -172,7 +172,7 @@ def restore_model(path: str, abstract_params: Any) -> Any:
 def restore_state(path: str, abstract_state: Any) -> Any:
     """The whole train state (params, optimizer state, step, rng) of another run's checkpoint
     (see `step_directory`), laid out as `abstract_state`'s shardings: fine-tuning that continues
-    the pre-training optimizer, as T5X does."""
+    the pre-training optimizer state and step."""
     path = step_directory(path)
     try:
         restored = step_reader().restore(path, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
