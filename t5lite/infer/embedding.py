@@ -133,8 +133,10 @@ def embed(texts: Sequence[str], checkpoint_path: str = gin.REQUIRED, model=None,
     `checkpoint_path` is an encoder's checkpoint: each text `[CLS] text [SEP]` (cut to `max_length`
     tokens) through its encoder, pooled (`pooling`: 'mean', 'cls', 'max'); `objective` (the training
     config's `SentenceObjective`, bound by `t5lite embed`) gives the pooling the run was trained with.
-    An ELMo run's texts are split on whitespace, their layers averaged (allennlp's `elmo --average`)
-    and pooled over the tokens; a word2vec run (its `vectors.txt`) or a word-vector file (word2vec
+    An ELMo run's texts are split on whitespace, their layers averaged as allennlp's `elmo --average`
+    averages them and pooled over the tokens, each batch from zero LSTM states: allennlp's
+    `ElmoEmbedder` carries the states from batch to batch, so it agrees on the first `batch_size`
+    texts only, while here a text's embedding does not depend on the texts before it; a word2vec run (its `vectors.txt`) or a word-vector file (word2vec
     text or binary, GloVe) pools the vectors of the words it has (`WordVectors.rows_of`), as
     sentence-transformers' average word embeddings do, a text with none of them giving zeros."""
     require_positive({"embed.max_length": max_length, "embed.batch_size": batch_size})
