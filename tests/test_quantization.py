@@ -306,10 +306,12 @@ def test_a_gin_model_keeps_a_quantised_runs_weight_quantization(tmp_path, micro_
 
 def _rule(w, scale_shape):
     """(q, scale) by the rule in numpy: per output channel (the axes `scale_shape` keeps), scale =
-    absmax / 127.5, q = clip(round(w / scale), -128, 127)."""
+    absmax / 127.5 (1 for an all-zero channel, as qwix/_src/core/qarray.py compute_scale_zero_point
+    sets a scale under sqrt(float32 tiny)), q = clip(round(w / scale), -128, 127)."""
     w = np.asarray(w, np.float64)
     reduce = tuple(i for i, n in enumerate(scale_shape) if n == 1)
     scale = np.abs(w).max(axis=reduce, keepdims=True) / 127.5
+    scale = np.where(scale < np.sqrt(np.finfo(np.float32).tiny), 1.0, scale)
     return np.clip(np.round(w / scale), -128, 127), scale
 
 
