@@ -182,13 +182,20 @@ def test_imported_lora_is_a_peft_run_that_exports_merges_and_trains(tmp_path):
     task = TrainTask(module.config.replace(dropout_rate=0.0), optax.adam(1e-2), optax.constant_schedule(1e-2),
                      Partitioner(), {k: 8 for k in batch}, peft=method)
     frozen = task.init_base(0, variables["params"])
+    _assert_one_step_trains_the_import_only(task, frozen, run, trained, batch)
+    jax.tree.map(np.testing.assert_array_equal, frozen, variables["params"])
+
+
+def _assert_one_step_trains_the_import_only(task, frozen, run, trained, batch):
+    """The imported run starts from its saved trainable params, and one step moves every one of them
+    (the caller checks that the frozen base stayed as loaded)."""
+    from t5lite.infer import peft_checkpoint
     state = peft_checkpoint.start_from_import(run, task.init_state(0, frozen))
     jax.tree.map(np.testing.assert_array_equal, state.params, trained)
     state, metrics = task.jit_train_step(frozen)(state, batch)
     assert np.isfinite(metrics["loss"])
     moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), state.params, trained)
     assert jax.tree.leaves(moved) and all(jax.tree.leaves(moved))
-    jax.tree.map(np.testing.assert_array_equal, frozen, variables["params"])
 
 
 @pytest.mark.slow   # fast sibling: the TrainTask step in test_imported_lora_is_a_peft_run_that_exports_merges_and_trains
@@ -325,12 +332,7 @@ def test_imported_seq_cls_lora_trains_its_lora_and_head(tmp_path):
                      Partitioner(), {k: ids.shape[1] for k in batch}, peft=method,
                      objective=ClassificationObjective(num_labels=LABELS, pooling="pooler"))
     frozen = task.init_base(0, {"backbone": variables["params"], "head": None})
-    state = peft_checkpoint.start_from_import(run, task.init_state(0, frozen))
-    jax.tree.map(np.testing.assert_array_equal, state.params, trained)
-    state, metrics = task.jit_train_step(frozen)(state, batch)
-    assert np.isfinite(metrics["loss"])
-    moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), state.params, trained)
-    assert jax.tree.leaves(moved) and all(jax.tree.leaves(moved))
+    _assert_one_step_trains_the_import_only(task, frozen, run, trained, batch)
     jax.tree.map(np.testing.assert_array_equal, frozen["backbone"], variables["params"])
 
 
