@@ -32,7 +32,9 @@ def test_mesh_2x2x2_trains_like_one_device(tmp_path):
     result = json.loads(out.read_text())
     # mlp kernel (embed, mlp) -> (fsdp, model) under the default rules, over all 8 devices.
     assert result["sharded_layout"] == {"wi_spec": ["fsdp", "model"], "num_devices": 8}
-    np.testing.assert_allclose(result["sharded"], result["single"], rtol=2e-5)
+    # Step 1's loss agrees to float32 rounding; each update then carries the other summation order
+    # of the sharded matmuls forward, so by step 3 the losses differ by about 2e-4 relative.
+    np.testing.assert_allclose(result["sharded"], result["single"], rtol=1e-3)
 
 
 def test_gradient_accumulation_adds_no_resharding(tmp_path):
