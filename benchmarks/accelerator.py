@@ -339,6 +339,7 @@ def main():
             row = section(case_name(case), lambda: pretrain(case, args, peak), cost_s)
         if row is not None:
             results["pretrain"].append(row)
+            save()   # a run cut short during the next section keeps this row
 
     dtype = "float32" if plat == "cpu" else "bfloat16"
     pretrain_section(gpt, cost)
