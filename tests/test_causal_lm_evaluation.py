@@ -51,6 +51,7 @@ def test_causal_lm_evaluation_is_numpys_token_cross_entropy_over_the_packed_spli
     loss, accuracy, tokens = _numpy_heldout_loss(module, params, rows)
     assert tokens == sum(len(ex["targets"]) for ex in examples)
     assert set(result.metrics) == {"loss", "accuracy", "perplexity"} and result.predictions == []
+    assert result.num_examples() == 7   # the examples scored, not the predictions (a loss makes none)
     assert_close(result.metrics["loss"], loss, rtol=1e-5)
     assert_close(result.metrics["accuracy"], accuracy, rtol=1e-5)
     assert_close(result.metrics["perplexity"], np.exp(loss), rtol=1e-4)
@@ -103,5 +104,6 @@ def test_gpt2_config_evaluates_its_heldout_loss_in_training_and_in_eval(tmp_path
          "--gin.eval.max_examples=5")
     with open(tmp_path / "eval" / "embedded_docs_causal_lm.validation" / "metrics.jsonl") as f:
         (record,) = map(json.loads, f)
+    assert record["examples"] == 5
     for key in ("loss", "accuracy", "perplexity"):
         assert_close(record[key], last[f"eval_{key}"], rtol=1e-5)

@@ -273,6 +273,6 @@ def test_perplexity_evaluation_counts_the_forward_flops_of_each_sentences_words(
     params = nn.unbox(module.init(jax.random.key(0), **objective.init_features(features)))["params"]
     evaluator = objective.evaluators(_Sentences(), "validation", {"targets": length}, batch_size=2)["sentences"]
     result = evaluator.evaluate(module, params)
-    assert math.isfinite(result.metrics["perplexity"])
+    assert math.isfinite(result.metrics["perplexity"]) and result.num_examples() == len(TEXTS)
     words = sum(len(text.split()) + 2 for text in TEXTS)
     assert result.flops == pytest.approx(2 * _lm_macs_per_word_from_shapes(params) * words, rel=1e-12)

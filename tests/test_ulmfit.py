@@ -615,8 +615,9 @@ def test_stream_validation_perplexity_carries_the_state_as_fastai(monkeypatch, b
         targets = np.asarray([y for _, y in items])
         losses.append(-np.take_along_axis(torch.log_softmax(torch.tensor(logits), -1).numpy(), targets[..., None], -1))
     assert len(losses) > 2
-    np.testing.assert_allclose(evaluator.evaluate(module, params).metrics["perplexity"],
-                               math.exp(np.mean(losses)), rtol=1e-5)
+    result = evaluator.evaluate(module, params)
+    np.testing.assert_allclose(result.metrics["perplexity"], math.exp(np.mean(losses)), rtol=1e-5)
+    assert result.num_examples() == len(texts)
 
 
 def test_a_stateful_lm_read_at_another_batch_size_is_refused_with_the_training_one(tmp_path):

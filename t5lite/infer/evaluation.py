@@ -127,6 +127,11 @@ class EvalResult:
     predictions: list[dict]
     files: dict[str, str] = dataclasses.field(default_factory=dict)  # more files to write beside them: name -> text
     flops: float = 0.0   # forward FLOPs the evaluation ran, by formula; 0 where not counted
+    examples: int | None = None   # examples scored, where there is no prediction per example (a loss's)
+
+
+    def num_examples(self) -> int:
+        return len(self.predictions) if self.examples is None else self.examples
 
 
 def write_result(folder: str, result: EvalResult) -> None:
@@ -364,7 +369,7 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
         folder = os.path.join(output_dir, f"{name}.{split}")
         write_result(folder, result)
         append_metrics(os.path.join(folder, "metrics.jsonl"), {"step": step, "checkpoint": step_dir,
-                                                               "examples": len(result.predictions), **result.metrics,
+                                                               "examples": result.num_examples(), **result.metrics,
                                                                **cost_fields})
         log.info("%s/%s at step %s: %s (written to %s)", name, split, step,
                  " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items()), folder)

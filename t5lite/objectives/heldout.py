@@ -23,13 +23,15 @@ PLAIN = LossConfig(z_loss=0.0)
 
 
 def converted_rows(converter: str, task, split: str, task_feature_lengths, data_dir=None,
-                   max_examples=None, pack: bool = False) -> list[dict]:
+                   max_examples=None, pack: bool = False) -> tuple[list[dict], int]:
     """The first `max_examples` examples of `split` as the named feature converter's rows (packed with
-    `pack`); a split with no example is refused, since there would be nothing to score."""
+    `pack`), and how many examples they hold; a split with no example is refused, since there would
+    be nothing to score."""
     examples = list(itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir), max_examples))
     if not examples:
         raise DataError(f"task {task.name!r} has no examples in split {split!r} (data_dir={data_dir!r})")
-    return list(converter_registry.get_feature_converter(converter).convert(examples, task_feature_lengths, pack=pack))
+    rows = converter_registry.get_feature_converter(converter).convert(examples, task_feature_lengths, pack=pack)
+    return list(rows), len(examples)
 
 
 class LossEvaluator:
@@ -42,7 +44,8 @@ class LossEvaluator:
     def __init__(self, objective, task, split: str, task_feature_lengths, batch_size: int = 32, data_dir=None,
                  max_examples=None, pack: bool = False):
         self.objective = objective
-        rows = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir, max_examples, pack)
+        rows, self.examples = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir,
+                                             max_examples, pack)
         self.lengths = [int(np.count_nonzero(row[target_keys(row)[0]])) for row in rows]
         self.batches = [{k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}
                         for b in converters.batch(rows, batch_size, drop_remainder=False)]
@@ -53,7 +56,7 @@ class LossEvaluator:
         ratios = {k: num / den if den else math.nan for k, (num, den) in totals.items()}
         scores = {k: float(v) for k, v in self.objective.derived_metrics(ratios).items()}
         done = sum(self.forward_flops(module, n) for n in self.lengths)
-        return EvalResult(scores, [], flops=done)
+        return EvalResult(scores, [], flops=done, examples=self.examples)
 
     def forward_flops(self, module, length: int) -> float:
         """FLOPs of the evaluation's forward passes over one row of `length` real tokens (which an

@@ -163,7 +163,8 @@ class PerplexityEvaluator:
     def __init__(self, objective: _WordLMObjective, task, split, task_feature_lengths, batch_size: int = 32,
                  data_dir=None, max_examples=None):
         self.objective, self.task, self.split = objective, task, split
-        rows = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir, max_examples)
+        rows, self.examples = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir,
+                                             max_examples)
         self.lengths = [int(np.count_nonzero(row["encoder_input_tokens"])) for row in rows]
         batches = converters.batch(rows, batch_size, drop_remainder=False)
         self.batches = [classify._fill({k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}, batch_size)
@@ -177,7 +178,7 @@ class PerplexityEvaluator:
         losses = {"loss": totals["loss"] / count,
                   **{k: totals[k] / per_direction for k in totals if k.endswith("_loss")}}
         done = sum(self.objective.forward_flops_per_example(module.config, n) for n in self.lengths)
-        return EvalResult({**perplexities(losses), "loss": losses["loss"]}, [], flops=done)
+        return EvalResult({**perplexities(losses), "loss": losses["loss"]}, [], flops=done, examples=self.examples)
 
 
 def perplexities(losses: Mapping[str, float]) -> dict[str, float]:
@@ -354,7 +355,9 @@ class StreamPerplexityEvaluator:
     def __init__(self, objective: AWDLSTMLMObjective, task, split, task_feature_lengths, batch_size: int = 32,
                  data_dir=None, max_examples=None):
         self.objective = objective
-        examples = itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir), max_examples)
+        examples = list(itertools.islice(task.get_dataset(split, task_feature_lengths, data_dir=data_dir),
+                                         max_examples))
+        self.examples = len(examples)
         converter = converter_registry.get_feature_converter("word_lm_stream", stream_examples=None)
         rows = list(converter.convert(examples, task_feature_lengths))
         if not rows:
@@ -370,7 +373,8 @@ class StreamPerplexityEvaluator:
             loss, count = loss + float(total), count + float(n)
         length = self.batches[0]["encoder_input_tokens"].shape[1] - 1
         done = count / length * self.objective.forward_flops_per_example(module.config, length)
-        return EvalResult({**perplexities({"loss": loss / count}), "loss": loss / count}, [], flops=done)
+        return EvalResult({**perplexities({"loss": loss / count}), "loss": loss / count}, [], flops=done,
+                          examples=self.examples)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
