@@ -140,3 +140,22 @@ def test_an_unprepared_tfds_dataset_is_one_line_on_stderr(tmp_path):
                           str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
     assert run.stderr.startswith(f"t5lite: error: split 'train' not found in data_dir {tmp_path}")
+
+
+def test_a_refused_first_start_leaves_no_empty_run_folder_and_keeps_an_existing_one(tmp_path, capsys):
+    """A train refused after its folders were checked (a GLUE folder whose train.tsv has no row)
+    removes the MODEL_DIR it made, parents too; a folder the user made stays."""
+    glue = tmp_path / "glue" / "SST-2"
+    glue.mkdir(parents=True)
+    for name in ("train.tsv", "dev.tsv"):
+        (glue / name).write_text("sentence\tlabel\n")
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    for model_dir in (tmp_path / "new" / "run", existing / "run"):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["train", f"--gin_file={SST2}", f"--gin.MODEL_DIR='{model_dir}'", "--gin.INITIAL_CHECKPOINT_PATH=None",
+                      f"--gin.DATA_DIR='{tmp_path / 'glue'}'"])
+        assert exited.value.code == 2 and "has no examples" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name != "glue") == ["mine"]
+        gin.clear_config()
+    assert list(existing.iterdir()) == []

@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import os
@@ -42,6 +44,28 @@ def ensure_writable(path: str) -> None:
     except Exception as e:  # OSError locally; the storage client's own errors for gs://
         raise CheckpointError(f"cannot write to {path!r} ({getattr(e, 'strerror', None) or e}); choose a MODEL_DIR "
                               "that can be written, or fix its permissions") from None
+
+
+@contextlib.contextmanager
+def writable_folders(*paths: str):
+    """`ensure_writable` for each of `paths`; the folders this makes (parents too) are removed again
+    when the block fails leaving them empty, so a refused first start leaves no empty folder behind."""
+    created = []
+    for path in map(epath.Path, paths):
+        missing = list(itertools.takewhile(lambda folder: not folder.exists(), [path, *path.parents]))
+        created += [folder for folder in reversed(missing) if folder not in created]
+    for path in paths:
+        ensure_writable(path)
+    try:
+        yield
+    except BaseException:
+        for folder in reversed(created):
+            try:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+            except OSError:   # another host removed it, or it filled meanwhile: leave it
+                pass
+        raise
 
 
 class RunLock:

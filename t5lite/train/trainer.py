@@ -152,9 +152,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     del settings["progress"]
     config = TrainConfig(**settings)   # checks the values
     layout = RunDir(model_dir)
-    for path in (layout.path, layout.checkpoints):  # before anything compiles
-        run_dir.ensure_writable(str(path))
-    with run_dir.RunLock(model_dir), preemption.StopSignals() as stop:
+    with run_dir.writable_folders(str(layout.path), str(layout.checkpoints)), run_dir.RunLock(model_dir), \
+            preemption.StopSignals() as stop:   # the folders checked before anything compiles
         meter = cost.CostMeter(model_dir)   # MODEL_DIR/cost.json: cumulative over restarts
         ckpt = checkpoints.Checkpointer(str(layout.checkpoints), checkpoint_every, keep_checkpoints,
                                         async_checkpoints)
