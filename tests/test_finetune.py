@@ -150,3 +150,25 @@ def test_full_restore_continues_the_optimizer_like_an_uninterrupted_run(tmp_path
     differs = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(),
                            _params(str(tmp_path / "params"), 4), jax.device_get(state.params))
     assert max(jax.tree.leaves(differs)) > 1e-4
+
+
+# T5X's fine-tuning settings, transcribed: t5x/configs/runs/finetune.gin (DROPOUT_RATE = 0.1;
+# train/utils.DatasetConfig: pack = True; utils.create_learning_rate_scheduler: factors = 'constant',
+# base_learning_rate = 0.001) and t5x/examples/t5/t5_1_1/base.gin (Z_LOSS = 0.0001).
+T5X_FINETUNE = {"model_config.dropout_rate": 0.1, "train.pack": True, "optimizers.constant.learning_rate": 0.001,
+                "train.z_loss": 0.0001}
+
+
+def test_the_finetuning_gin_binds_t5xs_finetuning_settings():
+    gin.clear_config()
+    try:
+        cli.parse_gin([str(REPO / "gin" / name) for name in ("train.gin", "models/t5_1_1_base.gin",
+                                                             "optimizers/adafactor.gin", "objectives/finetune.gin")],
+                      ["MODEL_DIR = '/tmp/x'", "INITIAL_CHECKPOINT_PATH = '/tmp/pt'", "EVAL_EVERY = 10",
+                       "TRAIN_STEPS = 10", "BATCH_SIZE = 8", "MIXTURE_OR_TASK_NAME = 'glue_sst2'",
+                       "TASK_FEATURE_LENGTHS = {'inputs': 64, 'targets': 4}"])
+        assert {name: gin.query_parameter(name) for name in T5X_FINETUNE} == T5X_FINETUNE
+        assert gin.query_parameter("optimizer_and_schedule.schedule").selector == "optimizers.constant"
+        assert gin.query_parameter("train.initial_checkpoint_restore") == "params"   # 'full' is T5X's restore
+    finally:
+        gin.clear_config()
