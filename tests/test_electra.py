@@ -275,3 +275,11 @@ def test_electra_mlm_task_masks_by_electras_count_with_mask_only():
         assert not ((inputs != targets) & (weights == 0)).any()          # only drawn positions change
         assert ((inputs == targets) | (inputs == mask_id)).all()         # no random replacement
         assert weights.sum() == max(1, min(cap, round(len(targets) * 0.15)))
+
+
+def test_mfu_counts_the_generators_training_as_well_as_the_discriminators():
+    from t5lite.models import flops
+    objective, module, disc = _tiny_objective()
+    forward = sum(flops.forward_flops_per_example(c, 64) for c in (module.generator_config, disc))
+    assert objective.train_flops_per_example(disc, {"encoder_input_tokens": 64}) == pytest.approx(3 * forward)
+    assert forward > 1.1 * flops.forward_flops_per_example(disc, 64)

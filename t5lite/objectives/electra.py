@@ -171,6 +171,11 @@ class ElectraObjective(Objective):
         self.pad_id = config.pad_token_id   # the discriminator's padding is what the RTD loss skips
         return Electra(generator_config(self.generator, config), config)
 
+    def train_flops_per_example(self, config: ModelConfig, feature_lengths) -> float:
+        """Both networks train: the generator's forward and backward as well as the discriminator's."""
+        length = feature_lengths.get("encoder_input_tokens", 0)
+        return sum(flops.train_flops_per_example(c, length) for c in (generator_config(self.generator, config), config))
+
     def normalizers(self, batch, loss: LossConfig):
         real = _real_tokens(batch, self.pad_id)
         return {**super().normalizers(batch, loss), "real_tokens": jnp.maximum(jnp.sum(real), 1).astype(jnp.float32)}
