@@ -178,7 +178,7 @@ def test_beam_search_is_t5x_beam_search(case, alpha):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder"])
-@pytest.mark.parametrize("seed", [3, 5, 6])
+@pytest.mark.parametrize("seed", [3, 5, 7])
 def test_beam_search_is_t5x_beam_search_on_more_models(arch, seed):
     """Three more random models and input sets per family, 64 rows each, alpha 0 and 0.6."""
     case = _case(arch, seed, seed)

@@ -87,7 +87,10 @@ def _hosts_train_like_one_process(tmp_path, layout, num_processes):
         for step, batch in enumerate(batches):
             np.testing.assert_array_equal(host["global"][step], batch["encoder_input_tokens"])
         np.testing.assert_allclose(host["losses"], hosts[0]["losses"], rtol=1e-6)
-    np.testing.assert_allclose(hosts[0]["losses"], reference, rtol=2e-5)
+    # Step 1 agrees to float32 rounding; the sharded matmuls' other summation order then rides on
+    # each update (as in test_mesh_2x2x2_trains_like_one_device).
+    np.testing.assert_allclose(hosts[0]["losses"][0], reference[0], rtol=2e-5)
+    np.testing.assert_allclose(hosts[0]["losses"], reference, rtol=1e-3)
     return hosts
 
 
