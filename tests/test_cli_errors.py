@@ -153,8 +153,8 @@ def test_a_refused_first_start_leaves_no_empty_run_folder_and_keeps_an_existing_
     existing.mkdir()
     for model_dir in (tmp_path / "new" / "run", existing / "run"):
         with pytest.raises(SystemExit) as exited:
-            cli.main(["train", f"--gin_file={SST2}", f"--gin.MODEL_DIR='{model_dir}'", "--gin.INITIAL_CHECKPOINT_PATH=None",
-                      f"--gin.DATA_DIR='{tmp_path / 'glue'}'"])
+            cli.main(["train", f"--gin_file={SST2}", f"--gin.MODEL_DIR='{model_dir}'",
+                      "--gin.INITIAL_CHECKPOINT_PATH=None", f"--gin.DATA_DIR='{tmp_path / 'glue'}'"])
         assert exited.value.code == 2 and "has no examples" in capsys.readouterr().err
         assert sorted(p.name for p in tmp_path.iterdir() if p.name != "glue") == ["mine"]
         gin.clear_config()

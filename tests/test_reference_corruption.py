@@ -220,7 +220,7 @@ def electra_mask(tf, vocab, max_predictions_per_seq, input_ids, input_mask, mask
 
 @pytest.fixture(scope="module")
 def tf():
-    tf = pytest.importorskip("tensorflow")
+    tf = pytest.importorskip("tensorflow", reason="ELECTRA's masking code needs the `reference` extra")
     tf.config.set_visible_devices([], "GPU")
     return tf
 

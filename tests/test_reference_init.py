@@ -99,8 +99,8 @@ def test_t5_init_equals_t5xs(preset):
 def _hugging_face_init(preset, tmp_root):
     """Parameters of the transformers model for `preset`'s exported config, as built by
     transformers (its `_init_weights`), in t5lite's tree."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch", reason="Hugging Face's _init_weights runs on torch (extras 'hf')")
+    transformers = pytest.importorskip("transformers", reason="Hugging Face's _init_weights is the reference")
     from t5lite.interop import hf
 
     hf_config = hf.export_config(get_config(preset))

@@ -129,7 +129,6 @@ class EvalResult:
     flops: float = 0.0   # forward FLOPs the evaluation ran, by formula; 0 where not counted
     examples: int | None = None   # examples scored, where there is no prediction per example (a loss's)
 
-
     def num_examples(self) -> int:
         return len(self.predictions) if self.examples is None else self.examples
 

@@ -54,9 +54,9 @@ def writable_folders(*paths: str):
     for path in map(epath.Path, paths):
         missing = list(itertools.takewhile(lambda folder: not folder.exists(), [path, *path.parents]))
         created += [folder for folder in reversed(missing) if folder not in created]
-    for path in paths:
-        ensure_writable(path)
     try:
+        for path in paths:
+            ensure_writable(path)
         yield
     except BaseException:
         for folder in reversed(created):

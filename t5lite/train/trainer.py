@@ -118,8 +118,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     `initial_checkpoint_path` starts a new run from another run's checkpoint: its parameters with
     a fresh optimizer at step 0 (`initial_checkpoint_restore='params'`), or its whole train state
     (`'full'`: optimizer state and step, as T5X's finetune.gin restores a checkpoint, and rng;
-    `train_steps` then counts the pre-training steps). The objective places the parameters: a task head's objective grafts them
-    into `params["backbone"]` and keeps the new head's init (`Objective.initial_params`).
+    `train_steps` then counts the pre-training steps). The objective places the parameters: a task
+    head's objective grafts them into `params["backbone"]` and keeps the new head's init
+    (`Objective.initial_params`).
 
     `peft` (`@LoRA()`, `@BitFit()`; t5lite.models.peft) fine-tunes a frozen base, the
     `initial_checkpoint_path`: only the method's parameters (and a task head) train, get optimizer
