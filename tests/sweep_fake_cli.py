@@ -1,7 +1,8 @@
 """A stand-in for `python -m t5lite.cli` in the sweep tests: `train` writes the metrics.jsonl a real
 run would (pre-training losses, or a fine-tuning run's eval metric) in no time, from a hash of the
 cell's bindings and seed, so the harness, resume and report can be tested without training.
-FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way; FAKE_STOP_AT (a step) ends
+FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way, and FAKE_STEP_SECONDS
+each logged step, so a test sees the steps arrive; FAKE_STOP_AT (a step) ends
 a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does (its cost.json
 seconds, like the trainer's, add up over resumes); a binding of a name
 it does not know fails the run as the real CLI does, and so does a MODEL_DIR whose RUN_LOCK a live
@@ -41,7 +42,8 @@ def main(argv):
 
 
 def fake_train(bindings, model_dir):
-    """Writes the run's metrics (and a pre-training's cost.json) after FAKE_SLEEP seconds."""
+    """Writes the run's metrics (and a pre-training's cost.json) after FAKE_SLEEP seconds, a step
+    every FAKE_STEP_SECONDS."""
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     cell = os.path.basename(os.path.dirname(model_dir)).split("__seed")[0]
     key = "|".join(f"{n}={v}" for n, v in sorted(bindings.items()) if n not in ("MODEL_DIR", "INITIAL_CHECKPOINT_PATH"))
@@ -59,6 +61,8 @@ def fake_train(bindings, model_dir):
     with open(os.path.join(model_dir, "metrics.jsonl"), "w") as f:
         for step in range(1, steps + 1):
             f.write(json.dumps({"step": step, "loss": 5.0 / step + digest % 100 / 1000}) + "\n")
+            f.flush()
+            time.sleep(float(os.environ.get("FAKE_STEP_SECONDS", "0")))
         if "EVAL_EVERY" in bindings:
             bonus = 10.0 if cell.startswith("good") else 0.0
             f.write(json.dumps({"step": steps, "eval_accuracy": 50.0 + bonus + digest % 1000 / 100}) + "\n")

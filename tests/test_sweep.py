@@ -3,6 +3,8 @@ failing cell and gives t-intervals and paired p-values equal to scipy's. The fas
 cell's `train` through tests/sweep_fake_cli.py; the slow one trains tiny models for real."""
 import json
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -145,8 +147,11 @@ def test_kill_9_mid_sweep_then_rerun_gives_the_same_report(tmp_path):
 
 def _start_and_wait_for_a_train(gin_file, out):
     """A sweep (its own process, one cell at a time, each train 60 s long) and the pid of the fake
-    `t5lite train` it started, read from the run lock that train holds."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_SLEEP": "60"}
+    `t5lite train` it started, read from the run lock that train holds. The sweep's lines so far
+    must have reached its stdout pipe (a student watching `| tee` sees them as they happen), with
+    Python's block-buffered stdout."""
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(REPO),
+           "FAKE_SLEEP": "60"}
     proc = subprocess.Popen([sys.executable, "-m", "t5lite.cli", "sweep", f"--gin_file={gin_file}",
                              "--gin.SWEEP_SCALE='ci'", f"--out={out}", "--parallel=1"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -154,6 +159,9 @@ def _start_and_wait_for_a_train(gin_file, out):
     while not (locks := list(out.glob("*/pretrain/RUN_LOCK"))) or not locks[0].read_text():
         assert time.time() < deadline and proc.poll() is None, "the sweep started no train"
         time.sleep(0.2)
+    assert select.select([proc.stdout], [], [], 10)[0], "the sweep's lines are held in a buffer"
+    assert proc.stdout.readline().startswith("sweep toy (ci): 4 cell runs, 0 already done")
+    assert proc.stdout.readline() == "[1/4] good_enc_dec seed 0: pretrain, 4 steps\n"
     return proc, int(locks[0].read_text())
 
 
@@ -193,7 +201,7 @@ def test_kill_9_of_the_sweep_alone_takes_its_running_train_with_it(tmp_path):
             os.kill(train, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_to_the_sweep_stops_its_trains_and_starts_no_more(tmp_path, signal_name):
     gin_file, out = write_sweep(tmp_path), tmp_path / "out"
     proc, train = _start_and_wait_for_a_train(gin_file, out)
@@ -257,8 +265,42 @@ def test_a_failing_cell_is_reported_and_the_rest_finish(tmp_path):
     assert claim_row.endswith("| – | – | inconclusive at this size |"), claim_row
 
 
+def test_the_sweep_tells_each_stages_steps_while_it_trains_and_the_time_left(tmp_path, monkeypatch):
+    from t5lite.experiments import runner, spec
+    monkeypatch.setattr(runner, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(runner, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setenv("FAKE_STEP_SECONDS", "0.2")
+    sweep_ = spec.only_cells(spec.load([str(write_sweep(tmp_path))], [], [str(REPO)]), ["lm"])
+    lines = []
+    runner.run_sweep(sweep_, tmp_path / "out", parallel=1, log=lines.append)
+    for seed, number in ((0, 1), (1, 2)):
+        said = [line.removeprefix(f"[{number}/2] lm seed {seed}: ") for line in lines if f"lm seed {seed}:" in line]
+        for stage, wanted in (("pretrain", 2), ("finetune_sst2", 4), ("finetune_rte", 4)):
+            start = said.index(f"{stage}, {wanted} steps")
+            steps = [int(text.split()[2]) for text in said[start + 1:] if text.startswith(f"{stage} step ")]
+            assert steps and steps == sorted(steps) and steps[-1] <= wanted and f" of {wanted} (" in said[start + 1], said
+    first_done = next(line for line in lines if line.startswith("[1/2] lm seed 0: done after "))
+    took = first_done.split("done after ")[1].split(";")[0]
+    assert first_done.endswith(f"; 1 to go, about {took} left"), first_done   # one worker: the rest at its pace
+    assert re.fullmatch(r"\[2/2\] lm seed 1: done after \d+ s", lines[-1]), lines[-1]
+
+
+def test_cells_runs_those_rows_and_their_claims_and_a_full_run_reuses_them(tmp_path):
+    gin_file, out = write_sweep(tmp_path), tmp_path / "out"
+    only = sweep(gin_file, out, "--cells=lm")
+    assert only.returncode == 0 and "sweep toy (ci): 2 cell runs, 0 already done" in only.stdout, only.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["cells"]) == ["lm"] and report["claims"] == []
+    full = sweep(gin_file, out)
+    assert full.returncode == 0 and "4 cell runs, 2 already done" in full.stdout, full.stderr
+    assert len(json.loads((out / "report.json").read_text())["claims"]) == 1
+
+
 @pytest.mark.parametrize("flag, message", [
     ("--gin.sweep.cellz={}", "sweep gin error"),
+    ("--cells=lm,gpt", "--cells lm,gpt: sweep 'toy' has no cell named 'gpt'; give some of good_enc_dec, lm, "
+                       "separated by commas"),
+    ("--cells=,", "argument --cells: give one or more cell names separated by commas, not ','"),
     ("--gin.SWEEP_SCALE='gpu'", "is not one of ['ci', 'cpu', 'tpu']"),
     ("--parallel=0", "argument --parallel: give a whole number >= 1, not 0"),
 ])
@@ -266,6 +308,7 @@ def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     result = sweep(write_sweep(tmp_path), tmp_path / "out", flag)
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_sweep_without_gin_file_names_the_flag_and_the_shipped_sweeps(tmp_path):

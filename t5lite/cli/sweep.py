@@ -18,7 +18,18 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--out", required=True, help="the sweep's folder: a run directory per cell and seed, report.md")
     parser.add_argument("--parallel", type=positive_int, default=None,
                         help="cells run at once (default: the scale's `parallel`)")
+    parser.add_argument("--cells", type=comma_separated, default=None,
+                        help="run only these cells (NAME,NAME,...) and the claims between them; "
+                             "a later run without it reuses their folders")
     parser.set_defaults(fn=cmd_sweep)
+
+
+def comma_separated(text: str) -> list[str]:
+    """An argparse `type=`: the names in NAME,NAME,...; none at all is refused in one line."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"give one or more cell names separated by commas, not {text!r}")
+    return names
 
 
 def cmd_sweep(args, gin_files, gin_bindings) -> None:
@@ -26,6 +37,8 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     from t5lite.experiments import report, runner, spec
     from t5lite.train.run_dir import RunLock
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
+    if args.cells is not None:
+        sweep = spec.only_cells(sweep, args.cells)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

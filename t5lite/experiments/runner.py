@@ -7,16 +7,19 @@ directories (`t5lite train` resumes from its latest checkpoint). A failing stage
 `error.json` with its output's last lines and stops that cell only; a stage that a signal stopped
 before its last step (it exits 0, with a checkpoint) stops its cell unfinished, not done.
 
-Each `t5lite train` runs in its own process group and dies with the sweep: a SIGTERM or SIGINT to
-the sweep stops every running train (they save their step) and starts no more, and on Linux the
-kernel sends a train SIGTERM when its sweep dies, even by kill -9, so no orphan goes on training
-and holding its run directory's lock against the rerun.
+Each `t5lite train` runs in its own process group and dies with the sweep: a SIGTERM, SIGINT or
+SIGHUP to the sweep stops every running train (they save their step) and starts no more, and on
+Linux the kernel sends a train SIGTERM when its sweep dies, even by kill -9, so no orphan goes on
+training and holding its run directory's lock against the rerun.
+
+While it runs, the sweep says which (cell, seed) of how many each line is about, the running
+stage's last logged step, and, once a (cell, seed) has finished, about how long the rest will take.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -32,6 +35,19 @@ from t5lite.run_layout import RunDir
 from t5lite.train import summaries
 
 ERROR_TAIL_LINES = 15
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+POLL_SECONDS = 1.0       # how often a running stage's metrics.jsonl is read for its step
+PROGRESS_SECONDS = 30.0  # at most one step line per running stage this often (its first at once)
+# What runs between the sweep and each train on Linux: a fresh interpreter (the sweep's threaded,
+# JAX-holding process is never forked into Python code) asks the kernel to SIGTERM it when the
+# sweep dies, gives up if the sweep already has, then becomes the train (exec keeps that request).
+DIE_WITH_SWEEP = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+                  "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def say(line: str) -> None:
+    """The sweep's console line, flushed: progress must show when stdout is a pipe or a file."""
+    print(line, flush=True)
 
 
 def cell_dir(out: Path, cell: Cell, seed: int) -> Path:
@@ -60,11 +76,11 @@ def is_done(out: Path, cell: Cell, seed: int) -> bool:
 
 
 class Stopped(Exception):
-    """The sweep got SIGTERM or SIGINT (the signal's name is the message): its cells end unfinished."""
+    """The sweep got one of STOP_SIGNALS (the signal's name is the message): its cells end unfinished."""
 
 
 class Children:
-    """The `t5lite train` processes a sweep runs. While `handling_signals`, a SIGTERM or SIGINT to
+    """The `t5lite train` processes a sweep runs. While `handling_signals`, a STOP_SIGNALS signal to
     the sweep sends SIGTERM to each one's process group and lets no new one start."""
 
     def __init__(self):
@@ -72,16 +88,18 @@ class Children:
         self.lock = threading.RLock()   # re-entrant: a second signal may arrive inside stop()
         self.stopped_by: str | None = None
 
-    def call(self, argv: list[str], log) -> int:
-        """Runs argv to its end (output to the file `log`) and returns its exit code."""
+    def call(self, argv: list[str], log, while_running=lambda: None) -> int:
+        """Runs argv to its end (output to the file `log`), calling `while_running` every
+        POLL_SECONDS meanwhile, and returns its exit code."""
         with self.lock:
             if self.stopped_by:
                 raise Stopped(self.stopped_by)
-            child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent(os.getpid()))
+            child = subprocess.Popen(_dying_with_sweep(argv), stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
             self.running.add(child)
         try:
-            code = child.wait()
+            while (code := _wait(child, POLL_SECONDS)) is None:
+                while_running()
         finally:
             with self.lock:
                 self.running.discard(child)
@@ -101,8 +119,8 @@ class Children:
 
     @contextlib.contextmanager
     def handling_signals(self):
-        """SIGTERM and SIGINT stop the children while inside (the main thread's handlers, restored after)."""
-        previous = {number: signal.signal(number, self.stop) for number in (signal.SIGTERM, signal.SIGINT)}
+        """STOP_SIGNALS stop the children while inside (the main thread's handlers, restored after)."""
+        previous = {number: signal.signal(number, self.stop) for number in STOP_SIGNALS}
         try:
             yield self
         finally:
@@ -110,40 +128,80 @@ class Children:
                 signal.signal(number, handler)
 
 
-def _die_with_parent(parent: int):
-    """A preexec_fn asking the kernel to send the child SIGTERM when the sweep dies, kill -9 included
-    (Linux's PR_SET_PDEATHSIG; elsewhere None). prctl is looked up before the fork, so the child only
-    calls it; a sweep that died before that call has left an orphan, which exits at once."""
-    if not sys.platform.startswith("linux"):
+def _wait(child: subprocess.Popen, seconds: float) -> int | None:
+    """The child's exit code once it ends, or None after `seconds` while it still runs."""
+    try:
+        return child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
         return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, sigterm)
-        if os.getppid() != parent:
-            os._exit(1)
-    return preexec
 
 
-def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=print) -> None:
-    """Runs every unfinished (cell, seed), `parallel` (default: the scale's) at a time. Stopped by
-    SIGTERM or SIGINT, it waits for the running trains to save and exits with 128 + the signal."""
+def _dying_with_sweep(argv: list[str]) -> list[str]:
+    """argv run through DIE_WITH_SWEEP on Linux (PR_SET_PDEATHSIG), so even a kill -9 of the sweep
+    leaves no orphan; elsewhere argv itself."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-c", DIE_WITH_SWEEP, str(os.getpid()), *argv]
+
+
+class Progress:
+    """The sweep's console lines: `[k/n] cell seed s: ...` for the k-th of the n (cell, seed) pairs
+    this run starts, and after each finished pair, the time left at the finished pairs' mean pace."""
+
+    def __init__(self, total: int, workers: int, log):
+        self.total, self.workers, self.log = total, workers, log
+        self.finished_seconds: list[float] = []
+        self.lock = threading.Lock()
+
+    def teller(self, number: int, cell: Cell, seed: int):
+        """What one (cell, seed) says its lines through."""
+        return lambda text: self.log(f"[{number}/{self.total}] {cell.name} seed {seed}: {text}")
+
+    def finished(self, tell, status: str, seconds: float) -> None:
+        with self.lock:
+            self.finished_seconds.append(seconds)
+            left = self.total - len(self.finished_seconds)
+            pace = sum(self.finished_seconds) / len(self.finished_seconds)
+        eta = f"; {left} to go, about {duration(pace * math.ceil(left / self.workers))} left" if left else ""
+        tell(f"{status} after {duration(seconds)}{eta}")
+
+
+def duration(seconds: float) -> str:
+    """A wall time as a person reads it: 42 s, 3.5 min, 2.1 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> None:
+    """Runs every unfinished (cell, seed), `parallel` (default: the scale's) at a time, saying how
+    each goes. Stopped by a STOP_SIGNALS signal, it waits for the running trains to save and exits
+    with 128 + the signal."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(cell, seed) for cell in spec.cells for seed in spec.seeds]
     todo = [(c, s) for c, s in jobs if not is_done(out, c, s)]
     log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done")
-    with Children().handling_signals() as children, \
-            ThreadPoolExecutor(max_workers=max(1, parallel or spec.parallel)) as pool:
-        for cell, seed, status in pool.map(lambda job: (*job, run_cell(spec, out, *job, children)), todo):
-            log(f"  {cell.name} seed {seed}: {status}")
+    workers = max(1, parallel or spec.parallel)
+    progress = Progress(len(todo), workers, log)
+
+    def run(number: int, cell: Cell, seed: int) -> None:
+        tell, started = progress.teller(number, cell, seed), time.time()
+        status = run_cell(spec, out, cell, seed, children, tell)
+        if children.stopped_by:
+            tell(status)
+        else:
+            progress.finished(tell, status, time.time() - started)
+
+    with Children().handling_signals() as children, ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(run, range(1, len(todo) + 1), *zip(*todo)))
     if children.stopped_by:
         log(f"sweep stopped by {children.stopped_by}; run the same command again to resume")
         raise SystemExit(128 + signal.Signals[children.stopped_by].value)
 
 
-def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children) -> str:
-    """Pre-trains and fine-tunes one (cell, seed); 'done', or the failed or stopped stage's name."""
+def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, tell=lambda text: None) -> str:
+    """Pre-trains and fine-tunes one (cell, seed), telling each stage's steps as they are logged;
+    'done', or the failed or stopped stage's name."""
     if children.stopped_by:
         return f"not started ({children.stopped_by})"
     folder = cell_dir(out, cell, seed)
@@ -153,16 +211,18 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children) -
     seconds = {}
     for stage, files, bindings in stages(spec, cell, seed, folder):
         run_dir = folder / stage
+        wanted = steps if stage == "pretrain" else spec.finetune_steps
+        tell(f"{stage}, {wanted} steps")
         started = time.time()
         try:
-            result = _train(spec, files, [*bindings, f"MODEL_DIR = '{run_dir}'"], folder / f"{stage}.log", children)
+            result = _train(spec, files, [*bindings, f"MODEL_DIR = '{run_dir}'"], folder / f"{stage}.log", children,
+                            _step_teller(run_dir, stage, wanted, tell))
         except Stopped as signal_name:
             return f"stopped in {stage} by {signal_name} (run the sweep again to resume)"
         seconds[stage] = time.time() - started
         if result is not None:
             write_json_atomic(folder / "error.json", {"stage": stage, "returncode": result[0], "tail": result[1]})
             return f"FAILED in {stage} (see {folder / 'error.json'})"
-        wanted = steps if stage == "pretrain" else spec.finetune_steps
         if (reached := _last_logged_step(run_dir)) < wanted:
             return f"stopped in {stage} at step {reached} of {wanted} (a signal; run the sweep again to resume)"
     write_json_atomic(folder / "done.json", {
@@ -189,12 +249,26 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
     return out
 
 
-def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path, children: Children):
+def _step_teller(run_dir: Path, stage: str, wanted: int, tell):
+    """A `while_running` callback: tells the stage's last logged step when it has moved, the first
+    time at once, then at most every PROGRESS_SECONDS."""
+    started, last = time.time(), {"step": 0, "told": -math.inf}
+
+    def tell_step() -> None:
+        now = time.time()
+        if now - last["told"] >= PROGRESS_SECONDS and (step := _last_logged_step(run_dir)) > last["step"]:
+            last.update(step=step, told=now)
+            tell(f"{stage} step {step} of {wanted} ({duration(now - started)})")
+    return tell_step
+
+
+def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path, children: Children,
+           while_running=lambda: None):
     """One `t5lite train`; None on success, else (return code, last lines of its output)."""
     command = list(spec.command) or [sys.executable, "-m", "t5lite.cli"]
     argv = [*command, "train", *(f"--gin_file={f}" for f in files), *(_flag(b) for b in bindings)]
     with open(log_path, "a") as log:   # a rerun adds to it: a resumed stage keeps its first start's lines
-        code = children.call(argv, log)
+        code = children.call(argv, log, while_running)
     if code == 0:
         return None
     return code, log_path.read_text(errors="replace").splitlines()[-ERROR_TAIL_LINES:]

@@ -128,6 +128,19 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
                  data_dir=data_dir)
 
 
+def only_cells(spec: Spec, names: Sequence[str]) -> Spec:
+    """The sweep cut to the cells `names` (`--cells`), keeping the claims between two of them: a
+    quick look at a few rows, whose run folders a later full sweep on the same --out reuses."""
+    known = [cell.name for cell in spec.cells]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ConfigError(f"--cells {','.join(names)}: sweep {spec.name!r} has no cell named {unknown[0]!r}; "
+                          f"give some of {', '.join(known)}, separated by commas")
+    cells = tuple(cell for cell in spec.cells if cell.name in names)
+    claims = tuple(c for c in spec.claims if {c.better, c.worse} <= set(names))
+    return dataclasses.replace(spec, cells=cells, claims=claims)
+
+
 def _check_name(where: str, name) -> None:
     """Cell and task names become folder names (`<cell>__seed<k>/finetune_<task>`) and gin strings."""
     if not isinstance(name, str) or not NAME.fullmatch(name):
