@@ -155,7 +155,7 @@ def test_one_step_gradient_packed_equals_unpacked(examples, tmp_path):
     def grad(batch):
         loss_fn = lambda p: objective.loss_and_metrics(module, p, batch, None, objective.normalizers(
             batch, LossConfig()), LossConfig())[0]
-        return jax.grad(loss_fn)(params)
+        return jax.jit(jax.grad(loss_fn))(params)
 
     packed_grads, unpacked_grads = grad(packed), grad(unpacked)
     for (path, g_packed), g_unpacked in zip(jax.tree_util.tree_leaves_with_path(packed_grads),

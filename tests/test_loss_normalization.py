@@ -64,7 +64,7 @@ def _reference_gradient(trainer, params, batch, factor):
     def objective(p):
         logits = trainer.model.apply({"params": p}, **{k: jnp.asarray(v) for k, v in batch.items()})
         return reference_objective(logits, batch, factor)
-    return jax.grad(objective)(params)
+    return jax.jit(jax.grad(objective))(params)
 
 
 def t5x_microbatched_gradient(trainer, params, batch, factor, num_microbatches):

@@ -243,7 +243,8 @@ def test_li_liang_placement_equals_their_prefixes_on_hugging_face_t5(projection,
     assert not np.allclose(ours, _apply(module, peft_method.combine(base, peft_trained), features), rtol=RTOL,
                            atol=ATOL)
     inputs = {k: jnp.asarray(v) for k, v in features.items()}
-    grads = jax.grad(lambda t: jnp.sum(module.apply({"params": method.combine(base, t)}, **inputs) ** 2))(trained)
+    squared_logits = lambda t: jnp.sum(module.apply({"params": method.combine(base, t)}, **inputs) ** 2)
+    grads = jax.jit(jax.grad(squared_logits))(trained)
     for name in ("prefix", "prefix_cross", "prefix_encoder"):   # all three train, every key and value column
         jax.tree.map(lambda g: np.any(np.asarray(g) != 0) or pytest.fail(f"{name}: no gradient"), grads[name])
         if not projection:

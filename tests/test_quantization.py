@@ -263,7 +263,7 @@ def test_quantized_training_forward_uses_fake_quantized_kernels(micro_config, qt
                            if p[-1] == "kernel" else w for p, w in flatten_dict(params).items()})
     qat = quantization.quantized_training_model(module, qtype)
     assert_close(qat.apply({"params": params}, **features), module.apply({"params": fake}, **features), rtol=1e-4)
-    grads = jax.grad(lambda p: qat.apply({"params": p}, **features).sum())(params)
+    grads = jax.jit(jax.grad(lambda p: qat.apply({"params": p}, **features).sum()))(params)
     assert np.abs(np.asarray(grads["encoder"]["layers_0"]["mlp"]["wi"]["kernel"])).max() > 0
 
 

@@ -170,7 +170,7 @@ def test_mini_batches_give_the_whole_batch_loss_and_gradients():
     def value_and_grad(objective):
         fn = lambda p: objective.loss_and_metrics(module, p, batch, jax.random.key(2),
                                                   objective.normalizers(batch, LossConfig()), LossConfig())[0]
-        return jax.value_and_grad(fn)(params)
+        return jax.jit(jax.value_and_grad(fn))(params)
     (loss, grads), (cached_loss, cached_grads) = value_and_grad(plain), value_and_grad(cached)
     assert_close(float(cached_loss), float(loss), rtol=1e-5)
     flat = lambda tree: np.asarray(jax.flatten_util.ravel_pytree(tree)[0])   # one scale: some grads are ~0

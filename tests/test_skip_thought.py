@@ -167,13 +167,13 @@ def test_a_sentence_alone_in_its_paragraph_adds_no_loss():
 def test_gradients_reach_the_encoder_through_the_sentence_vector():
     objective, module, params = _model()
     batch = _batch([0, 0, 0, 0])
-    grads = jax.grad(lambda p: _loss(objective, module, p, batch)[0])(params)
+    grads = jax.jit(jax.grad(lambda p: _loss(objective, module, p, batch)[0]))(params)
     norms = {k: float(optax.global_norm(v)) for k, v in grads.items()}
     assert set(norms) == {"token_embedder", "encoder", "previous_decoder", "next_decoder"}
     assert all(n > 0 and np.isfinite(n) for n in norms.values()), norms
     # the encoder's gradient is the decoders' cross-attention reading the vector: none without it
-    frozen = jax.grad(lambda p: _loss(objective, module, {**p, "encoder": jax.lax.stop_gradient(p["encoder"])},
-                                      batch)[0])(params)
+    frozen = jax.jit(jax.grad(lambda p: _loss(objective, module, {**p, "encoder": jax.lax.stop_gradient(p["encoder"])},
+                                              batch)[0]))(params)
     assert float(optax.global_norm(frozen["encoder"])) == 0.0
 
 
