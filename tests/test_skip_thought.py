@@ -56,15 +56,18 @@ def _reference_loss(module, params, batch):
     divided by the number of predicted tokens. Logits from each decoder run alone, one pair at a time."""
     tokens, paragraph = np.asarray(batch["text0_input_tokens"]), np.asarray(batch["paragraph"])[:, 0]
     vectors = module.apply({"params": params}, batch["text0_input_tokens"], method="embed")
+    # Causal: the logits at s_j's own positions do not see the padding after it, so every pair
+    # runs at the full length (one compile per side) and keeps its first n - 1 rows.
+    decode = jax.jit(lambda vector, inputs, side: module.apply({"params": params}, vector, inputs, side,
+                                                               method="decode"), static_argnums=2)
     total, count = 0.0, 0
     for i in range(len(tokens)):
         for side, j in (("previous", i - 1), ("next", i + 1)):
             if not (0 <= j < len(tokens)) or paragraph[j] != paragraph[i]:
                 continue
             n = int(np.sum(tokens[j] != 0))   # [CLS] w_1 .. w_m [SEP]
-            logits = module.apply({"params": params}, vectors[i:i + 1], jnp.asarray(tokens[j:j + 1, :n - 1]), side,
-                                  method="decode")
-            logits = np.asarray(logits[0], np.float64)
+            logits = decode(vectors[i:i + 1], jnp.asarray(tokens[j:j + 1, :-1]), side)
+            logits = np.asarray(logits[0, :n - 1], np.float64)
             log_p = logits - logits.max(-1, keepdims=True)
             log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
             total -= sum(log_p[t, tokens[j, t + 1]] for t in range(n - 1))
