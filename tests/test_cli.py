@@ -1,6 +1,7 @@
 """The command line: gin flags as T5X takes them, clear failures, and `tasks list/show`."""
 import contextlib
 import logging
+import json
 import re
 import signal
 import subprocess
@@ -125,6 +126,18 @@ def test_tasks_list_and_show():
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("--- example") == 2
     assert "inputs (decoded):" in shown.stdout and "<extra_id_0>" in shown.stdout and "targets ids (" in shown.stdout
+
+
+def test_tasks_show_truncates_long_id_lists_unless_asked():
+    """A 512-id example shows its first 10 and last 5 ids and how many lie between; --all_ids shows all."""
+    args = ("tasks", "show", "embedded_docs_span_corruption", "-n", "1", "--sequence_length", "inputs=64,targets=16")
+    short, full = _t5lite(*args), _t5lite(*args, "--all_ids")
+    assert short.returncode == 0 and full.returncode == 0, (short.stderr, full.stderr)
+    shown = next(line for line in short.stdout.splitlines() if line.startswith("inputs ids (64): "))
+    every = json.loads(next(line for line in full.stdout.splitlines() if line.startswith("inputs ids (64): ")).split(": ", 1)[1])
+    assert len(every) == 64
+    head, tail = ", ".join(map(str, every[:10])), ", ".join(map(str, every[-5:]))
+    assert shown == f"inputs ids (64): [{head}, ... 49 more ..., {tail}] (--all_ids prints every id)"
 
 
 def test_unknown_task_lists_close_names():

@@ -17,6 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("-n", "--num_examples", type=positive_int, default=3)
     parser.add_argument("--sequence_length", default="inputs=512,targets=114",
                         help="feature lengths for preprocessing, e.g. inputs=512,targets=114")
+    parser.add_argument("--all_ids", action="store_true",
+                        help="print every token id (by default the first 10 and last 5, with how many are left out)")
     parser.set_defaults(fn=cmd_tasks)
 
 
@@ -35,7 +37,8 @@ def cmd_tasks(args, gin_files, gin_bindings) -> None:
     task = get_task_or_mixture(args.name)
     lengths = parse_lengths(args.sequence_length) if args.sequence_length else None
     print(task)
-    show_examples(task, args.split, args.num_examples, data_dir=args.data_dir, sequence_length=lengths)
+    show_examples(task, args.split, args.num_examples, data_dir=args.data_dir, sequence_length=lengths,
+                  all_ids=args.all_ids)
 
 
 def parse_lengths(text: str) -> dict[str, int]:

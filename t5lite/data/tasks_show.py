@@ -6,7 +6,12 @@ import itertools
 import numpy as np
 
 
-def show_examples(task, split: str, num_examples: int = 3, data_dir=None, sequence_length=None, out=print) -> None:
+# How many ids an example shows at each end unless all are asked for: the text above them stays on screen.
+HEAD_IDS, TAIL_IDS = 10, 5
+
+
+def show_examples(task, split: str, num_examples: int = 3, data_dir=None, sequence_length=None, out=print,
+                  all_ids: bool = False) -> None:
     dataset = task.get_dataset(split, sequence_length=sequence_length, data_dir=data_dir)
     for i, ex in enumerate(itertools.islice(dataset, num_examples)):
         out(f"--- example {i}")
@@ -18,4 +23,14 @@ def show_examples(task, split: str, num_examples: int = 3, data_dir=None, sequen
             if text is not None:
                 out(f"{key}_pretokenized: {text}")
             out(f"{key} (decoded): {feature.vocabulary.decode(ids.tolist())}")
-            out(f"{key} ids ({len(ids)}): {ids.tolist()}")
+            out(f"{key} ids ({len(ids)}): {format_ids(ids.tolist(), all_ids)}")
+
+
+def format_ids(ids: list[int], all_ids: bool = False) -> str:
+    """The ids, or only the first and last few with how many are left out (a 512-id example would bury
+    its readable text); `all_ids` prints every one."""
+    if all_ids or len(ids) <= HEAD_IDS + TAIL_IDS:
+        return str(ids)
+    left_out = len(ids) - HEAD_IDS - TAIL_IDS
+    head, tail = ", ".join(map(str, ids[:HEAD_IDS])), ", ".join(map(str, ids[-TAIL_IDS:]))
+    return f"[{head}, ... {left_out} more ..., {tail}] (--all_ids prints every id)"
