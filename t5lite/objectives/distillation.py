@@ -276,6 +276,7 @@ class DistillationObjective(Objective):
     """See the module docstring. `teacher_path`: the teacher run (or step directory); its model is
     its `model_config.json` unless `teacher_preset` names one. Presets: gin/objectives/distillation.gin
     (DistilBERT's argument defaults) and distilbert_readme.gin (its README's 5.0 / 2.0 / 1.0)."""
+    loss_label = "weighted sum of the distillation losses"
 
     def __init__(self, objective: Objective | None = None, teacher_path: str | None = None,
                  teacher_preset: str | None = None, temperature: float = 2.0, alpha_ce: float = 0.5,

@@ -156,6 +156,7 @@ class ElectraObjective(Objective):
     in the paper). The MLM part uses the run's z-loss, label smoothing and normalizing factor."""
     converter = "encoder"   # the feature converter its training and evaluation read
     produces_text = False
+    loss_label = "MLM per masked token + disc_weight x RTD per token"
 
     def __init__(self, generator: str | ModelConfig = "electra_small_generator", disc_weight: float = 50.0,
                  generator_overrides: Mapping[str, Any] | None = None):

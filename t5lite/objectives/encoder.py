@@ -38,6 +38,7 @@ class MlmObjective(Objective):
     heads: Mapping[str, Any] = {}   # config fields of the pre-training heads this objective trains
     converter = "encoder"           # the feature converter its training and evaluation read
     produces_text = False
+    loss_label = "cross entropy per masked token"
 
     def build_model(self, config: ModelConfig) -> nn.Module:
         """The encoder with this objective's heads added (NSP/SOP: pooler and sentence head; SBO)."""
@@ -73,6 +74,7 @@ class _SentencePairObjective(MlmObjective):
     label: str = ""
     prefix: str = ""
     heads = {"pooler": True, "sentence_head": True}
+    loss_label = "MLM per masked token + pair loss per pair"
 
     def normalizers(self, batch, loss):
         return {**super().normalizers(batch, loss), "pairs": jnp.float32(batch[self.label].shape[0])}
@@ -104,6 +106,7 @@ class MlmSboObjective(MlmObjective):
     `max_span_length` first tokens of its span, each predicted from the span's boundary states."""
     heads = {"span_boundary_head": True}
     converter = "encoder_sbo"
+    loss_label = "MLM per masked token + SBO per span token"
 
     @staticmethod
     def _weights(batch):

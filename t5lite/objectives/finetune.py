@@ -45,6 +45,7 @@ class HeadObjective(Objective):
     labels: tuple[str, ...] = ()      # the label features of the batch
     pooling: str | None = None        # what the head reads (see WithHead)
     produces_text = False
+    loss_label = "loss per example"
 
     def head(self, config: ModelConfig):
         raise NotImplementedError
@@ -167,6 +168,7 @@ class SpanExtractionObjective(HeadObjective):
 @gin.configurable
 class TaggingObjective(HeadObjective):
     labels = ("tag_ids",)
+    loss_label = "cross entropy per labelled token"
 
     def __init__(self, num_tags: int | None = None):
         if num_tags is None or num_tags < 2:

@@ -54,6 +54,7 @@ def _paragraph(batch):
 class QuickThoughtObjective(SentenceObjective):
     """Quick-Thought over the batch's `text0_input_tokens` (consecutive sentences), pooled with
     `pooling` ('mean', 'cls', 'max'). A (micro)batch is one candidate set."""
+    loss_label = "cross entropy per sentence with a neighbour"
 
     def __init__(self, pooling: str = "mean"):
         super().__init__(loss="mnrl", pooling=pooling)

@@ -107,6 +107,7 @@ class _WordLMObjective(_WordObjective):
     """What both LMs share: the word features, per-prediction normalising, perplexity."""
     directions: tuple[str, ...] = ("forward",)
     converter = "word_lm"
+    loss_label = "cross entropy per target word"
 
     def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
         return {k: jnp.ones((1, n), jnp.int32) for k, n in feature_lengths.items()}
@@ -434,6 +435,7 @@ class RecurrentClassificationObjective(_WordObjective):
     scalar mix + `task_model` ("bilstm" or "linear"; `backbone="elmo"`), or of frozen static word
     vectors + `task_model` (`backbone="static"`: `word_vectors` is a word2vec or GloVe file, its
     rows looked up for the word vocabulary; the model config only gives the vocabulary size)."""
+    loss_label = "cross entropy per example"
 
     def __init__(self, num_labels: int = 2, backbone: str = "awd_lstm", task_model: str = "bilstm", hidden: int = 50,
                  word_vectors: str | None = None):

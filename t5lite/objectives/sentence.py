@@ -60,6 +60,7 @@ class SentenceObjective(Objective):
     sentence-transformers' Cached* losses): memory of one chunk, the loss and its negatives those
     of the whole batch."""
     produces_text = False
+    loss_label = "loss per example"
 
     def __init__(self, loss: str = "mnrl", pooling: str = "mean", scale: float = 20.0, margin: float | None = None,
                  num_labels: int = 3, normalize: bool = False, mini_batch_size: int | None = None):

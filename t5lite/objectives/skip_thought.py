@@ -51,6 +51,7 @@ class SkipThoughtObjective(SentenceObjective):
     """Skip-Thought over the batch's `text0_input_tokens` (consecutive sentences) and `paragraph`;
     the sentence vector pooled with `pooling` ('mean', 'cls', 'max'); decoders of `decoder_layers`
     layers (None: the encoder's number). A (micro)batch is one run of consecutive sentences."""
+    loss_label = "cross entropy per target token"
 
     def __init__(self, pooling: str = "mean", decoder_layers: int | None = None):
         super().__init__(loss="mnrl", pooling=pooling)

@@ -87,6 +87,7 @@ class Word2VecObjective(Objective):
     (`model_config.preset = 'word2vec'`; its `dim` is the vector size). `window`: the largest
     window; `negatives`: noise words per pair; `sample`: the subsampling threshold t (0: off).
     The vocabulary is gin's `word2vec_vocabulary` (t5lite.data.word2vec_vocab)."""
+    loss_label = "negative-sampling loss per (word, context) pair"
 
     def __init__(self, cbow: bool = False, window: int = 5, negatives: int = 5, sample: float = 1e-3,
                  vocabulary: Word2VecVocabulary | None = None):

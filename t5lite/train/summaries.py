@@ -87,35 +87,72 @@ def read_metrics(path: str) -> list[dict]:
     return records
 
 
-def plot_loss_curve(metrics_path: str, out_path: str) -> str:
-    """A PNG of loss (and eval loss, if logged) against step; for a language model that logs
-    perplexity (the recurrent LMs), `perplexity.png` beside it too."""
+PERPLEXITY_KEYS = ("perplexity", "eval_perplexity", "eval_forward_perplexity", "eval_backward_perplexity")
+
+
+def plot_loss_curve(metrics_path: str, out_path: str, loss_label: str = "loss") -> str:
+    """A PNG of loss (and eval loss, if logged) against step, with the dev metrics below it when the
+    run evaluated; `loss_label` says what the loss is a mean over (the objective's `loss_label`,
+    t5lite.objectives.base).
+    For a language model that logs perplexity (the recurrent LMs), `perplexity.png` beside it too."""
     records = read_metrics(metrics_path)
     title = os.path.basename(os.path.dirname(storage.absolute(metrics_path))) or "training"
-    _plot(records, ("loss", "eval_loss"), "cross entropy per target token", title, out_path)
+    _save(loss_figure(records, loss_label, title), out_path)
     if any("perplexity" in r for r in records):
-        _plot(records, ("perplexity", "eval_perplexity", "eval_forward_perplexity", "eval_backward_perplexity"),
-              "perplexity", title, RunDir(epath.Path(out_path).parent).perplexity_plot)
+        _save(curves_figure(records, [(PERPLEXITY_KEYS, "perplexity")], title),
+              RunDir(epath.Path(out_path).parent).perplexity_plot)
     return out_path
 
 
-def _plot(records: list[dict], keys, ylabel: str, title: str, out_path: str) -> None:
+def loss_figure(records: list[dict], loss_label: str, title: str):
+    """loss.png's figure: the loss panel, and a panel of the dev metrics (`eval_*` in t5lite's
+    units, accuracy in %) when the run evaluated."""
+    panels = [(("loss", "eval_loss"), loss_label)]
+    dev = dev_metric_keys(records)
+    if dev:
+        panels.append((dev, "dev metric"))
+    return curves_figure(records, panels, title)
+
+
+def dev_metric_keys(records: list[dict]) -> tuple[str, ...]:
+    """The logged `eval_*` metrics other than the loss and perplexities (those have their own plots),
+    in the order first logged."""
+    keys = dict.fromkeys(k for r in records for k in r if k.startswith("eval_"))
+    return tuple(k for k in keys if k != "eval_loss" and k not in PERPLEXITY_KEYS)
+
+
+def curves_figure(records: list[dict], panels, title: str):
+    """One panel per (metric keys, y label), stacked over a shared step axis. A panel whose values
+    span more than a factor of 10 is on a log scale; every tick label is a plain decimal."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from t5lite.plotting import plain_ticks
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key in keys:
-        points = [(r["step"], r[key]) for r in records if key in r]
-        if points:
-            ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=key)
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title(title)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.6 + 1.8 * len(panels)), sharex=True, squeeze=False)
+    for ax, (keys, ylabel) in zip(axes[:, 0], panels):
+        values = []
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if key in r]
+            if points:
+                ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=key)
+                values += [v for _, v in points]
+        positive = [v for v in values if v > 0]
+        if positive and len(positive) == len(values) and max(positive) > 10 * min(positive):
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        plain_ticks(ax, integer_x=True)
+    axes[0, 0].set_title(title)
+    axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
+    return fig
+
+
+def _save(fig, out_path) -> None:
+    """The figure as a PNG at a local path or gs:// URL."""
+    import matplotlib.pyplot as plt
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)

@@ -32,6 +32,10 @@ from t5lite.train.setup import Run, TrainConfig, setup
 from t5lite.train.step import FINITE
 
 log = logging.getLogger("t5lite")
+# The console's other channels (t5lite.cli.train sets their levels): evaluations and saves are
+# printed even with --quiet, the cost line only with --verbose.
+events = logging.getLogger("t5lite.events")
+cost_log = logging.getLogger("t5lite.cost")
 
 # PEFT methods for `train.peft = @LoRA()` / `@BitFit()` (t5lite.models.peft).
 gin.external_configurable(peft_lib.LoRA, "LoRA")
@@ -171,7 +175,7 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
     c, ckpt, state, step = run.config, run.checkpointer, run.state, run.start
     for name, (module, params) in run.reference_models.items():
         _evaluate(run, module, params, step, prefix=f"{name}_")
-    last, since = {}, _SinceLog(step)
+    last, dev, since = {}, {}, _SinceLog(step)
     bar = tqdm(total=c.train_steps, initial=step, desc="train", unit="step",
                disable=not progress or jax.process_index())
     try:
@@ -184,9 +188,11 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                 since.pending.append(metrics)
                 if step % c.log_every == 0 or step == c.train_steps or step == run.start + 1:
                     last, since = _log(run, step, since), _SinceLog(step)
-                    _show(bar, last)
+                    _show(bar, last, dev)
                 if run.evaluators and (step % c.eval_every == 0 or step == c.train_steps):
-                    last.update(_evaluate(run, run.trainer.model, run.model_params(state.params), step))
+                    dev = _evaluate(run, run.trainer.model, run.model_params(state.params), step)
+                    last.update(dev)
+                    _show(bar, last, dev)
                 stopping = stop.requested(step, ckpt)
                 if stopping or step == c.train_steps or ckpt.due(step):
                     if not bool(finite):  # the only host sync of a step that is not logged
@@ -194,6 +200,7 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                             _log(run, step, since)
                         raise _non_finite(step, _summarise([metrics]), ckpt)
                     ckpt.save(step, state, data_state, force=True)
+                    events.info("step %d: saved a checkpoint in %s", step, ckpt.directory)
                 bar.update(1)
                 if stopping:
                     break
@@ -255,9 +262,9 @@ def _finish(run: Run, state, step: int, stop: preemption.StopSignals) -> None:
         log.warning("stopped by %s at step %d; its checkpoint is saved in %s; rerun the same command to resume",
                     stop.signal_name, step, run.checkpointer.directory)
     if jax.process_index() == 0 and layout.metrics.exists():
-        summaries.plot_loss_curve(str(layout.metrics), str(layout.loss_plot))
+        summaries.plot_loss_curve(str(layout.metrics), str(layout.loss_plot), run.trainer.objective.loss_label)
     if step > run.start:
-        log.info("cost so far (%s, %d x %s): %s", run.meter.path, run.meter.model.devices, run.meter.model.device_kind,
+        cost_log.info("cost so far (%s, %d x %s): %s", run.meter.path, run.meter.model.devices, run.meter.model.device_kind,
                  cost.summary(run.meter.totals()))
 
 
@@ -268,11 +275,15 @@ def _cost_metrics(meter: cost.CostMeter, step: int) -> dict[str, float]:
     return {f"cost_{k}": v for k, v in totals.items()}
 
 
-def _show(bar, metrics: dict) -> None:
-    accuracy = _headline_accuracy(metrics)
-    bar.set_postfix(loss=f"{metrics['loss']:.3f}", **({} if accuracy is None else {"acc": f"{accuracy:.3f}"}),
-                    tok_s=f"{metrics['real_tokens_per_sec']:.0f}/{metrics['tokens_per_sec']:.0f}",
-                    ex_s=f"{metrics['examples_per_sec']:.1f}")
+def _show(bar, metrics: dict, dev: dict) -> None:
+    """The progress bar's postfix: the training loss, accuracy and learning rate, the speeds, and the
+    latest dev metric (t5lite's units, accuracy in %)."""
+    accuracy, headline = _headline_accuracy(metrics), _headline_dev(dev)
+    bar.set_postfix({"loss": f"{metrics['loss']:.3f}", **({} if accuracy is None else {"train_acc": f"{accuracy:.3f}"}),
+                     "lr": f"{metrics['learning_rate']:.3g}",
+                     "tok_s": f"{metrics['real_tokens_per_sec']:.0f}/{metrics['tokens_per_sec']:.0f}",
+                     "ex_s": f"{metrics['examples_per_sec']:.1f}",
+                     **({} if headline is None else {f"dev_{headline[0]}": f"{headline[1]:.4g}"})})
 
 
 def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> NonFiniteLossError:
@@ -284,22 +295,28 @@ def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> Non
                               "the data")
 
 
+EVAL_SPLIT_NAMES = {"validation": "dev"}   # how the console names an evaluated split
+
+
 def _evaluate(run: Run, module, params, step: int, prefix: str = "") -> dict[str, float]:
     """Evaluates `params`; metrics into metrics.jsonl as `eval_*` (a reference model such as a
-    distillation teacher: `teacher_eval_*`), predictions beside. The evaluation's forward FLOPs
+    distillation teacher: `teacher_eval_*`), predictions beside, and one console line
+    (`step 300 dev: accuracy=81.2 (872 examples)`). The evaluation's forward FLOPs
     (`EvalResult.flops`) are part of the run's cost: they go to the meter, whose totals are rewritten
-    to cost.json, added to the eval line (`cost_*`) and returned."""
+    to cost.json, added to the eval line (`cost_*`). Returns the metrics line written."""
     split = run.config.eval_split
     results = evaluation.evaluate_all(run.evaluators, module, params)
     scores = evaluation.flat_metrics(results)
     run.meter.add_flops(sum(result.flops for result in results.values()))
-    costs = _cost_metrics(run.meter, step)
-    run.writer.write(step, {**{f"{prefix}eval_{k}": v for k, v in scores.items()}, **costs})
+    record = {**{f"{prefix}eval_{k}": v for k, v in scores.items()}, **_cost_metrics(run.meter, step)}
+    run.writer.write(step, record)
     if jax.process_index() == 0:
         for name, result in results.items():
             evaluation.write_result(str(RunDir(run.config.model_dir).eval_output(f"{prefix}{name}", split)), result)
-    log.info("%seval at step %d (%s): %s", prefix, step, split, " ".join(f"{k}={v:.4g}" for k, v in scores.items()))
-    return costs
+    examples = sum(result.num_examples() for result in results.values())
+    events.info("step %d %s%s: %s (%d examples)", step, prefix, EVAL_SPLIT_NAMES.get(split, split),
+                " ".join(f"{k}={v:.4g}" for k, v in scores.items()), examples)
+    return record
 
 
 def _throughput(steps: int, seconds: float, real: list, batch_size: int, tokens_per_step: int,
@@ -318,6 +335,14 @@ def _headline_accuracy(metrics: dict) -> float | None:
     None for an objective that measures none (word2vec, Quick-Thought), so the bar shows no `acc`."""
     value = metrics.get("accuracy", next((v for k, v in metrics.items() if k.endswith("accuracy")), None))
     return None if value is None or not math.isfinite(value) else value
+
+
+def _headline_dev(dev: dict) -> tuple[str, float] | None:
+    """The progress bar's dev metric: a benchmark average, else the first one that is not a loss
+    (`eval_` dropped from its name); None before the first evaluation."""
+    scores = {k.removeprefix("eval_"): v for k, v in dev.items() if k.startswith("eval_")}
+    ranked = [k for k in scores if k.endswith("_average")] + [k for k in scores if not k.endswith("loss")] + list(scores)
+    return (ranked[0], scores[ranked[0]]) if ranked else None
 
 
 def _summarise(pending: list[dict]) -> dict:
