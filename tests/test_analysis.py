@@ -468,7 +468,7 @@ def clark_table(dev_data, n_layers, n_heads):
                   for layer, head_scores in layer_head_scores.items() for head, scores in head_scores.items()]
     uas, layer, head, direction = sorted(all_scores)[-1]
     baseline_uas, baseline_offset = max((scores.get(reln, 1.0), i) for i, scores in baseline_scores.items())
-    table[reln] = (uas, layer + 1, head + 1, direction, baseline_offset, baseline_uas)
+    table[reln] = (uas, layer + 1, head + 1, direction, baseline_offset, baseline_uas)   # heads from 1, as their paper names them
   return table
 
 
@@ -501,8 +501,9 @@ def test_dependency_accuracy_equals_clark_et_al_on_ud():
                                         sentences)
     assert set(got) == set(want) - {"root"}
     for rel, row in got.items():
-        assert (row["accuracy"], row["layer"], row["head"], row["direction"], row["baseline_offset"],
-                row["baseline_accuracy"]) == want[rel], rel
+        accuracy, layer, head, *rest = want[rel]
+        assert (row["accuracy"], row["head"], row["direction"], row["baseline_offset"], row["baseline_accuracy"]) == \
+            (accuracy, f"{layer}-{head}", *rest), rel
     assert {row["direction"] for row in got.values()} == {"dep->head", "head<-dep"}
 
 
@@ -535,6 +536,34 @@ def _tiny_bert_folder(folder, positions=512):
     hf.save(module, variables, str(folder))
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return folder
+
+
+def test_attention_json_names_heads_one_way_and_its_figure_has_a_colour_bar(tmp_path):
+    """attention.json names every head "layer-head" from 1, in the per-head statistics and the
+    relations table alike, as the figure's panels count them; each name holds the statistics of
+    the head at those (0-based) array indices, re-derived here from the attention weights; the
+    heatmaps carry a colour bar of the attention weight on its 0-1 scale."""
+    from t5lite.analysis import forward, loading
+    subject = loading.load(str(_tiny_bert_folder(tmp_path / "bert")))
+    sentences = _ud(5)
+    results, weights = attention.analyse(subject, sentences)
+    names = {f"{layer}-{head}" for layer in (1, 2) for head in (1, 2)}
+    assert results["head_names"] == "layer-head, both counted from 1" and set(results["heads"]) == names
+    assert {row["head"] for row in results["relations"].values()} <= names
+    encoded = [words.encode(subject.vocabulary, s.words, "encoder") for s in sentences]
+    _, again = forward.run(subject, encoded, attention=True)
+    queries = sum(w.shape[-2] for w in again)
+    for layer in range(2):
+        for head in range(2):
+            on_cls = sum(w[layer, head, :, 0].sum() for w in again) / queries   # [CLS] is token 0
+            assert results["heads"][f"{layer + 1}-{head + 1}"]["cls"] == pytest.approx(on_cls, abs=5e-5)
+
+    fig = attention.heatmap_figure(weights[0], ["t"] * weights[0].shape[-1], "title")
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(bars) == 1 and bars[0].get_ylim() == (0, 1)
+    assert bars[0].get_ylabel().startswith("attention weight")
+    panels = [ax for ax in fig.axes if ax not in bars]
+    assert [ax.get_title() for ax in panels[:2]] == ["head 1", "head 2"] and panels[0].get_ylabel() == "layer 1"
 
 
 def test_a_converted_run_loads_as_its_hugging_face_folder(tmp_path):
@@ -602,12 +631,18 @@ def test_probe_attention_and_neighbours_commands_write_json_and_png(tmp_path, ca
     assert result["sentences_read"]["pos"] == {"train": 12, "test": 6}
     assert len(result["pos"]["bert"]["accuracy"]) == 3 and len(result["structural"]["bert"]["uuas"]) == 3
     assert (out / "probe.png").stat().st_size > 0
+    from t5lite.analysis import probe
+    fig = probe.figure(result)
+    fig.canvas.draw()
+    for ax in fig.axes:   # layers 0, 1, 2 on whole-number ticks, scores in plain decimals
+        assert [t.get_text() for t in ax.get_xticklabels() if 0 <= t.get_position()[0] <= 2] == ["0", "1", "2"]
+        assert ax.yaxis.get_offset_text().get_text() == "" and not any("e" in t.get_text() for t in ax.get_yticklabels())
 
     code, err = _cli(capsys, "attention", "--model", str(model), "--data_dir", data, "--out", str(out),
                      "--sentences", "5", "--example", "1")
     assert code == 0, err
     result = json.loads((out / "attention.json").read_text())
-    assert np.array(result["heads"]["cls"]).shape == (2, 2) and result["relations"]
+    assert set(result["heads"]) == {"1-1", "1-2", "2-1", "2-2"} and result["relations"]
     assert (out / "attention_heads.png").stat().st_size > 0
 
     corpus = tmp_path / "corpus.txt"

@@ -7,7 +7,8 @@ at the dependent's head (Clark et al.'s `attn_head_predictor`, Syntax_Analysis.i
 clarkkev/attention-analysis: self-attention zeroed, each word's most-attended other word is its
 guessed head, read both from the dependent and, transposed, from the head), against their best
 fixed-offset baseline (offsets -3 to 2); word-level attention sums the attended word's subwords and
-averages over the attending word's. And heatmaps of one sentence's heads.
+averages over the attending word's. And heatmaps of one sentence's heads. Heads are named
+"layer-head", both counted from 1, as in Clark et al.'s paper (their code prints them from 0).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 from t5lite import finite
 from t5lite.analysis import forward, loading, words
 from t5lite.errors import ConfigError
+from t5lite.plotting import pyplot
 
 STATISTICS = ("cls", "sep", "next", "previous", "punctuation", "entropy")
 
@@ -51,6 +53,11 @@ def word_attention(weights: np.ndarray, encoded: words.Encoded) -> np.ndarray:
     return np.stack([to_words[..., a:b, :].mean(-2) for a, b in zip(encoded.starts, encoded.stops)], -2)
 
 
+def head_name(layer: int, head: int) -> str:
+    """The name of the head at 0-based array indices (layer, head): "layer-head", both from 1."""
+    return f"{layer + 1}-{head + 1}"
+
+
 def relation(name: str) -> str:
     return name.split(":")[0]
 
@@ -79,7 +86,7 @@ def _last_argmax(x: np.ndarray) -> int:
 
 def dependency_accuracy(word_weights: Sequence[np.ndarray], sentences: Sequence[words.Sentence]) -> dict:
     """Per relation (the root left out): how often each head, in each direction, guesses a dependent's
-    head word; the best (layer and head 1-based, direction), its accuracy, the count, and the best
+    head word; the best head (`head_name`) and direction, its accuracy, the count, and the best
     offset of OFFSETS (a guess clipped to the sentence, as their `offset_predictor`)."""
     correct, count, offsets = {}, collections.Counter(), collections.defaultdict(lambda: np.zeros(len(OFFSETS)))
     for w, s in zip(word_weights, sentences):
@@ -96,7 +103,7 @@ def dependency_accuracy(word_weights: Sequence[np.ndarray], sentences: Sequence[
         acc = correct[rel] / count[rel]
         layer, head, direction = np.unravel_index(_last_argmax(acc), acc.shape)
         best = _last_argmax(offsets[rel])
-        result[rel] = {"count": count[rel], "layer": int(layer) + 1, "head": int(head) + 1,
+        result[rel] = {"count": count[rel], "head": head_name(layer, head),
                        "direction": DIRECTIONS[direction], "accuracy": float(acc[layer, head, direction]),
                        "baseline_offset": OFFSETS[best], "baseline_accuracy": float(offsets[rel][best] / count[rel])}
     return result
@@ -113,23 +120,31 @@ def analyse(subject: loading.Subject, sentences: Sequence[words.Sentence]) -> tu
         for name, value in head_statistics(w, token_roles(e, s)).items():
             totals[name] = totals.get(name, 0) + value
         queries += w.shape[-2]
-    heads = {name: np.round(totals[name] / queries, 4).astype(float).tolist() for name in STATISTICS}
+    heads = {head_name(*index): {name: round(float(totals[name][index] / queries), 4) for name in STATISTICS}
+             for index in np.ndindex(totals["cls"].shape)}
     results = {"model": subject.name, "sentences": len(sentences), "query_tokens": queries,
-               "heads": heads, "heads_layout": "[layer][head], both from 0",
+               "head_names": "layer-head, both counted from 1", "heads": heads,
                "relations": dependency_accuracy([word_attention(w, e) for w, e in zip(weights, encoded)],
                                                 sentences)}
     return results, weights
 
 
 def heatmaps(weights: np.ndarray, labels: Sequence[str], path: str, title: str) -> None:
-    """One panel per layer (rows) and head (columns) of a sentence's attention [L, H, q, k]."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """heatmap_figure as a PNG at `path`."""
+    fig = heatmap_figure(weights, labels, title)
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
+def heatmap_figure(weights: np.ndarray, labels: Sequence[str], title: str):
+    """One panel per layer (rows) and head (columns) of a sentence's attention [L, H, q, k], each
+    row a query token, and the colour bar of the attention weight."""
+    plt = pyplot()
     layers, heads, n, _ = weights.shape
-    fig, axes = plt.subplots(layers, heads, figsize=(1.6 * heads + 1, 1.6 * layers + 1), squeeze=False)
-    for (l, h), ax in np.ndenumerate(np.array(axes, dtype=object)):
-        ax.imshow(weights[l, h], cmap="Blues", vmin=0, vmax=1)
+    fig, axes = plt.subplots(layers, heads, figsize=(1.3 * heads + 2, 1.6 * layers + 1), squeeze=False,
+                             layout="constrained")
+    for (l, h), ax in np.ndenumerate(axes):
+        image = ax.imshow(weights[l, h], cmap="Blues", vmin=0, vmax=1)
         ax.set_xticks([])
         ax.set_yticks([])
         if l == 0:
@@ -137,11 +152,12 @@ def heatmaps(weights: np.ndarray, labels: Sequence[str], path: str, title: str) 
         if h == 0:
             ax.set_ylabel(f"layer {l + 1}", fontsize=8)
     if n <= 40:   # the tokens along the first panel, where they fit
-        axes[0][0].set_yticks(range(n), labels, fontsize=4)
+        axes[0][0].set_yticks(range(n), labels, fontsize=6)
+    bar = fig.colorbar(image, ax=axes, shrink=min(1.0, 3 / layers + 0.2), aspect=30)
+    bar.set_label("attention weight (row: query token, column: attended token)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def write(subject: loading.Subject, results: dict, weights: Sequence[np.ndarray], sentences, out: str,
@@ -151,7 +167,8 @@ def write(subject: loading.Subject, results: dict, weights: Sequence[np.ndarray]
         raise ConfigError(f"--example {example}: choose one of the {len(sentences)} sentences (0 to {len(sentences) - 1})")
     os.makedirs(out, exist_ok=True)
     encoded = words.encode(subject.vocabulary, sentences[example].words, subject.module.config.arch)
-    labels = [subject.vocabulary.decode([int(t)]) for t in encoded.tokens]
+    labels = [subject.vocabulary.decode([int(t)]) or subject.vocabulary.id_to_piece(int(t))   # [CLS] decodes to ''
+              for t in encoded.tokens]
     results = results | {"heatmap_sentence": " ".join(sentences[example].words)}
     with open(os.path.join(out, "attention.json"), "w") as f:
         finite.dump(results, f, indent=1)

@@ -19,6 +19,7 @@ from t5lite import finite
 from t5lite.analysis import forward, linear, loading, spans, structural, words
 from t5lite.data.tasks.tagging import UNER_TAGS, UPOS_TAGS
 from t5lite.errors import ConfigError
+from t5lite.plotting import plain_ticks, pyplot
 
 log = logging.getLogger("t5lite")
 
@@ -145,26 +146,30 @@ def run(subject: loading.Subject, data_dir: str, probes: Sequence[str] = ("pos",
 
 
 def write(results: dict, out: str) -> list[str]:
-    """probe.json and probe.png (each probe's scores per layer, model against control) under `out`."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """probe.json and probe.png (`figure`) under `out`."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "probe.json"), "w") as f:
         finite.dump(finite.null_non_finite(results), f, indent=1)   # undefined: null
+    fig = figure(results)
+    fig.savefig(os.path.join(out, "probe.png"), dpi=110)
+    pyplot().close(fig)
+    return [os.path.join(out, "probe.json"), os.path.join(out, "probe.png")]
+
+
+def figure(results: dict):
+    """Each probe's scores per layer, model against control, one panel per score."""
     panels = [(p, score) for p in PROBES if p in results for score in next(iter(results[p].values()))
               if score not in ("loss", "epochs")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (p, score) in zip(axes[0], panels):
         for model, scores in results[p].items():
             ax.plot(range(len(scores[score])), scores[score], marker="o", label=model,
                     linestyle="--" if model.endswith("(untrained)") else "-")
         label = f"{p} ({results['settings']['span_pooling']})" if p == "ner_spans" else p
         ax.set(title=f"{label}: {score}", xlabel="layer (0 = embeddings)")
+        plain_ticks(ax, integer_x=True)   # layers are whole numbers
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(results["model"])
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "probe.png"), dpi=110)
-    plt.close(fig)
-    return [os.path.join(out, "probe.json"), os.path.join(out, "probe.png")]
+    return fig

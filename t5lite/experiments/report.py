@@ -1,6 +1,8 @@
 """The sweep's report: per cell, each task's T5 metric over seeds (mean and 95% t-interval), the
 pre-training cost, paired comparisons for the claims with a verdict each, and PNGs of the
-pre-training curves and the table. Read only from the run directories, so it can be rebuilt."""
+pre-training curves and the table. Read only from the run directories, so it can be rebuilt.
+report.json keeps each t-interval as computed; the table and the PNG clip it to the metric's range
+(with few seeds it can reach past 100) and say so."""
 from __future__ import annotations
 
 import math
@@ -11,6 +13,7 @@ from pathlib import Path
 from t5lite.experiments import stats
 from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
 from t5lite.experiments.spec import Spec
+from t5lite.plotting import plain_ticks, pyplot
 from t5lite.run_layout import RunDir
 
 # The trainer's start-up lines in a run's log: "model EncoderDecoder: 1.2M params; 2.23e+09 FLOPs/step; ..."
@@ -18,6 +21,34 @@ from t5lite.run_layout import RunDir
 FLOPS_LINE = re.compile(r"model \w+: [\d.]+M params; ([\d.e+-]+) FLOPs/step")
 PARAMS_LINE = re.compile(r"\|\| all params: (\d+)")
 COST_KEYS = ("cost_flops", "cost_device_hours", "cost_energy_kwh", "cost_co2e_kg", "cost_price_usd")
+# Correlations as t5lite.metrics scales them (x100) run from -100 to 100; every other score from 0 to 100.
+CORRELATIONS = frozenset({"matthews_corrcoef", "pearson_corrcoef", "spearman_corrcoef"})
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values `eval_<metric>` can take: a loss is >= 0, a perplexity >= 1, a score x100 is
+    within [0, 100] ([-100, 100] for a correlation)."""
+    if metric.endswith("perplexity"):
+        return 1.0, math.inf
+    if metric.endswith("loss"):
+        return 0.0, math.inf
+    return (-100.0, 100.0) if metric in CORRELATIONS else (0.0, 100.0)
+
+
+def column_ranges(tasks: dict) -> dict[str, tuple[float, float]]:
+    """Each report column's range: its task metric's, and for the GLUE average the mean of theirs."""
+    ranges = {task: metric_range(metric) for task, metric in tasks.items()}
+    return ranges | {"glue_average": tuple(statistics.fmean(r[end] for r in ranges.values()) for end in (0, 1))}
+
+
+def clipped(summary: dict, bounds: tuple[float, float]) -> tuple[float, float, bool]:
+    """(low, high) of a summary's t-interval inside `bounds`, and whether either end moved."""
+    low, high = max(summary["low"], bounds[0]), min(summary["high"], bounds[1])
+    return low, high, (low, high) != (summary["low"], summary["high"])
+
+
+def _range_text(bounds: tuple[float, float]) -> str:
+    return f"[{bounds[0]:g}, {bounds[1]:g}]".replace("inf", "∞")
 
 
 def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
@@ -96,10 +127,24 @@ def build(spec: Spec, out: Path) -> dict:
             "finetune_steps": spec.finetune_steps, "cells": cells, "claims": claims}
 
 
-def _fmt(summary: dict) -> str:
+def _fmt(summary: dict, bounds: tuple[float, float]) -> str:
+    """mean [low, high], the interval clipped to `bounds` and then marked †."""
     if math.isnan(summary["mean"]):
         return "–"
-    return f"{summary['mean']:.1f} [{summary['low']:.1f}, {summary['high']:.1f}]"
+    low, high, moved = clipped(summary, bounds)
+    return f"{summary['mean']:.1f} [{low:.1f}, {high:.1f}]" + ("†" if moved else "")
+
+
+def _clipping_note(report: dict, columns: list[str], heads: list[str]) -> list[str]:
+    """The footnote for the table's † marks, naming each clipped column's range; [] with none."""
+    ranges = column_ranges(report["tasks"])
+    hit = [(head, ranges[c]) for c, head in zip(columns, heads)
+           if any(not math.isnan(cell["summary"][c]["mean"]) and clipped(cell["summary"][c], ranges[c])[2]
+                  for cell in report["cells"].values())]
+    if not hit:
+        return []
+    return ["", "† interval clipped to the metric's range: " + ", ".join(f"{head} {_range_text(bounds)}" for head, bounds in hit)
+            + " (report.json keeps the t-interval as computed)."]
 
 
 def _num(value, spec: str = ".3g") -> str:
@@ -116,14 +161,16 @@ def markdown(report: dict) -> str:
              "Each entry: mean over seeds [95% t-interval].", "",
              "| cell | " + " | ".join(heads) + " | params | pre-train steps | tokens | pre-train FLOPs | device h | wall h/seed | seeds |",
              "|---" * (len(heads) + 8) + "|"]
+    ranges = column_ranges(report["tasks"])
     for name, cell in report["cells"].items():
         cost = cell["cost_per_seed"]
         flops = cost.get("cost_flops", cost.get("flops"))
-        lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c]) for c in columns) +
+        lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c], ranges[c]) for c in columns) +
                      f" | {_num(cost.get('params'))} | {cost.get('pretrain_steps', 0):.0f} | "
                      f"{cost.get('pretrain_tokens', 0):.0f} | {_num(flops)} | {_num(cost.get('cost_device_hours'))} | "
                      f"{cost.get('wall_hours', 0):.4f} | "
                      f"{len(cell['seeds'])} |")
+    lines += _clipping_note(report, columns, heads)
     lines += ["", "## Claims", "", "| claim | difference | p (paired t) | verdict |", "|---|---|---|---|"]
     for c in report["claims"]:
         lines.append(f"| {c['claim']} ({c['better']} vs {c['worse']}, {c['column']}) | {_num(c['difference'], '+.2f')} | "
@@ -138,31 +185,44 @@ def markdown(report: dict) -> str:
 
 
 def plots(report: dict, out: Path) -> None:
-    """pretrain_curves.png (loss per step, one line per cell and seed) and table.png (GLUE average)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
+    """pretrain_curves.png and table.png."""
+    plt = pyplot()
+    for name, figure in (("pretrain_curves.png", curves_figure(report)), ("table.png", table_figure(report))):
+        figure.savefig(out / name, dpi=100)
+        plt.close(figure)
+
+
+def curves_figure(report: dict):
+    """Pre-training loss per step, one line per cell and seed."""
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     for i, (name, cell) in enumerate(report["cells"].items()):
         for j, result in enumerate(cell["seeds"].values()):
             if result["curve"]:
                 steps, losses = zip(*result["curve"])
                 ax.plot(steps, losses, color=f"C{i}", alpha=0.8, label=name if j == 0 else None)
     ax.set(xlabel="pre-training step", ylabel="loss", title=f"{report['sweep']} ({report['scale']})")
+    plain_ticks(ax, integer_x=True)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "pretrain_curves.png", dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def table_figure(report: dict):
+    """Each cell's GLUE average with its t-interval, clipped to the average's range as the table's
+    are (the x label says so when it is)."""
     names = list(report["cells"])
+    bounds = column_ranges(report["tasks"])["glue_average"]
     summaries = [report["cells"][n]["summary"]["glue_average"] for n in names]
-    fig, ax = plt.subplots(figsize=(6, 0.5 + 0.5 * len(names)))
+    intervals = [clipped(s, bounds) for s in summaries]
+    fig, ax = pyplot().subplots(figsize=(6, 0.9 + 0.5 * len(names)))
     means = [s["mean"] for s in summaries]
-    errors = [[s["mean"] - s["low"] for s in summaries], [s["high"] - s["mean"] for s in summaries]]
+    errors = [[m - low for m, (low, _, _) in zip(means, intervals)], [high - m for m, (_, high, _) in zip(means, intervals)]]
     ax.barh(names, means, xerr=errors, color=[f"C{i}" for i in range(len(names))])
-    ax.set(xlabel="GLUE average (mean, 95% t-interval)")
+    note = f"\nintervals clipped to the average's range {_range_text(bounds)}" if any(moved for *_, moved in intervals) else ""
+    ax.set(xlabel=f"GLUE average (mean, 95% t-interval){note}")
+    plain_ticks(ax)
     fig.tight_layout()
-    fig.savefig(out / "table.png", dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def write(spec: Spec, out: Path) -> dict:
