@@ -10,6 +10,7 @@ import shlex
 
 import pytest
 
+from conftest import REPO
 from test_docs import PAGES, _commands, _exists, _parameters, _registered_configurables, _text
 from t5lite import cli
 
@@ -93,8 +94,7 @@ def page_problems(text: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(page.parents[1] if "docs" in page.parts
-                                                                               else page.parent)))
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
 def test_every_shell_block_of_the_page_can_be_pasted(page):
     problems = page_problems(_text(page))
     assert not problems, problems
