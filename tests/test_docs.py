@@ -2,6 +2,7 @@
 next-steps commands run (at tiny sizes), and every path, CLI flag, gin configurable, preset and task
 that README.md and docs/ name exists."""
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -65,18 +66,31 @@ def test_mkdocs_site_builds_strict(tmp_path):
     run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
-    assert (tmp_path / "site" / "reference" / "api" / "index.html").exists()
+    site = tmp_path / "site"
+    assert (site / "reference" / "api" / "index.html").exists()
+    # search: the index the search box loads holds every page of the nav, and its worker ships
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    indexed = {doc["location"].split("#")[0] for doc in index["docs"]}
+    assert {"" if page == "index.md" else page[:-len(".md")] + "/" for page in _nav_pages()} <= indexed
+    assert list((site / "assets" / "javascripts" / "workers").glob("search.*.js"))
+    home = (site / "index.html").read_text()
+    assert "<th></th>" not in home and "<th>Area</th>" in home   # the feature table's header names its columns
+    assert 'href="assets/stylesheets/extra.css"' in home   # wide tables scroll with a visible scrollbar
 
 
-def test_every_docs_page_is_in_the_nav():
+def _nav_pages() -> list[str]:
+    """The pages mkdocs.yml's nav lists, as paths under docs/."""
     yaml = pytest.importorskip("yaml", reason="PyYAML (a dependency of mkdocs) reads mkdocs.yml")
-    config = yaml.safe_load(_text(REPO / "mkdocs.yml"))
 
     def pages(nav):
         for item in nav:
             for value in item.values():
                 yield from (pages(value) if isinstance(value, list) else [value])
-    assert sorted(pages(config["nav"])) == sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    return list(pages(yaml.safe_load(_text(REPO / "mkdocs.yml"))["nav"]))
+
+
+def test_every_docs_page_is_in_the_nav():
+    assert sorted(_nav_pages()) == sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
 
 
 # --- the README's commands -----------------------------------------------------------------------
