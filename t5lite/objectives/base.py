@@ -74,7 +74,7 @@ class Objective:
     # Whether the model is scored on the text it generates (t5lite.infer.evaluation's `Evaluator`);
     # an objective with evaluators of its own (a task head, a loss on held-out data) sets False.
     produces_text = True
-    # What the logged `loss` is a mean over: loss.png's axis label (t5lite.train.summaries).
+    # What the logged `loss` is a mean over: the axis label of loss.png (t5lite.train.summaries).
     loss_label = "cross entropy per target token"
 
     def complete_config(self, config: ModelConfig) -> ModelConfig:

@@ -105,7 +105,7 @@ def plot_loss_curve(metrics_path: str, out_path: str, loss_label: str = "loss") 
 
 
 def loss_figure(records: list[dict], loss_label: str, title: str):
-    """loss.png's figure: the loss panel, and a panel of the dev metrics (`eval_*` in t5lite's
+    """The figure of loss.png: the loss panel, and a panel of the dev metrics (`eval_*` in t5lite's
     units, accuracy in %) when the run evaluated."""
     panels = [(("loss", "eval_loss"), loss_label)]
     dev = dev_metric_keys(records)
