@@ -124,12 +124,9 @@ def dev_metric_keys(records: list[dict]) -> tuple[str, ...]:
 def curves_figure(records: list[dict], panels, title: str):
     """One panel per (metric keys, y label), stacked over a shared step axis. A panel whose values
     span more than a factor of 10 is on a log scale; every tick label is a plain decimal."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from t5lite.plotting import plain_ticks
+    from t5lite.plotting import plain_ticks, pyplot
 
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.6 + 1.8 * len(panels)), sharex=True, squeeze=False)
+    fig, axes = pyplot().subplots(len(panels), 1, figsize=(7, 2.6 + 1.8 * len(panels)), sharex=True, squeeze=False)
     for ax, (keys, ylabel) in zip(axes[:, 0], panels):
         values = []
         for key in keys:
@@ -152,8 +149,8 @@ def curves_figure(records: list[dict], panels, title: str):
 
 def _save(fig, out_path) -> None:
     """The figure as a PNG at a local path or gs:// URL."""
-    import matplotlib.pyplot as plt
+    from t5lite.plotting import pyplot
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
     epath.Path(out_path).write_bytes(png.getvalue())
