@@ -43,7 +43,7 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     """Executed in a fresh kernel, as Jupyter runs it; any failing cell (an assert included) fails it."""
     nbclient = pytest.importorskip("nbclient")
     notebook = jupytext.read(path)
-    # A cell's limit, not the notebook's: training cells take minutes, more on a machine shared with other jobs.
+    # A cell's limit, not the notebook's: a training cell takes minutes, more on a busy machine.
     nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
