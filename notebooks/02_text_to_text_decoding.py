@@ -50,8 +50,11 @@ from t5lite.models import build
 
 run_dir = os.path.join(tempfile.gettempdir(), "t5lite_notebook_decoding")
 # The Quickstart's recipe at 200 steps instead of 1000; run again, it finds its checkpoint and stops.
-subprocess.run([sys.executable, "-m", "t5lite.cli", "train", "--gin_file=configs/local/t5_tiny_pretrain.gin",
-                f"--gin.MODEL_DIR='{run_dir}'", "--gin.TRAIN_STEPS=200"], check=True)
+# Its console is captured (a kernel forwards a child's output slowly) and its last lines shown.
+training = subprocess.run([sys.executable, "-m", "t5lite.cli", "train", "--gin_file=configs/local/t5_tiny_pretrain.gin",
+                           f"--gin.MODEL_DIR='{run_dir}'", "--gin.TRAIN_STEPS=200"], capture_output=True, text=True)
+print("\n".join((training.stdout + training.stderr).splitlines()[-5:]))
+assert training.returncode == 0, training.stderr
 
 # %%
 with open(os.path.join(run_dir, "metrics.jsonl")) as f:

@@ -109,3 +109,18 @@ def test_loss_figure_without_evaluations_has_one_panel_and_a_wide_range_keeps_pl
     assert ax.get_yscale() == "log"
     labels = plain_tick_labels(figure)
     assert labels and all(PLAIN_DECIMAL.match(text) for text in labels), labels
+
+
+@pytest.mark.parametrize("dev, shown", [
+    ({"eval_entity_precision": 60.0, "eval_entity_recall": 70.0, "eval_entity_f1": 64.6, "eval_token_accuracy": 97.0},
+     ("entity_f1", 64.6)),
+    ({"eval_exact_match": 40.0, "eval_f1": 52.0, "eval_loss": 1.2}, ("f1", 52.0)),
+    ({"eval_loss": 2.0, "eval_glue_sst2/accuracy": 80.0, "eval_glue_average": 75.0}, ("glue_average", 75.0)),
+    ({"eval_loss": 2.0, "eval_spearman_corrcoef": 81.0}, ("spearman_corrcoef", 81.0)),
+    ({"eval_loss": 2.0}, ("loss", 2.0)),
+])
+def test_the_bar_shows_the_tasks_headline_dev_metric(dev, shown):
+    """Tagging's entity F1 rather than its precision, SQuAD's F1, a benchmark's average, else the
+    first metric that is not a loss."""
+    from t5lite.train.trainer import _headline_dev
+    assert _headline_dev(dev) == shown

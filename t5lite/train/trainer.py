@@ -337,11 +337,16 @@ def _headline_accuracy(metrics: dict) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
+HEADLINE_SUFFIXES = ("_average", "f1", "accuracy")   # the dev metric the bar shows, first found first
+
+
 def _headline_dev(dev: dict) -> tuple[str, float] | None:
-    """The progress bar's dev metric: a benchmark average, else the first one that is not a loss
-    (`eval_` dropped from its name); None before the first evaluation."""
+    """The progress bar's dev metric (`eval_` dropped from its name): a benchmark average, else an F1
+    (tagging's entity F1, SQuAD's), else an accuracy, else the first that is not a loss; None before
+    the first evaluation."""
     scores = {k.removeprefix("eval_"): v for k, v in dev.items() if k.startswith("eval_")}
-    ranked = [k for k in scores if k.endswith("_average")] + [k for k in scores if not k.endswith("loss")] + list(scores)
+    ranked = [k for suffix in HEADLINE_SUFFIXES for k in scores if k.endswith(suffix)]
+    ranked += [k for k in scores if not k.endswith("loss")] + list(scores)
     return (ranked[0], scores[ranked[0]]) if ranked else None
 
 
