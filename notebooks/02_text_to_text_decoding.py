@@ -26,7 +26,7 @@
 #
 # The model is tiny and briefly trained, so its guesses are often wrong; what the notebook checks are
 # the decoders' own properties. The text is the corpus every Python install carries; nothing is
-# downloaded. Runs in 5 to 15 minutes on a 2-core CPU, most of it training.
+# downloaded. Runs in 4 to 15 minutes on a 2-core CPU, most of it training.
 
 # %%
 # %pip install -q "t5lite[notebooks]" --find-links .
