@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-jupytext = pytest.importorskip("jupytext")
+jupytext = pytest.importorskip("jupytext", reason="reads the percent scripts as notebooks (the notebooks extra)")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
 PIP_LINE = '%pip install -q "t5lite[notebooks]" --find-links .'
@@ -41,7 +41,7 @@ def test_notebook_has_title_pip_line_and_asserts(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_top_to_bottom(path, tmp_path):
     """Executed in a fresh kernel, as Jupyter runs it; any failing cell (an assert included) fails it."""
-    nbclient = pytest.importorskip("nbclient")
+    nbclient = pytest.importorskip("nbclient", reason="runs the notebooks in a kernel (the notebooks extra)")
     notebook = jupytext.read(path)
     # A cell's limit, not the notebook's: a training cell takes minutes, more on a busy machine.
     nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3",
