@@ -157,12 +157,15 @@ class Task:
 @dataclasses.dataclass
 class Mixture:
     """Several tasks sampled by rate: a number, or a function `rate(task, split, data_dir)` such as
-    `ExamplesProportional(maximum=K, temperature=T)`, T5's examples-proportional mixing."""
+    `ExamplesProportional(maximum=K, temperature=T)`, T5's examples-proportional mixing. `alpha`
+    smooths the rates' shares as XLM smooths its languages' (`smoothed_rates`; 1: the shares as they are)."""
     name: str
     tasks_and_rates: Sequence[tuple[str, float | Callable[..., float]]]
+    alpha: float = 1.0
 
     def __repr__(self):
-        return f"Mixture({self.name!r}, {list(self.tasks_and_rates)})"
+        alpha = "" if self.alpha == 1.0 else f", alpha={self.alpha}"
+        return f"Mixture({self.name!r}, {list(self.tasks_and_rates)}{alpha})"
 
     @property
     def tasks(self) -> list[Task]:
@@ -179,15 +182,19 @@ class Mixture:
     def get_dataset(self, split, sequence_length=None, shuffle=False, seed=0, data_dir=None, shard_index=0,
                     shard_count=1) -> Iterator[Example]:
         """Interleaves the tasks' examples, choosing a task per example with the given rates."""
-        rates = np.array(self.rates(split, data_dir), dtype=np.float64)
-        if rates.sum() <= 0:
-            raise ValueError(f"mixture {self.name!r}: rates must sum to a positive number, got {rates.tolist()}")
-        probs = rates / rates.sum()
+        probs = self.probabilities(split, data_dir)
         iterators = [_repeat(t, split, sequence_length, shuffle, seed + k, data_dir, shard_index, shard_count)
                      for k, t in enumerate(self.tasks)]
         rng = np.random.default_rng(seed)
         while True:
             yield next(iterators[rng.choice(len(iterators), p=probs)])
+
+    def probabilities(self, split: str, data_dir: str | None = None) -> np.ndarray:
+        """The chance of drawing each task's example next: its rate's share, smoothed by `alpha`."""
+        rates = self.rates(split, data_dir)
+        if sum(rates) <= 0:
+            raise ValueError(f"mixture {self.name!r}: rates must sum to a positive number, got {rates}")
+        return smoothed_rates(rates, self.alpha)
 
     def rates(self, split: str, data_dir: str | None = None) -> list[float]:
         """Each task's rate for `split` (rate functions are evaluated on that split)."""
@@ -212,6 +219,18 @@ def rate_num_examples(num_examples: int, maximum: int | None = None, temperature
     """T5's examples-proportional rate: min(n, K) ** (1 / temperature)."""
     n = num_examples if maximum is None else min(num_examples, maximum)
     return float(n) ** (1.0 / temperature)
+
+
+def smoothed_rates(sizes: Sequence[float], alpha: float) -> np.ndarray:
+    """XLM's language sampling (Conneau & Lample 2019): q_i = p_i^alpha / sum_j p_j^alpha with p_i
+    = n_i / sum_j n_j, each language's share of the sentences. alpha < 1 draws the small languages
+    more often than their share (XLM: 0.5, XLM-R: 0.3); 1 keeps the shares. Equal to
+    `ExamplesProportional(temperature=1 / alpha)` normalised."""
+    if not alpha > 0:
+        raise ConfigError(f"mixture alpha={alpha}: the smoothing exponent must be positive (XLM uses 0.5, XLM-R 0.3)")
+    shares = np.asarray(sizes, np.float64) / np.sum(sizes)
+    smoothed = shares ** alpha
+    return smoothed / smoothed.sum()
 
 
 def num_examples(task: Task, split: str, data_dir: str | None = None) -> int:
@@ -267,10 +286,12 @@ class _TaskRegistry(_Registry):
 
 
 class _MixtureRegistry(_Registry):
-    def add(self, name: str, tasks_and_rates: Sequence[tuple[str, float | Callable[..., float]]]) -> Mixture:
+    def add(self, name: str, tasks_and_rates: Sequence[tuple[str, float | Callable[..., float]]],
+            alpha: float = 1.0) -> Mixture:
         for task_name, _ in tasks_and_rates:
             TaskRegistry.get(task_name)
-        return self._add(name, Mixture(name, list(tasks_and_rates)))
+        smoothed_rates([1.0], alpha)   # refuses a bad alpha now, not at the first draw
+        return self._add(name, Mixture(name, list(tasks_and_rates), alpha))
 
 
 TaskRegistry = _TaskRegistry("task")
