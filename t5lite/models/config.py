@@ -81,6 +81,13 @@ class ModelConfig(Replaceable):
     relative_attention_max_distance: int = 128
     shaw_max_distance: int = 16       # Shaw et al.: offsets are clipped to [-k, k]
     rotary_base: float = 10000.0
+    # Longformer (t5lite.models.windowed_attention): each self-attention query sees the keys within
+    # attention_window / 2 slots either side (even; one int, or one per layer; None: every key), every
+    # attention_dilation-th slot. Tokens that `encoder_global_attention_mask` marks (a row's first
+    # max_global_tokens) attend, and are attended by, every token, through their own projections.
+    attention_window: int | tuple[int, ...] | None = None
+    attention_dilation: int | tuple[int, ...] = 1
+    max_global_tokens: int = 16
 
     share_layers: bool = False        # ALBERT: one set of layer parameters applied num_layers times
     # T5 Table 2's "enc-dec, shared": the encoder runs the decoder's layers (their self-attention,
@@ -117,6 +124,8 @@ class ModelConfig(Replaceable):
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ConfigError(f"model config {field}={getattr(self, field)!r}: expected one of {allowed}")
+        if self.attention_window is not None:
+            self._check_window_fields()
         if self.sentence_head and not self.pooler:
             raise ConfigError("sentence_head=True needs pooler=True (NSP / SOP read the pooled first token)")
         if self.share_encoder_decoder and (self.arch != "encoder_decoder"
@@ -138,6 +147,23 @@ class ModelConfig(Replaceable):
         """Whether kernels writing into the residual stream (attention out, MLP wo) start with
         init_std / sqrt(2 x layers): GPT-2's c_proj (Hugging Face's GPT2PreTrainedModel._init_weights)."""
         return self.init_std is not None and self.arch == "decoder"
+
+    def _check_window_fields(self):
+        layers = {n for n in (self.num_encoder_layers, self.num_decoder_layers) if n}
+        for name, even in (("attention_window", True), ("attention_dilation", False)):
+            value = getattr(self, name)
+            if isinstance(value, tuple) and {len(value)} != layers:
+                raise ConfigError(f"model config {name}={value!r} has {len(value)} entries for stacks of "
+                                  f"{sorted(layers)} layers; give one per layer, or one int for all")
+            if not all(isinstance(v, int) and v > 0 and not (even and v % 2)
+                       for v in (value if isinstance(value, tuple) else (value,))):
+                raise ConfigError(f"model config {name}={value!r}: expected positive{' even' if even else ''} ints")
+            if self.scan_layers and isinstance(value, tuple) and len(set(value)) > 1:
+                raise ConfigError(f"scan_layers=True runs one layer's code for every layer: give {name} one int "
+                                  "for all layers, or set scan_layers=False")
+        if self.position_encoding in ("shaw_relative", "disentangled"):
+            raise ConfigError(f"attention_window does not combine with position_encoding={self.position_encoding!r} "
+                              "(it reads offsets per query-key pair); use t5_relative, rotary, learned or sinusoidal")
 
     @property
     def embed_dim(self) -> int:

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t5lite.models import windowed_attention as W
 from t5lite.models.config import ModelConfig
 
 NEG_INF = -1e10
@@ -374,6 +375,26 @@ class MultiHeadAttention(nn.Module):
         p2c = jnp.take_along_axis(jnp.einsum("bhkd,rhd->bhrk", k, pos_q), idx, axis=-2)
         return (c2p + p2c * scale).astype(jnp.float32)
 
+    def _windowed(self, x, q, k, v, biases: W.WindowBiases, positions, scale, dropout):
+        """Longformer's attention: every query over its band and the global keys, then the global
+        tokens' own queries over every key, with Longformer's separate global projections (made
+        whenever the window is set, so that a model takes global tokens with or without them at init)."""
+        cfg = self.config
+        drop = (lambda w: nn.Dropout(dropout)(w, deterministic=False)) if dropout else None
+        attend = functools.partial(W.dense_attention, impl=cfg.attention_impl, dropout=drop)
+        out = W.banded_attention(q, k, v, biases, attend)
+        if not biases.global_index.shape[1] and not self.is_initializing():
+            return out
+        d, h, hd = cfg.d_model, cfg.num_heads, cfg.head_dim
+        project = lambda name, std, rows: self._dense(name, (h, hd), ("embed", "heads", "kv"), 1, std)(rows)
+        rope = (lambda y, p: rotary(y, p, cfg.rotary_base)) if cfg.position_encoding == "rotary" else (lambda y, p: y)
+        index = biases.global_index
+        q_global = rope(project("query_global", (d * hd) ** -0.5, W.global_rows(x, index)),
+                        W.global_rows(positions, index)) * scale
+        k_global = rope(project("key_global", d ** -0.5, x), positions)
+        v_global = project("value_global", d ** -0.5, x)
+        return W.with_global_rows(out, attend(q_global, k_global, v_global, biases.from_global), index)
+
     @nn.compact
     def __call__(self, inputs_q, inputs_kv, bias, positions=None, relative=None, cache_index=None,
                  rel_embeddings=None):
@@ -412,10 +433,14 @@ class MultiHeadAttention(nn.Module):
         if disentangled:
             biases += (self._disentangled_bias(q, k, relative, rel_embeddings, query_proj, key_proj, scale),)
 
-        if self.is_mutable_collection("attention_scores") and not self.is_initializing():   # TinyBERT distillation
+        if (self.is_mutable_collection("attention_scores") and not self.is_initializing()   # TinyBERT distillation
+                and not isinstance(bias, W.WindowBiases)):
             self.sow("attention_scores", "scores", sum(biases, jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32)))
         dropout = cfg.dropout_rate if not self.deterministic else 0.0
-        if cfg.attention_impl != "einsum" and not shaw and dropout == 0.0:
+        if isinstance(bias, W.WindowBiases):   # Longformer: a band of keys, plus global tokens
+            out = self._windowed(inputs_q, q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), bias, positions,
+                                 scale, dropout)
+        elif cfg.attention_impl != "einsum" and not shaw and dropout == 0.0:
             out = jax.nn.dot_product_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
                                                bias=sum(biases).astype(dtype), scale=1.0,
                                                implementation="cudnn" if cfg.attention_impl == "cudnn" else None)
