@@ -12,3 +12,4 @@ from t5lite.data.tasks import text  # noqa: F401
 from t5lite.data.tasks import sentence  # noqa: F401
 from t5lite.data.tasks import multi30k_text  # noqa: F401
 from t5lite.data.tasks import gpt_finetune  # noqa: F401
+from t5lite.data.tasks import symbolic  # noqa: F401
