@@ -11,7 +11,7 @@ import pytest
 
 from t5lite import models
 from t5lite.errors import ConfigError
-from t5lite.models import get_config
+from t5lite.models import get_config, vision
 
 # Exact counts, checked against transformers' own classes (meta device) when these were written:
 # BertForPreTraining, RobertaForMaskedLM, AlbertForPreTraining, ElectraForPreTraining,
@@ -42,13 +42,14 @@ PARAM_COUNTS = {
 }
 FEATURES = dict(encoder_input_tokens=jnp.zeros((1, 8), jnp.int32), decoder_input_tokens=jnp.zeros((1, 8), jnp.int32))
 KNOWN_AXES = {"embed", "mlp", "heads", "kv", "vocab", "layers", "relpos_buckets", "abspos_buckets", "token_types",
-              "factorized_embed", "classes"}
+              "factorized_embed", "classes", "patch_rows", "patch_cols", "channels"}
 TINY = sorted(n for n in models.PRESETS if n.endswith("_tiny") or n.endswith("_tiny_generator"))
 
 
 def abstract_params(config):
     module = models.build(config)
-    return jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), **FEATURES))["params"]
+    images = {vision.IMAGES: vision.example_images(config)} if config.image_size else {}   # a ViT's input
+    return jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), **FEATURES, **images))["params"]
 
 
 def count(params):

@@ -10,6 +10,7 @@ The three families differ only in `arch` and a handful of layout fields:
 | BERT and variants   | encoder         | layer | post          | learned (+ token type) | yes    |
 | DeBERTa-v3          | encoder         | layer | post          | disentangled           | yes    |
 | GPT-2               | decoder         | layer | pre           | learned                | yes    |
+| ViT                 | encoder         | layer | pre           | learned (over patches) | yes    |
 """
 from __future__ import annotations
 
@@ -89,6 +90,15 @@ class ModelConfig(Replaceable):
     attention_dilation: int | tuple[int, ...] = 1
     max_global_tokens: int = 16
 
+    # Images (the Vision Transformer, t5lite.models.vision): image_size > 0 makes the encoder read
+    # `encoder_input_images` [batch, image_size, image_size, num_channels] as patch_size x patch_size
+    # patches, after a learned [CLS] vector (image_pooling="cls", read by a classifier) or without one
+    # (a classifier reads the patches' "mean"); learned positions count the patches and the [CLS].
+    image_size: int = 0
+    patch_size: int = 16
+    num_channels: int = 3
+    image_pooling: str = "cls"
+
     share_layers: bool = False        # ALBERT: one set of layer parameters applied num_layers times
     # T5 Table 2's "enc-dec, shared": the encoder runs the decoder's layers (their self-attention,
     # MLP, norms, relative-position table), bidirectionally and without cross-attention.
@@ -120,7 +130,8 @@ class ModelConfig(Replaceable):
     def __post_init__(self):
         choices = dict(arch=ARCHITECTURES, position_encoding=POSITION_ENCODINGS, encoder_head=ENCODER_HEADS,
                        norm=("rms", "layer"), norm_position=("pre", "post"), attention_impl=("einsum", "jax", "cudnn"),
-                       remat_policy=("none", "full", "minimal"), weight_quantization=("none", "int8", "int4"))
+                       remat_policy=("none", "full", "minimal"), weight_quantization=("none", "int8", "int4"),
+                       image_pooling=("cls", "mean"))
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ConfigError(f"model config {field}={getattr(self, field)!r}: expected one of {allowed}")
@@ -135,18 +146,22 @@ class ModelConfig(Replaceable):
         if self.span_boundary_head and (self.arch != "encoder" or self.encoder_head != "mlm"):
             raise ConfigError("span_boundary_head=True is SpanBERT's pre-training head: it needs arch='encoder' with "
                              "encoder_head='mlm'")
+        if self.image_size:
+            self._check_image_fields()
+
+    def _check_image_fields(self):
+        if self.image_size % self.patch_size or self.arch == "decoder":
+            raise ConfigError(f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}, "
+                              f"in an encoder or encoder-decoder (arch={self.arch!r})")
+        if self.position_encoding == "learned" and self.max_position_embeddings < self.image_positions:
+            raise ConfigError(f"max_position_embeddings={self.max_position_embeddings} is less than the "
+                              f"{self.image_positions} positions of the image's patches and [CLS]; set it to "
+                              f"{self.image_positions}")
 
     @property
-    def zero_pad_embedding(self) -> bool:
-        """Whether the token embedding's pad_token_id row starts at zero: Hugging Face's padding_idx,
-        which every Hugging Face-style family (`init_std` set) but GPT-2 (the decoder-only one) has."""
-        return self.init_std is not None and self.arch != "decoder"
-
-    @property
-    def scale_residual_init(self) -> bool:
-        """Whether kernels writing into the residual stream (attention out, MLP wo) start with
-        init_std / sqrt(2 x layers): GPT-2's c_proj (Hugging Face's GPT2PreTrainedModel._init_weights)."""
-        return self.init_std is not None and self.arch == "decoder"
+    def image_positions(self) -> int:
+        """The encoder's positions for an image: one per patch, plus the [CLS] vector (image_pooling="cls")."""
+        return (self.image_size // self.patch_size) ** 2 + (self.image_pooling == "cls")
 
     def _check_window_fields(self):
         layers = {n for n in (self.num_encoder_layers, self.num_decoder_layers) if n}
@@ -164,6 +179,18 @@ class ModelConfig(Replaceable):
         if self.position_encoding in ("shaw_relative", "disentangled"):
             raise ConfigError(f"attention_window does not combine with position_encoding={self.position_encoding!r} "
                               "(it reads offsets per query-key pair); use t5_relative, rotary, learned or sinusoidal")
+
+    @property
+    def zero_pad_embedding(self) -> bool:
+        """Whether the token embedding's pad_token_id row starts at zero: Hugging Face's padding_idx,
+        which every Hugging Face-style family (`init_std` set) but GPT-2 (the decoder-only one) has."""
+        return self.init_std is not None and self.arch != "decoder"
+
+    @property
+    def scale_residual_init(self) -> bool:
+        """Whether kernels writing into the residual stream (attention out, MLP wo) start with
+        init_std / sqrt(2 x layers): GPT-2's c_proj (Hugging Face's GPT2PreTrainedModel._init_weights)."""
+        return self.init_std is not None and self.arch == "decoder"
 
     @property
     def embed_dim(self) -> int:
@@ -201,6 +228,12 @@ _BART = dict(_HF_STYLE, vocab_size=50265, d_model=768, num_heads=12, head_dim=64
              num_decoder_layers=6, mlp_activations=("gelu_exact",), norm_position="post", final_norm=False,
              embedding_norm=True, layer_norm_epsilon=1e-5, pad_token_id=1, position_offset=2,
              max_position_embeddings=1024, logits_bias=True, decoder_start_token_id=2, eos_token_id=2)
+# The Vision Transformer (Dosovitskiy et al. 2021, Table 1; Touvron et al. 2021's Ti and S): pre-norm
+# BERT-sized layers on 16 x 16 patches of 224 x 224 RGB images, as google/vit-base-patch16-224.
+_VIT = dict(_HF_STYLE, arch="encoder", vocab_size=0, d_model=768, num_heads=12, head_dim=64, d_ff=3072,
+            num_encoder_layers=12, num_decoder_layers=0, mlp_activations=("gelu_exact",), layer_norm_epsilon=1e-12,
+            dropout_rate=0.0, encoder_head="none", image_size=224, patch_size=16, num_channels=3,
+            max_position_embeddings=197)
 _HF_TINY = dict(d_model=64, num_heads=4, head_dim=16, d_ff=128, max_position_embeddings=64)
 
 
@@ -270,6 +303,12 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "bart_large": lambda: ModelConfig(**{**_BART, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
                                          "num_encoder_layers": 12, "num_decoder_layers": 12}),
     "bart_tiny": _tiny(_BART),
+    # Vision Transformers (encoder on image patches); vit_tiny reads scikit-learn's 8 x 8 digits.
+    "vit_b16": lambda: ModelConfig(**_VIT),
+    "vit_s16": lambda: ModelConfig(**{**_VIT, "d_model": 384, "num_heads": 6, "d_ff": 1536}),
+    "vit_ti16": lambda: ModelConfig(**{**_VIT, "d_model": 192, "num_heads": 3, "d_ff": 768}),
+    "vit_tiny": lambda: ModelConfig(**{**_VIT, **_HF_TINY, "num_encoder_layers": 2, "image_size": 8, "patch_size": 2,
+                                       "num_channels": 1, "max_position_embeddings": 17}),
 }
 
 

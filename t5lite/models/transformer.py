@@ -29,6 +29,8 @@ from t5lite.errors import ConfigError
 from t5lite.models import bottleneck
 from t5lite.models import heads as H
 from t5lite.models import layers as L
+from t5lite.models import windowed_attention as W
+from t5lite.models import vision
 from t5lite.models.config import ModelConfig
 
 _REMAT_POLICIES = {"full": None, "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
@@ -81,16 +83,23 @@ def run_layers(config: ModelConfig, num_layers: int, x, inputs: L.AttentionInput
             variables = dict(variable_axes={"params": 0, "cache": 0}, metadata_params={nn.PARTITION_NAME: "layers"})
         stack = nn.scan(layer_cls, **variables, split_rngs={"params": not config.share_layers, "dropout": True},
                         in_axes=(nn.broadcast,), length=num_layers)
-        x, _ = stack(config, name="layers", **layer_options)(x, inputs)
+        x, _ = stack(config, name="layers", **layer_options)(x, _for_layer(inputs, 0))
         return x
     if config.share_layers:
         layer = layer_cls(config, name="layers", **layer_options)
-        for _ in range(num_layers):
-            x, _ = layer(x, inputs)
+        for i in range(num_layers):
+            x, _ = layer(x, _for_layer(inputs, i))
         return x
     for i in range(num_layers):
-        x, _ = layer_cls(config, name=f"layers_{i}", **layer_options)(x, inputs)
+        x, _ = layer_cls(config, name=f"layers_{i}", **layer_options)(x, _for_layer(inputs, i))
     return x
+
+
+def _for_layer(inputs: L.AttentionInputs, i: int) -> L.AttentionInputs:
+    """Layer i's inputs: its own window's biases where a windowed stack holds one per layer."""
+    if isinstance(inputs.bias, tuple) and inputs.bias and isinstance(inputs.bias[0], W.WindowBiases):
+        return inputs._replace(bias=inputs.bias[i])
+    return inputs
 
 
 class Stack(nn.Module):
@@ -103,9 +112,9 @@ class Stack(nn.Module):
     causal: bool = False
     cross: bool = False
 
-    def _embed(self, tokens, positions, token_types, deterministic, prompt=None, n_prefix=0):
+    def _embed(self, tokens, positions, token_types, deterministic, prompt=None, n_prefix=0, images=None):
         cfg = self.config
-        x = self.token_embedder(tokens)
+        x = self.token_embedder(tokens) if images is None else vision.PatchEmbedding(cfg, name="patch_embedder")(images)
         if prompt is not None:   # the soft prompt stands in for its placeholder tokens' embeddings
             x = x.at[:, :prompt.shape[0]].set(prompt.astype(x.dtype))
         if cfg.scale_embeddings:
@@ -156,7 +165,10 @@ class Stack(nn.Module):
     @nn.compact
     def __call__(self, tokens, token_types=None, segment_ids=None, positions=None, causal_attention=None,
                  encoded=None, encoder_mask=None, encoder_segment_ids=None, deterministic=True, decode=False,
-                 as_encoder=False):
+                 as_encoder=False, images=None, global_mask=None):
+        """`images` (a ViT encoder's): the patches stand in for the embeddings of `tokens`
+        (`vision.position_tokens`, one per patch and [CLS]). `global_mask` [b, n]: Longformer's global
+        tokens (with `attention_window`)."""
         cfg = self.config
         causal, cross = self.causal and not as_encoder, self.cross and not as_encoder
         prompt = self.get_variable("params", "prompt") if self.has_variable("params", "prompt") else None
@@ -188,16 +200,25 @@ class Stack(nn.Module):
             positions, k_positions = positions + n_prefix, jnp.concatenate(
                 [jnp.broadcast_to(jnp.arange(n_prefix), (tokens.shape[0], n_prefix)), k_positions + n_prefix], 1)
 
-        x = self._embed(tokens, positions, token_types, deterministic, prompt, n_prefix)
-        bias = L.attention_bias(q_mask, k_mask, causal, segment_ids, segment_ids,
-                                causal_attention, k_prefix, q_index, k_index)
-        bias = _open_to_prefix(bias, n_prefix)
-        relative = k_positions[:, None, :] - positions[:, :, None]
-        if cfg.position_encoding == "t5_relative":
+        x = self._embed(tokens, positions, token_types, deterministic, prompt, n_prefix, images)
+        relpos = L.RelativePositionBias(cfg, not causal, name="relpos_bias") if cfg.position_encoding == "t5_relative" \
+            else None
+        windowed = cfg.attention_window is not None and not decode
+        if windowed:   # Longformer: blocked biases, never [q, k]
+            bias = _window_biases(cfg, self.num_layers, q_mask, segment_ids, positions, causal, causal_attention,
+                                  global_mask, relpos, n_prefix)
+        else:
+            bias = L.attention_bias(q_mask, k_mask, causal, segment_ids, segment_ids,
+                                    causal_attention, k_prefix, q_index, k_index)
+            if cfg.attention_window is not None:   # a KV cache's few queries per step: a dense band is cheap
+                bias = bias + _decode_band(cfg, tokens, q_index, k_index)
+            bias = _open_to_prefix(bias, n_prefix)
+            relative = k_positions[:, None, :] - positions[:, :, None]
+        if relpos is not None and not windowed:
             # Rows that all count 0, 1, 2, ... share one [1, heads, q, k] bias: the bucket lookup
             # and its gradient (a scatter-add into the table) run once, not once per row.
             offsets = relative[:1] if rows_share_positions else relative
-            position_bias = L.RelativePositionBias(cfg, not causal, name="relpos_bias")(offsets)
+            position_bias = relpos(offsets)
             if rows_share_positions:
                 position_bias = L.broadcast_rows(position_bias, tokens.shape[0])
             bias = (bias, position_bias)
@@ -223,6 +244,28 @@ class Stack(nn.Module):
         if cfg.final_norm:
             x = L.make_norm(cfg, "final_norm")(x)
         return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+def _window_biases(cfg: ModelConfig, num_layers: int, mask, segment_ids, positions, causal: bool, prefix,
+                   global_mask, relpos, n_prefix: int):
+    """Each layer's Longformer biases (t5lite.models.windowed_attention) for a stack's rows."""
+    if n_prefix:
+        raise ConfigError("prefix tuning adds keys outside the sequence, which attention_window's band does not "
+                          "hold; prompt-tune instead, or drop attention_window")
+    return W.stack_biases(cfg.attention_window, cfg.attention_dilation, num_layers,
+                          W.make_slots(mask, segment_ids, positions, prefix), causal, global_mask,
+                          cfg.max_global_tokens, relpos)
+
+
+def _decode_band(cfg: ModelConfig, tokens, q_index, k_index):
+    """[b, 1, q, k]: the band of a decoding step's queries (one window for every layer)."""
+    windows, dilations = ({*W.per_layer(value, 1)} for value in (cfg.attention_window, cfg.attention_dilation))
+    if len(windows) > 1 or len(dilations) > 1:
+        raise ConfigError("decoding with the KV cache needs one attention_window and attention_dilation for every "
+                          "layer; score instead, or give each one int")
+    q_index = jnp.arange(tokens.shape[1]) if q_index is None else q_index
+    k_index = q_index if k_index is None else k_index
+    return W.band_bias(jnp.atleast_2d(q_index), jnp.atleast_2d(k_index), *windows, *dilations)
 
 
 def _with_prompt_slots(cfg: ModelConfig, n: int, tokens, token_types, segment_ids, positions, causal_attention):
@@ -266,7 +309,8 @@ def make_token_embedder(cfg: ModelConfig) -> L.Embed:
 
 
 class Encoder(nn.Module):
-    """BERT family: `apply(vars, encoder_input_tokens=..., token_type_ids=...)` -> MLM logits."""
+    """BERT family: `apply(vars, encoder_input_tokens=..., token_type_ids=...)` -> MLM logits. A ViT
+    (`config.image_size`) reads `encoder_input_images` [batch, H, W, C] instead of tokens."""
     config: ModelConfig
 
     def setup(self):
@@ -284,12 +328,15 @@ class Encoder(nn.Module):
         elif cfg.encoder_head == "discriminator":
             self.discriminator_head = H.DiscriminatorHead(cfg)
 
-    def encode(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
-               enable_dropout=False, **unused_features):
-        return without_prompt(self.encoder(encoder_input_tokens, token_type_ids, encoder_segment_ids,
-                                            encoder_positions, deterministic=not enable_dropout), encoder_input_tokens)
+    def encode(self, encoder_input_tokens=None, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
+               enable_dropout=False, encoder_input_images=None, encoder_global_attention_mask=None,
+               **unused_features):
+        tokens, images = vision.encoder_inputs(self.config, encoder_input_tokens, encoder_input_images)
+        return without_prompt(self.encoder(tokens, token_type_ids, encoder_segment_ids, encoder_positions,
+                                            deterministic=not enable_dropout, images=images,
+                                            global_mask=encoder_global_attention_mask), tokens)
 
-    def pool(self, encoder_input_tokens, **features):
+    def pool(self, encoder_input_tokens=None, **features):
         """BERT's pooled [CLS] vector [batch, d_model] (configs with `pooler=True`)."""
         return self.pooler(self.encode(encoder_input_tokens, **features))
 
@@ -317,9 +364,11 @@ class Encoder(nn.Module):
                                                               span_relative_position, self.token_embedder)
         return logits
 
-    def __call__(self, encoder_input_tokens, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
-                 enable_dropout=False, **unused_features):
-        x = self.encode(encoder_input_tokens, token_type_ids, encoder_segment_ids, encoder_positions, enable_dropout)
+    def __call__(self, encoder_input_tokens=None, token_type_ids=None, encoder_segment_ids=None, encoder_positions=None,
+                 enable_dropout=False, encoder_input_images=None, encoder_global_attention_mask=None,
+                 **unused_features):
+        x = self.encode(encoder_input_tokens, token_type_ids, encoder_segment_ids, encoder_positions, enable_dropout,
+                        encoder_input_images, encoder_global_attention_mask)
         if self.config.pooler and self.is_initializing():   # create every param in one init
             pooled = self.pooler(x)
             if self.config.sentence_head:
@@ -377,12 +426,11 @@ class EncoderDecoder(nn.Module):
         self.lm_head = H.LmHead(cfg, self.token_embedder)
 
     def encode(self, encoder_input_tokens, encoder_segment_ids=None, encoder_positions=None,
-               enable_dropout=False, **unused_features):
-        if self.config.share_encoder_decoder:
-            return self.decoder(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
-                                deterministic=not enable_dropout, as_encoder=True)
-        return self.encoder(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
-                            deterministic=not enable_dropout)
+               enable_dropout=False, encoder_global_attention_mask=None, **unused_features):
+        stack = self.decoder if self.config.share_encoder_decoder else self.encoder
+        return stack(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
+                     deterministic=not enable_dropout, as_encoder=self.config.share_encoder_decoder,
+                     global_mask=encoder_global_attention_mask)
 
     def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids=None,
                decoder_segment_ids=None, decoder_positions=None, enable_dropout=False, decode=False,
@@ -402,8 +450,9 @@ class EncoderDecoder(nn.Module):
 
     def __call__(self, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids=None,
                  decoder_segment_ids=None, encoder_positions=None, decoder_positions=None,
-                 enable_dropout=False, **unused_features):
-        encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions, enable_dropout)
+                 enable_dropout=False, encoder_global_attention_mask=None, **unused_features):
+        encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions, enable_dropout,
+                              encoder_global_attention_mask)
         return self.decode(encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids,
                            decoder_segment_ids, decoder_positions, enable_dropout)
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from t5lite.errors import ConfigError
 from t5lite.models import heads as H
+from t5lite.models import vision
 from t5lite.models.awd_lstm import BiLSTM
 from t5lite.models.config import ModelConfig
 from t5lite.models.transformer import build_module, without_prompt
@@ -38,6 +39,7 @@ class WithHead(nn.Module):
 
     def __call__(self, enable_dropout: bool = False, num_segments: int | None = None, **features):
         tokens = features.get("encoder_input_tokens", features.get("decoder_input_tokens"))
+        tokens, _ = vision.encoder_inputs(self.config, tokens, features.get(vision.IMAGES))   # a ViT's: no padding
         mask = tokens != self.config.pad_token_id
         deterministic = not enable_dropout
         if num_segments is not None and self.pooling is not None:
