@@ -177,14 +177,22 @@ class TrainTask:
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     def _microbatch(self, x, i):
-        """Microbatch `i` of a [batch, ...] feature: rows i, i + M, i + 2M, ... (M microbatches).
+        """Microbatch `i` of a [batch, ...] feature (M microbatches of B / M rows).
 
-        Strided, so every data-parallel device already holds its share of every microbatch and
-        taking one moves no data (a contiguous slice would live on a subset of the devices and
-        be resharded; tests/test_partitioning.py counts the collectives)."""
+        With the 'microbatch' loss scope, T5X's (`accumulate_grads_microbatched`): the contiguous
+        rows [i B/M, (i + 1) B/M). There each microbatch is normalised on its own, so which rows
+        go together changes the update, and a batch gives T5X's gradient. Otherwise rows i, i + M,
+        i + 2M, ...: the divisors are the whole batch's, so the grouping leaves a token loss's
+        update as it is, and a strided microbatch is already spread over the data-parallel
+        devices, so taking one moves no data (a contiguous slice lives on a subset of them and is
+        resharded; tests/test_partitioning.py counts the collectives)."""
         m = self.num_microbatches
-        strided = x.reshape((x.shape[0] // m, m) + x.shape[1:])
-        rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
+        if self.loss.per_microbatch:
+            size = x.shape[0] // m
+            rows = jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=0)
+        else:
+            strided = x.reshape((x.shape[0] // m, m) + x.shape[1:])
+            rows = jax.lax.dynamic_index_in_dim(strided, i, axis=1, keepdims=False)
         return jax.lax.with_sharding_constraint(rows, self.partitioner.batch_sharding(x.ndim))
 
     def jit_train_step(self, frozen=None, teacher=None, masks=None):

@@ -100,8 +100,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
     sequence weighs the same ('AVERAGE_PER_SEQUENCE'). `loss_normalizing_scope` says over what
     the factor (and every other divisor of the objective) is counted when `num_microbatches` > 1:
     'global_batch' (the default) counts the whole batch, so the update does not depend on
-    `num_microbatches`; 'microbatch' is T5X's (each microbatch's loss divided by its own count,
-    gradients summed).
+    `num_microbatches`; 'microbatch' is T5X's `accumulate_grads_microbatched` (microbatch i is
+    its contiguous slice of rows, each microbatch's loss divided by its own count, gradients
+    summed), so a batch gives T5X's gradient.
     The logged `loss` is always the per-real-token mean.
 
     `objective` (t5lite.objectives.base) is the module trained and its loss; the default is token
