@@ -1,18 +1,25 @@
-"""The sweep's report: per cell, each task's T5 metric over seeds (mean and 95% t-interval), the
-pre-training cost, paired comparisons for the claims with a verdict each, and PNGs of the
-pre-training curves and the table. Read only from the run directories, so it can be rebuilt.
-report.json keeps each t-interval as computed; the table and the PNG clip it to the metric's range
-(with few seeds it can reach past 100) and say so."""
+"""The sweep's report: per cell, each task's T5 metric over seeds (mean and 95% t-interval), marked
+where it is at chance (its interval reaches the task's constant-prediction baseline), the
+pre-training cost, and for each claim a paired comparison and a verdict per task, with the seeds a
+decision would need; PNGs of the pre-training curves and the table. Read only from the run
+directories and the dev labels, so it can be rebuilt. report.json keeps each t-interval as
+computed; the table and the PNG clip it to the metric's range (with few seeds it can reach past
+100) and say so."""
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import statistics
 from pathlib import Path
 
+import numpy as np
+
+from t5lite import metrics
+from t5lite.errors import T5liteError
 from t5lite.experiments import stats
 from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
-from t5lite.experiments.spec import Spec
+from t5lite.experiments.spec import Claim, Spec
 from t5lite.plotting import plain_ticks, pyplot
 from t5lite.run_layout import RunDir
 
@@ -23,6 +30,10 @@ PARAMS_LINE = re.compile(r"\|\| all params: (\d+)")
 COST_KEYS = ("cost_flops", "cost_device_hours", "cost_energy_kwh", "cost_co2e_kg", "cost_price_usd")
 # Correlations as t5lite.metrics scales them (x100) run from -100 to 100; every other score from 0 to 100.
 CORRELATIONS = frozenset({"matthews_corrcoef", "pearson_corrcoef", "spearman_corrcoef"})
+# The metrics with a constant-prediction baseline, and how t5lite scores them.
+SCORERS = {"accuracy": metrics.accuracy, "f1": metrics.f1_score_with_invalid,
+           **{name: getattr(metrics, name) for name in CORRELATIONS}}
+AT_CHANCE = "°"
 
 
 def metric_range(metric: str) -> tuple[float, float]:
@@ -35,10 +46,23 @@ def metric_range(metric: str) -> tuple[float, float]:
     return (-100.0, 100.0) if metric in CORRELATIONS else (0.0, 100.0)
 
 
-def column_ranges(tasks: dict) -> dict[str, tuple[float, float]]:
-    """Each report column's range: its task metric's, and for the GLUE average the mean of theirs."""
-    ranges = {task: metric_range(metric) for task, metric in tasks.items()}
-    return ranges | {"glue_average": tuple(statistics.fmean(r[end] for r in ranges.values()) for end in (0, 1))}
+def direction(metric: str) -> int:
+    """+1 where a higher score is better, -1 for a loss or a perplexity."""
+    return -1 if metric.endswith(("loss", "perplexity")) else 1
+
+
+def average_tasks(report: dict) -> list[str]:
+    """The tasks the GLUE average is over: those no cell is at chance on (every task in a report
+    that marks none)."""
+    return report.get("average_tasks", list(report["tasks"]))
+
+
+def column_ranges(report: dict) -> dict[str, tuple[float, float]]:
+    """Each report column's range: its task metric's, and for the GLUE average the mean of its
+    tasks' (of every task's, when it is over none)."""
+    ranges = {task: metric_range(metric) for task, metric in report["tasks"].items()}
+    averaged = [ranges[task] for task in average_tasks(report)] or list(ranges.values())
+    return ranges | {"glue_average": tuple(statistics.fmean(r[end] for r in averaged) for end in (0, 1))}
 
 
 def clipped(summary: dict, bounds: tuple[float, float]) -> tuple[float, float, bool]:
@@ -53,12 +77,11 @@ def _range_text(bounds: tuple[float, float]) -> str:
 
 def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
     """One finished (cell, seed), `done` its done.json: each task's last logged eval metric, the
-    GLUE average, the cost."""
+    cost."""
     scores = {}
     for task, metric in spec.tasks.items():
         evals = [r for r in read_metrics(folder / f"finetune_{task}") if f"eval_{metric}" in r]
         scores[task] = float(evals[-1][f"eval_{metric}"]) if evals else math.nan
-    scores["glue_average"] = sum(scores.values()) / len(scores)
     pretrain = read_metrics(folder / "pretrain")
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(_stage_seconds(folder / stage, seconds)
@@ -93,9 +116,42 @@ def _stage_seconds(run_dir: Path, last_call_seconds: float) -> float:
     return float(_cost_report(run_dir).get("seconds", last_call_seconds))
 
 
+def dev_labels(spec: Spec, task: str) -> list:
+    """The labels of the dev examples a fine-tuning run scores: the first `eval_max_examples` of
+    the task's validation split, in file order, as the evaluation reads them."""
+    import t5lite.data.tasks  # noqa: F401  (registers the tasks)
+    from t5lite.data.registry import TaskRegistry
+    rows = TaskRegistry.get(f"{spec.cells[0].task_prefix}{task}").source.load("validation", data_dir=spec.data_dir)
+    return [row["label"] for row in itertools.islice(rows, spec.eval_max_examples)]
+
+
+def baselines(spec: Spec) -> tuple[dict, str | None]:
+    """Each task's constant-prediction baseline on its dev labels (None for a metric without one),
+    and, when the labels cannot be read, why none are known."""
+    if spec.data_dir is None:
+        return dict.fromkeys(spec.tasks), "no sweep.data_dir to read the dev labels from"
+    known = {}
+    for task, metric in spec.tasks.items():
+        if metric not in SCORERS:
+            known[task] = None
+            continue
+        try:
+            labels = dev_labels(spec, task)
+        except (T5liteError, OSError, KeyError) as e:
+            return dict.fromkeys(spec.tasks), f"the dev labels of {task} could not be read ({e})"
+        known[task] = stats.constant_baseline(lambda t, p: SCORERS[metric](t, p)[metric], labels)
+    return known, None
+
+
+def _summary(values: list[float]) -> dict:
+    mean, low, high = stats.t_interval(values) if values else (math.nan,) * 3
+    return {"mean": mean, "low": low, "high": high}
+
+
 def build(spec: Spec, out: Path) -> dict:
-    """report.json's content: per cell its seeds' results and summaries, per claim a verdict."""
-    columns = [*spec.tasks, "glue_average"]
+    """report.json's content: per cell its seeds' results, summaries and at-chance marks, per
+    claim a verdict on each task."""
+    baseline, baseline_note = baselines(spec)
     cells = {}
     for cell in spec.cells:
         seeds, errors = {}, []
@@ -105,39 +161,86 @@ def build(spec: Spec, out: Path) -> dict:
                 seeds[seed] = seed_result(spec, folder, done)
             elif isinstance(error := read_json(folder / "error.json"), dict):
                 errors.append({"seed": seed, **error})
-        summary = {}
-        for column in columns:
-            mean, low, high = stats.t_interval([r["scores"][column] for r in seeds.values()]) if seeds else (math.nan,) * 3
-            summary[column] = {"mean": mean, "low": low, "high": high}
+        summary = {task: _summary([r["scores"][task] for r in seeds.values()]) for task in spec.tasks}
         cost = {k: statistics.fmean(r["cost"][k] for r in seeds.values() if k in r["cost"])   # over the seeds that log it
                 for k in dict.fromkeys(k for r in seeds.values() for k in r["cost"])}
         cells[cell.name] = {"pretrain": list(cell.pretrain), "bindings": list(cell.bindings),
                             "finetune": list(cell.finetune), "seeds": seeds, "summary": summary,
+                            "at_chance": {task: stats.at_chance(summary[task]["low"], baseline[task]) for task in spec.tasks},
                             "cost_per_seed": cost, "errors": errors}
-    claims = []
-    for claim in spec.claims:
-        a, b = cells[claim.better]["seeds"], cells[claim.worse]["seeds"]
-        paired = sorted(set(a) & set(b))
-        diff, p = stats.paired_t_test([a[s]["scores"][claim.column] for s in paired],
-                                      [b[s]["scores"][claim.column] for s in paired])
-        claims.append({"claim": claim.text, "better": claim.better, "worse": claim.worse, "column": claim.column,
-                       "seeds": paired, "difference": diff, "p_value": p, "verdict": stats.verdict(diff, p)})
+    averaged = [task for task in spec.tasks if not any(cell["at_chance"][task] for cell in cells.values())]
+    for cell in cells.values():   # the average over the tasks every cell is above chance on
+        for result in cell["seeds"].values():
+            result["scores"]["glue_average"] = statistics.fmean(result["scores"][t] for t in averaged) if averaged else math.nan
+        cell["summary"]["glue_average"] = _summary([r["scores"]["glue_average"] for r in cell["seeds"].values()])
     return {"sweep": spec.name, "scale": spec.scale, "tasks": dict(spec.tasks), "seeds": list(spec.seeds),
             "pretrain_tokens_budget": spec.pretrain_tokens, "batch_size": spec.batch_size,
-            "finetune_steps": spec.finetune_steps, "cells": cells, "claims": claims}
+            "finetune_steps": spec.finetune_steps, "baselines": baseline, "baseline_note": baseline_note,
+            "average_tasks": averaged, "cells": cells, "claims": [judge(claim, cells, spec.tasks) for claim in spec.claims]}
 
 
-def _fmt(summary: dict, bounds: tuple[float, float]) -> str:
-    """mean [low, high], the interval clipped to `bounds` and then marked †."""
+def judge(claim: Claim, cells: dict, tasks: dict) -> dict:
+    """A claim's comparison and verdict on each task it is judged on, and its verdict over them."""
+    results = {task: compare(claim, cells, task, tasks[task]) for task in claim.judged_on(tasks)}
+    return {"claim": claim.text, "better": claim.better, "worse": claim.worse, "column": claim.column,
+            "effect": claim.effect, "margin": claim.margin, "tasks": results, "verdict": overall_verdict(results)}
+
+
+def compare(claim: Claim, cells: dict, task: str, metric: str) -> dict:
+    """The paired difference better - worse on `task` over the seeds both rows finished (its mean,
+    95% interval, spread and paired t-test p) and its verdict: left out where both rows are at
+    chance; else a difference or equivalence verdict, with the seeds the paper's effect (or, where
+    the sweep gives none, the observed one) would need."""
+    a, b = cells[claim.better], cells[claim.worse]
+    paired = sorted(set(a["seeds"]) & set(b["seeds"]))
+    x, y = ([cell["seeds"][s]["scores"][task] for s in paired] for cell in (a, b))
+    d = np.subtract(x, y)
+    difference, p = stats.paired_t_test(x, y)
+    _, low, high = stats.t_interval(d) if len(d) else (math.nan,) * 3
+    sd = float(np.std(d, ddof=1)) if len(d) >= 2 else math.nan
+    row = {"seeds": paired, "difference": difference, "low": low, "high": high, "sd": sd, "p_value": p}
+    if a["at_chance"][task] and b["at_chance"][task]:
+        return row | {"seeds_needed": None, "verdict": "at chance: left out"}
+    if claim.margin is None:
+        needed = stats.seeds_needed(claim.effect or abs(difference), sd)
+        return row | {"seeds_needed": needed,
+                      "verdict": stats.difference_verdict(low, high, direction(metric), needed, len(d))}
+    tost_p = stats.tost_paired(x, y, claim.margin)
+    _, low90, high90 = stats.t_interval(d, 1 - 2 * stats.ALPHA) if len(d) else (math.nan,) * 3
+    needed = stats.equivalence_seeds_needed(claim.margin, sd)
+    return row | {"tost_p_value": tost_p, "seeds_needed": needed,
+                  "verdict": stats.equivalence_verdict(tost_p, low90, high90, claim.margin, needed, len(d))}
+
+
+def overall_verdict(results: dict) -> str:
+    """Over a claim's tasks: reproduced or contradicted on the tasks that decided (mixed when they
+    disagree), else the fewest seeds any undecided task needs, else at chance on every task."""
+    if not results:
+        return "not run: its task is not one of this scale's"
+    decided = {kind: [task for task, r in results.items() if r["verdict"] == kind] for kind in ("reproduced", "contradicted")}
+    if all(decided.values()):
+        return "mixed: " + "; ".join(f"{kind} on {', '.join(tasks)}" for kind, tasks in decided.items())
+    for kind, tasks in decided.items():
+        if tasks:
+            return f"{kind} on {', '.join(tasks)}"
+    undecided = [r for r in results.values() if r["verdict"].startswith("undecided")]
+    if not undecided:
+        return "at chance on every task: no verdict"
+    return min(undecided, key=lambda r: (r["seeds_needed"] is None, r["seeds_needed"] or 0))["verdict"]
+
+
+def _fmt(summary: dict, bounds: tuple[float, float], chance: bool = False) -> str:
+    """mean [low, high], the interval clipped to `bounds` and then marked †; AT_CHANCE after it
+    where the entry is at chance."""
     if math.isnan(summary["mean"]):
         return "–"
     low, high, moved = clipped(summary, bounds)
-    return f"{summary['mean']:.1f} [{low:.1f}, {high:.1f}]" + ("†" if moved else "")
+    return f"{summary['mean']:.1f} [{low:.1f}, {high:.1f}]" + ("†" if moved else "") + (AT_CHANCE if chance else "")
 
 
 def _clipping_note(report: dict, columns: list[str], heads: list[str]) -> list[str]:
     """The footnote for the table's † marks, naming each clipped column's range; [] with none."""
-    ranges = column_ranges(report["tasks"])
+    ranges = column_ranges(report)
     hit = [(head, ranges[c]) for c, head in zip(columns, heads)
            if any(not math.isnan(cell["summary"][c]["mean"]) and clipped(cell["summary"][c], ranges[c])[2]
                   for cell in report["cells"].values())]
@@ -161,20 +264,37 @@ def markdown(report: dict) -> str:
              "Each entry: mean over seeds [95% t-interval].", "",
              "| cell | " + " | ".join(heads) + " | params | pre-train steps | tokens | pre-train FLOPs | device h | wall h/seed | seeds |",
              "|---" * (len(heads) + 8) + "|"]
-    ranges = column_ranges(report["tasks"])
+    baseline = report.get("baselines", {})
+    if any(v is not None for v in baseline.values()):
+        lines.append("| constant baseline | " + " | ".join(_num(baseline.get(c), ".1f") for c in columns) + " |" + " |" * 7)
+    ranges = column_ranges(report)
     for name, cell in report["cells"].items():
         cost = cell["cost_per_seed"]
         flops = cost.get("cost_flops", cost.get("flops"))
-        lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c], ranges[c]) for c in columns) +
+        chance = cell.get("at_chance", {})
+        lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c], ranges[c], chance.get(c, False)) for c in columns) +
                      f" | {_num(cost.get('params'))} | {cost.get('pretrain_steps', 0):.0f} | "
                      f"{cost.get('pretrain_tokens', 0):.0f} | {_num(flops)} | {_num(cost.get('cost_device_hours'))} | "
                      f"{cost.get('wall_hours', 0):.4f} | "
                      f"{len(cell['seeds'])} |")
-    lines += _clipping_note(report, columns, heads)
-    lines += ["", "## Claims", "", "| claim | difference | p (paired t) | verdict |", "|---|---|---|---|"]
+    lines += _clipping_note(report, columns, heads) + _chance_note(report)
+    lines += ["", "## Claims", "", "Each claim is judged on each task on its own (a claim on `glue_average` on every "
+              "task), never on an average: *reproduced* where the 95% interval of the paired difference "
+              "(better - worse, seed by seed) excludes 0 in the paper's direction, *contradicted* where it "
+              "excludes 0 the other way; a claim of equivalence (a margin) is *reproduced* where the paired TOST "
+              f"shows the difference within ±margin (p < {stats.ALPHA:g}), *contradicted* where its "
+              f"{100 * (1 - 2 * stats.ALPHA):g}% interval lies outside. Otherwise *undecided*, with the seeds a paired "
+              f"t-test at {stats.ALPHA:g} needs for {100 * stats.POWER:g}% power against the paper's effect (the "
+              "observed difference where the sweep gives none), from the spread of the paired differences.",
+              "", "| claim | rows | paper's effect | verdict |", "|---|---|---|---|"]
     for c in report["claims"]:
-        lines.append(f"| {c['claim']} ({c['better']} vs {c['worse']}, {c['column']}) | {_num(c['difference'], '+.2f')} | "
-                     f"{_num(c['p_value'])} | {c['verdict']} |")
+        effect = f"on par within ±{c['margin']:g}" if c.get("margin") else _num(c.get("effect"), "+g")
+        lines.append(f"| {c['claim']} | {c['better']} vs {c['worse']}, {c['column']} | {effect} | {c['verdict']} |")
+    lines += ["", *claim_table(report)]
+    if report.get("pilot"):
+        pilot = report["pilot"]
+        lines += ["", "## The pilot", "", f"Before this sweep, its pilot (`pilot/report.md`: seeds {pilot['seeds']}, "
+                  f"the `{pilot['scale']}` scale) measured:", "", *claim_table(pilot)]
     failed = [(name, e) for name, cell in report["cells"].items() for e in cell["errors"]]
     if failed:
         lines += ["", "## Failed cells", ""]
@@ -182,6 +302,63 @@ def markdown(report: dict) -> str:
             lines += [f"`{name}` seed {e['seed']} failed in {e['stage']} (exit {e['returncode']}):", "", "```",
                       *e["tail"], "```", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _chance_note(report: dict) -> list[str]:
+    """What the AT_CHANCE marks and the GLUE average mean, or why no baseline is known."""
+    if report.get("baseline_note"):
+        return ["", f"No constant baselines: {report['baseline_note']}; no entry is marked at chance."]
+    if "baselines" not in report:
+        return []
+    averaged = average_tasks(report)
+    over = f"the mean over {', '.join(averaged)}" if averaged else "over no task"
+    return ["", f"constant baseline: the best score of one label predicted for every dev example scored. "
+            f"{AT_CHANCE} at chance: the seeds' 95% interval reaches the baseline (its lower end is at or below it); "
+            f"such entries are kept out of the GLUE average and out of the claims' verdicts (where both rows are at "
+            f"chance). GLUE avg is {over}: the tasks no cell is at chance on."]
+
+
+def plan(report: dict) -> list[str]:
+    """The console's summary of a (pilot) report: per claim and task, each row's distance from
+    chance, the paired differences' spread, and the seeds a decision needs."""
+    lines = [f"{report['sweep']} ({report['scale']}, seeds {report['seeds']}): the seeds each claim needs, per task"]
+    for c in report["claims"]:
+        for task, r in c["tasks"].items():
+            rows = ", ".join(f"{row} {_distance(report, row, task)}" for row in (c["better"], c["worse"]))
+            needs = "more tokens or steps, not seeds" if r["verdict"].startswith("at chance") else (
+                f"{r['seeds_needed']} seeds" if r["seeds_needed"] else r["verdict"].removeprefix("undecided: "))
+            lines.append(f"  {c['claim']} | {task}: {rows}; difference {_num(r['difference'], '+.2f')} "
+                         f"(sd {_num(r['sd'], '.2f')} over {len(r['seeds'])} seeds); needs {needs}")
+    return lines
+
+
+def _distance(report: dict, row: str, task: str) -> str:
+    """A row's mean on a task and how far it is from the task's baseline."""
+    cell, baseline = report["cells"][row], report.get("baselines", {}).get(task)
+    if baseline is None or _num(cell["summary"][task]["mean"]) == "–":
+        return _mean(cell, task)
+    where = "at chance" if cell["at_chance"][task] else "above chance"
+    return f"{_mean(cell, task)} ({_num(cell['summary'][task]['mean'] - baseline, '+.1f')} from {baseline:.1f}, {where})"
+
+
+def _mean(cell: dict, task: str) -> str:
+    """A cell's mean on a task, marked where it is at chance."""
+    return _num(cell["summary"][task]["mean"], ".1f") + (AT_CHANCE if cell.get("at_chance", {}).get(task) else "")
+
+
+def claim_table(report: dict) -> list[str]:
+    """Each claim's comparison on each of its tasks: the rows' means, the paired difference, its
+    spread, and the seeds a decision needs (the power analysis)."""
+    lines = ["| claim | task | baseline | better | worse | difference [95% interval] | sd of differences | p (paired t) "
+             "| seeds | seeds needed | verdict |", "|---" * 11 + "|"]
+    for c in report["claims"]:
+        for task, r in c["tasks"].items():
+            means = [_mean(report["cells"][row], task) for row in (c["better"], c["worse"])]
+            interval = "–" if r["low"] is None or math.isnan(r["low"]) else f"[{r['low']:+.2f}, {r['high']:+.2f}]"
+            lines.append(f"| {c['claim']} | {task} | {_num(report.get('baselines', {}).get(task), '.1f')} | {means[0]} | "
+                         f"{means[1]} | {_num(r['difference'], '+.2f')} {interval} | {_num(r['sd'], '.2f')} | "
+                         f"{_num(r['p_value'])} | {len(r['seeds'])} | {_num(r['seeds_needed'], 'd')} | {r['verdict']} |")
+    return lines
 
 
 def plots(report: dict, out: Path) -> None:
@@ -211,7 +388,7 @@ def table_figure(report: dict):
     """Each cell's GLUE average with its t-interval, clipped to the average's range as the table's
     are (the x label says so when it is)."""
     names = list(report["cells"])
-    bounds = column_ranges(report["tasks"])["glue_average"]
+    bounds = column_ranges(report)["glue_average"]
     summaries = [report["cells"][n]["summary"]["glue_average"] for n in names]
     intervals = [clipped(s, bounds) for s in summaries]
     fig, ax = pyplot().subplots(figsize=(6, 0.9 + 0.5 * len(names)))
@@ -226,7 +403,13 @@ def table_figure(report: dict):
 
 
 def write(spec: Spec, out: Path) -> dict:
+    """report.json, report.md and the PNGs in `out`; the report carries its pilot's comparisons
+    where `out/pilot` holds one."""
     report = build(spec, out)
+    if isinstance(pilot := read_json(out / "pilot" / "report.json"), dict):
+        report["pilot"] = {"scale": pilot["scale"], "seeds": pilot["seeds"], "baselines": pilot["baselines"],
+                           "claims": pilot["claims"], "cells": {name: {key: cell[key] for key in ("summary", "at_chance")}
+                                                               for name, cell in pilot["cells"].items()}}
     write_json_atomic(out / "report.json", report)
     (out / "report.md").write_text(markdown(report))
     plots(report, out)

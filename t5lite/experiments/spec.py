@@ -16,7 +16,8 @@ from t5lite.errors import ConfigError
 
 CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row"}
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
-              "eval_max_examples", "bindings", "parallel", "tasks"}
+              "eval_max_examples", "bindings", "parallel", "tasks", "pilot"}
+PILOT_SEEDS = 3   # a pilot's seeds unless the scale's `pilot` says otherwise
 POSITIVE_SCALE_KEYS = {"pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size", "eval_max_examples",
                        "parallel"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -40,11 +41,19 @@ class Cell:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A published ordering: row `better` beats row `worse` on `column` (a task or 'glue_average')."""
+    """A published result about rows `better` and `worse` on `column` (a task, or 'glue_average':
+    each task): `better` beats `worse`, or, with a `margin`, the two are on par within ±margin.
+    `effect` is the paper's difference in the metric's points, which the seed counts are sized for."""
     text: str
     better: str
     worse: str
     column: str = "glue_average"
+    effect: float | None = None
+    margin: float | None = None
+
+    def judged_on(self, tasks) -> list[str]:
+        """The tasks of the sweep's `tasks` its verdicts are made on, each on its own."""
+        return list(tasks) if self.column == "glue_average" else [t for t in tasks if t == self.column]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +73,7 @@ class Spec:
     claims: tuple[Claim, ...]
     command: tuple[str, ...]
     data_dir: str | None = None
+    pilot_sizes: Mapping = dataclasses.field(default_factory=dict)   # `pilot`'s fields where they differ
 
     def pretrain_steps(self, cell: Cell) -> int:
         """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1."""
@@ -79,17 +89,16 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
     if scale not in scales:
         raise ConfigError(f"sweep {name!r}: SWEEP_SCALE={scale!r} is not one of {sorted(scales)}; "
                           f"pass --gin.SWEEP_SCALE=\"'{next(iter(scales), 'ci')}'\"")
+    where = f"sweep {name!r} scale {scale!r}"
     size = dict(scales[scale])
-    _check_keys(f"sweep {name!r} scale {scale!r}", size, SCALE_KEYS)
-    for key in POSITIVE_SCALE_KEYS & set(size):
-        if size[key] is not None:   # eval_max_examples None: the whole dev set
-            _check_positive(f"sweep {name!r} scale {scale!r} {key!r}", size[key])
-    seeds = size.get("seeds", 2)
-    if isinstance(seeds, int):
-        _check_positive(f"sweep {name!r} scale {scale!r} 'seeds'", seeds)
-        seeds = range(seeds)
-    elif not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ConfigError(f"sweep {name!r} scale {scale!r} 'seeds' is {seeds!r}; give a count or a list of seeds >= 0")
+    _check_keys(where, size, SCALE_KEYS)
+    pilot = dict(size.pop("pilot", {}))
+    sizes = _sizes(where, size)
+    _check_keys(f"{where} 'pilot'", pilot, SCALE_KEYS - {"tasks", "pilot"})
+    pilot_sizes = _sizes(f"{where} 'pilot'", {**size, "seeds": PILOT_SEEDS, **pilot})
+    if len(pilot_sizes["seeds"]) < 2:
+        raise ConfigError(f"{where} 'pilot' runs {len(pilot_sizes['seeds'])} seed; a pilot measures the spread "
+                          "between seeds: give 'seeds': 2 or more")
     for task in tasks:
         _check_name(f"sweep {name!r} task {task!r}", task)
     parsed = []
@@ -107,7 +116,7 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         fields["task_bindings"] = tuple((task, tuple(b)) for task, b in per_task.items())
         parsed.append(Cell(cell_name, **fields))
     names = {c.name for c in parsed}
-    claims_ = tuple(Claim(*c) for c in claims)
+    claims_ = tuple(_claim(name, c) for c in claims)
     for claim in claims_:
         if claim.column not in (*tasks, "glue_average"):
             raise ConfigError(f"sweep {name!r} claim {claim.text!r}: column {claim.column!r} is neither a task "
@@ -119,13 +128,49 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
     if unknown:
         raise ConfigError(f"sweep {name!r} scale {scale!r}: tasks {unknown} are not in sweep.tasks {sorted(tasks)}")
     tasks = {t: m for t, m in tasks.items() if t in size.get("tasks", tasks)}   # a scale may run fewer
-    return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), seeds=tuple(seeds),
-                pretrain_tokens=int(size.get("pretrain_tokens", 4096)), batch_size=int(size.get("batch_size", 8)),
-                finetune_steps=int(size.get("finetune_steps", 4)),
+    return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), claims=claims_, command=tuple(command),
+                data_dir=data_dir, pilot_sizes=pilot_sizes, **sizes)
+
+
+def _sizes(where: str, size: Mapping) -> dict:
+    """A scale's sizes, checked, as Spec's fields."""
+    for key in POSITIVE_SCALE_KEYS & set(size):
+        if size[key] is not None:   # eval_max_examples None: the whole dev set
+            _check_positive(f"{where} {key!r}", size[key])
+    seeds = size.get("seeds", 2)
+    if isinstance(seeds, int):
+        _check_positive(f"{where} 'seeds'", seeds)
+        seeds = range(seeds)
+    elif not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ConfigError(f"{where} 'seeds' is {seeds!r}; give a count or a list of seeds >= 0")
+    return dict(seeds=tuple(seeds), pretrain_tokens=int(size.get("pretrain_tokens", 4096)),
+                batch_size=int(size.get("batch_size", 8)), finetune_steps=int(size.get("finetune_steps", 4)),
                 finetune_batch_size=int(size.get("finetune_batch_size", size.get("batch_size", 8))),
                 eval_max_examples=size.get("eval_max_examples"), scale_bindings=tuple(size.get("bindings", ())),
-                parallel=int(size.get("parallel", 2)), claims=claims_, command=tuple(command),
-                 data_dir=data_dir)
+                parallel=int(size.get("parallel", 2)))
+
+
+def pilot(spec: Spec) -> Spec:
+    """The sweep's pilot: the cells its claims compare, at the scale's `pilot` sizes (by default
+    the scale's own, with PILOT_SEEDS seeds), so a report can measure each task's seed-to-seed
+    spread and distance from chance before the sweep is sized."""
+    compared = {row for claim in spec.claims for row in (claim.better, claim.worse)}
+    return dataclasses.replace(spec, scale=f"{spec.scale} pilot", cells=tuple(c for c in spec.cells if c.name in compared),
+                               pilot_sizes={}, **spec.pilot_sizes)
+
+
+def _claim(sweep_name: str, given) -> Claim:
+    """A claim tuple (text, better, worse[, column[, {'effect': points} or {'margin': points}]])."""
+    options = dict(given[4]) if len(given) > 4 and isinstance(given[4], Mapping) else {}
+    where = f"sweep {sweep_name!r} claim {given[0]!r}"
+    if not 3 <= len(given) <= 5 or len(given) == 5 and not options:
+        raise ConfigError(f"{where}: give (text, better row, worse row, column, {{'effect': points}}); the column "
+                          "and the options may be left out")
+    _check_keys(where, options, {"effect", "margin"})
+    for key, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{where}: {key!r} is {value!r}; give the paper's {key} in the metric's points, a number > 0")
+    return Claim(*given[:4], **{k: float(v) for k, v in options.items()})
 
 
 def only_cells(spec: Spec, names: Sequence[str]) -> Spec:
