@@ -1,8 +1,9 @@
 """Hugging Face checkpoints in and out: T5 (v1.0, v1.1, mT5), BERT, RoBERTa, ALBERT, ELECTRA,
-DeBERTa-v2/v3, GPT-2 and BART.
+DeBERTa-v2/v3, GPT-2, BART and ViT.
 
     module, variables = load("path/to/hf_folder")      # config.json + model.safetensors / pytorch_model.bin
     save(module_or_config, variables, "out_dir")       # a folder transformers' from_pretrained reads
+    load_classifier("path/to/hf_folder")               # ...ForImageClassification (ViT), BERT's ForSequenceClassification
     load("path/to/hf_folder", adapter="path/to/peft_adapter")   # a peft LoRA merged in (a prompt, prefix added)
     method, trained = load_adapter("path/to/peft_adapter", module)   # ... or kept apart, to train on
     save_adapter(module, method, trained, "out_dir")   # a folder peft.PeftModel.from_pretrained reads
@@ -31,10 +32,12 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from t5lite import models
 from t5lite.errors import first_line
 from t5lite.interop.hf import adapter as adapter_lib
-from t5lite.interop.hf import bart, bert, deberta, files, gpt2, t5
+from t5lite.interop.hf import bart, bert, deberta, files, gpt2, t5, vit
 from t5lite.interop.hf.fields import HFConversionError
 from t5lite.interop.hf.rules import Rule
+from t5lite.models import heads, vision
 from t5lite.models.config import ModelConfig
+from t5lite.models.with_head import WithHead
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "deberta-v2": deberta.DebertaV2Family,
     "gpt2": gpt2.GPT2Family,
     "bart": bart.BartFamily,
+    "vit": vit.ViTFamily,
 }
 
 
@@ -63,6 +67,8 @@ def model_type_of(cfg: ModelConfig) -> str:
     if cfg.share_encoder_decoder:
         raise HFConversionError("a shared encoder-decoder (share_encoder_decoder=True) has no Hugging Face "
                           "architecture; it stays a t5lite run")
+    if cfg.image_size:
+        return "vit"
     if cfg.arch == "decoder":
         return "gpt2"
     if cfg.arch == "encoder_decoder":
@@ -112,6 +118,8 @@ def _param_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     cfg = module.config
     tokens = jnp.zeros((1, 4), jnp.int32)
     features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens)
+    if cfg.image_size:
+        features[vision.IMAGES] = vision.example_images(cfg)
     shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), **features))["params"]
     shapes = meta.unbox(shapes)
     assert not cfg.scan_layers
@@ -165,6 +173,23 @@ def load(path: str, adapter: str | None = None, **config_overrides) -> tuple[nn.
     if config.scan_layers:
         params = models.scan_params(params)
     return models.build(config), {"params": params}
+
+
+def load_classifier(path: str, **config_overrides) -> tuple[nn.Module, dict]:
+    """A Hugging Face classifier folder whose head is one dense `classifier` (ViTForImageClassification
+    on the [CLS] state, BertForSequenceClassification on the pooler) -> a task-head model
+    (`WithHead`, as fine-tuning trains) and its variables `{"params": {"backbone", "head"}}`."""
+    module, variables = load(path, **config_overrides)
+    tensors = files.read_tensors(path)
+    if "classifier.weight" not in tensors or "classifier.bias" not in tensors:
+        raise HFConversionError(f"{path}: no 'classifier.weight' and 'classifier.bias' tensors; load_classifier reads "
+                                "a ...ForImageClassification or BERT ...ForSequenceClassification folder")
+    weight = np.asarray(tensors["classifier.weight"], np.float32)
+    config = module.config
+    model = WithHead(config, heads.SequenceClassificationHead(config, weight.shape[0]),
+                     "pooler" if config.pooler else "first")
+    head = {"classifier": {"kernel": weight.T, "bias": np.asarray(tensors["classifier.bias"], np.float32)}}
+    return model, {"params": {"backbone": variables["params"], "head": jax.tree.map(jnp.asarray, head)}}
 
 
 def export_config(config: ModelConfig) -> dict:
@@ -224,5 +249,5 @@ def _family_of(config: ModelConfig) -> Family:
     return FAMILIES[model_type_of(config)]()
 
 
-__all__ = ["FAMILIES", "HFConversionError", "Rule", "export_config", "load", "load_adapter", "model_type_of", "save",
-           "save_adapter"]
+__all__ = ["FAMILIES", "HFConversionError", "Rule", "export_config", "load", "load_adapter", "load_classifier",
+           "model_type_of", "save", "save_adapter"]

@@ -14,10 +14,11 @@ from t5lite.models.config import ModelConfig
 class Rule:
     """One HF tensor <-> t5lite params (paths "a/b/kernel"), with the layout change `kind`:
 
-    copy: same shape; vector: HF flattens ([heads, kv] bias <-> [heads*kv]); row: HF adds a
-    leading 1 (BART's final_logits_bias); linear: torch Linear [out, in] <-> our kernel
-    [*in, *out] (`in_ndim` input axes); conv1d: GPT-2's Conv1D [in, out]. Several params are
-    concatenated along the HF tensor's last axis (GPT-2's c_attn = q | k | v).
+    copy: same shape; vector: HF flattens ([heads, kv] bias <-> [heads*kv]); row: HF adds
+    `in_ndim` leading 1s (BART's final_logits_bias, ViT's position table; ViT's [CLS]: two);
+    linear: torch Linear [out, in] <-> our kernel [*in, *out] (`in_ndim` input axes); conv1d:
+    GPT-2's Conv1D [in, out]; conv2d: torch Conv2d [out, in, kh, kw] <-> flax's [kh, kw, in, out].
+    Several params are concatenated along the HF tensor's last axis (GPT-2's c_attn = q | k | v).
     """
     hf: str
     ours: tuple[str, ...]
@@ -29,8 +30,10 @@ class Rule:
         return (*parts[0][:-1], sum(p[-1] for p in parts))
 
     def _part_shape(self, shape):
+        if self.kind == "conv2d":
+            return tuple(shape[i] for i in _CONV2D_TO_HF)
         inputs, outputs = math.prod(shape[:self.in_ndim]), math.prod(shape[self.in_ndim:])
-        return {"copy": tuple(shape), "vector": (math.prod(shape),), "row": (1, math.prod(shape)),
+        return {"copy": tuple(shape), "vector": (math.prod(shape),), "row": (1,) * self.in_ndim + tuple(shape),
                 "linear": (outputs, inputs), "conv1d": (inputs, outputs)}[self.kind]
 
     def to_hf(self, arrays) -> np.ndarray:
@@ -40,12 +43,19 @@ class Rule:
             if self.kind in ("linear", "conv1d"):
                 a = a.reshape(math.prod(a.shape[:self.in_ndim]), -1)
                 a = a.T if self.kind == "linear" else a
-            parts.append(a.reshape(self._part_shape(a.shape)) if self.kind not in ("linear", "conv1d") else a)
+            elif self.kind == "conv2d":
+                a = a.transpose(_CONV2D_TO_HF)
+            parts.append(a.reshape(self._part_shape(a.shape)) if self.kind not in ("linear", "conv1d", "conv2d") else a)
         return np.ascontiguousarray(np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0])
 
     def from_hf(self, tensor: np.ndarray, shapes) -> list[np.ndarray]:
         parts = np.split(tensor, len(shapes), axis=-1) if len(shapes) > 1 else [tensor]
-        return [np.asarray(p.T if self.kind == "linear" else p, np.float32).reshape(s) for p, s in zip(parts, shapes)]
+        ours = {"linear": lambda p: p.T, "conv2d": lambda p: p.transpose(_CONV2D_FROM_HF)}.get(self.kind, lambda p: p)
+        return [np.asarray(ours(p), np.float32).reshape(s) for p, s in zip(parts, shapes)]
+
+
+_CONV2D_TO_HF = (3, 2, 0, 1)     # [kh, kw, in, out] -> [out, in, kh, kw]
+_CONV2D_FROM_HF = (2, 3, 1, 0)
 
 
 def dense(hf: str, ours: str, bias: bool = True, in_ndim: int = 1) -> list[Rule]:
