@@ -350,6 +350,10 @@ def test_names_that_escape_the_folder_and_sizes_below_one_are_one_line_errors(tm
 @pytest.mark.parametrize("claim, message", [
     ("'good_enc_dec', 'gpt', 'glue_average'", "no cell named 'gpt'"),
     ("'good_enc_dec', 'lm', 'mnli'", "column 'mnli' is neither a task"),
+    ("'good_enc_dec', 'lm', 'glue_average', {'effect': -2.0}",
+     "'effect' is -2.0; give the paper's effect in the metric's points, a number > 0"),
+    ("'good_enc_dec', 'lm', 'glue_average', {'efect': 2.0}", "unknown key(s) ['efect']; allowed: ['effect', 'margin']"),
+    ("'good_enc_dec', 'lm', 'glue_average', 2.0", "give (text, better row, worse row, column, {'effect': points})"),
 ])
 def test_a_claim_naming_no_cell_or_column_is_a_one_line_error(tmp_path, claim, message):
     gin_file = write_sweep(tmp_path)
