@@ -32,10 +32,14 @@ def _layer_index(name: str) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("module", "attention"))
-def _run(module, variables, tokens, attention: bool):
+def _run(module, variables, tokens, attention: bool, positions=None, token_types=None):
     arch = module.config.arch
     stack = "decoder" if arch == "decoder" else "encoder"
     features = {f"{stack}_input_tokens": tokens}
+    if positions is not None:
+        features[f"{stack}_positions"] = positions
+    if token_types is not None:
+        features["token_type_ids"] = token_types
     _, state = module.apply(variables, **features, method="encode", capture_intermediates=_captured,
                             mutable=["intermediates", "attention"] if attention else ["intermediates"])
     captured = state["intermediates"][stack]
@@ -47,6 +51,16 @@ def _run(module, variables, tokens, attention: bool):
         sown = state["attention"][stack]
         weights = jnp.stack([w for n in layer_names for w in sown[n]["self_attention"]["weights"]])
     return jnp.stack(states).astype(jnp.float32), weights
+
+
+def encoder_states(subject: Subject, tokens: np.ndarray, positions: np.ndarray, token_types: np.ndarray) -> np.ndarray:
+    """An encoder's states [layers + 1, rows, length, d_model] (float32 numpy) of token rows read at the
+    given positions and token types (a second language may have its own, as Fake-English's)."""
+    hidden, _ = _run(subject.module, subject.variables, jnp.asarray(tokens), False, jnp.asarray(positions),
+                     jnp.asarray(token_types))
+    hidden = np.asarray(hidden)
+    finite.require_finite(hidden, "hidden states", subject.checkpoint)
+    return hidden
 
 
 def fitting(subject: Subject, sentences: Sequence[words.Sentence], source: str = "") -> list[words.Sentence]:

@@ -48,6 +48,13 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     probe.add_argument("--k", type=positive_int, default=5, help="with --neighbours: neighbours per occurrence")
     probe.add_argument("--pool", default="same", choices=["same", "all"],
                        help="with --neighbours: among the word's other occurrences, or among all words")
+    probe.add_argument("--cross_lingual", action="store_true",
+                       help="instead of probing: English to Fake-English word retrieval (precision@1 per layer) of "
+                            "a run trained on a *_fake_english_mlm task; --corpus keeps the pieces its text holds")
+    probe.add_argument("--no_shared_special", action="store_true",
+                       help="with --cross_lingual: the run was trained with fake_english.share_special = False")
+    probe.add_argument("--no_shared_positions", action="store_true",
+                       help="with --cross_lingual: the run was trained with fake_english.share_positions = False")
     probe.set_defaults(fn=cmd_probe)
     attention = subparsers.add_parser("attention", parents=[common, model_flags],
                                       help="per-head attention statistics (Clark et al. 2019), dependency heads and "
@@ -65,12 +72,24 @@ def _subject(args, needs: str | None):
         raise ConfigError(f"t5lite {args.command}: give --{needs}" + (
             " DIR (the folder with en_ewt/ and uner_en_ewt/)" if needs == "data_dir" else " FILE"))
     writable.ensure_writable_dir(args.out, "--out")
-    command = "probe --neighbours" if getattr(args, "neighbours", None) else args.command
+    command = ("probe --neighbours" if getattr(args, "neighbours", None) else
+               "probe --cross_lingual" if getattr(args, "cross_lingual", False) else args.command)
     return loading.load(args.model, args.vocabulary, args.name, command)
 
 
 def cmd_probe(args, gin_files, gin_bindings) -> None:
     from t5lite.analysis import neighbours, probe, words
+    if args.cross_lingual:
+        from t5lite.analysis import cross_lingual
+        subject = _subject(args, None)
+        ids = cross_lingual.pieces(subject, args.corpus)
+        result = cross_lingual.retrieval(subject, ids, not args.no_shared_special, not args.no_shared_positions)
+        for layer, scores in enumerate(result["layers"]):
+            print(f"layer {layer}: precision@1 English->Fake {scores['english_to_fake']:.3f}, "
+                  f"Fake->English {scores['fake_to_english']:.3f} ({result['pieces']} pieces, chance "
+                  f"{result['chance']:.4f})")
+        print(f"wrote {cross_lingual.write(result, args.out)}")
+        return
     subject = _subject(args, "corpus" if args.neighbours else "data_dir")
     if args.neighbours:
         sentences = (words.read_conll(args.corpus, args.corpus_sentences, "--corpus") if args.corpus.endswith(".conllu")

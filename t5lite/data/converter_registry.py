@@ -28,6 +28,7 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
     "encoder_sbo": functools.partial(EncoderFeatureConverter, span_boundaries=True),
+    "encoder_positions": functools.partial(EncoderFeatureConverter, positions=True),
     # Word-level recurrent models (t5lite.data.word_converters): ULMFiT's AWD-LSTM, ELMo (with chars).
     "word_lm": WordLMConverter,
     "word_lm_stream": WordLMStreamConverter,
@@ -42,7 +43,8 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
 def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     """A converter by its short name: "enc_dec", "decoder", "prefix_lm", "encoder" (MLM),
     "encoder_nsp" / "encoder_sop" / "encoder_sbo" (MLM plus BERT's, ALBERT's or SpanBERT's extra
-    features), "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
+    features), "encoder_positions" (MLM at the example's own positions: XLM's TLM, Fake-English),
+    "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
     "decoder_classification" / "decoder_classification_both_orders" (a decoder-only model's last-token
     classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "word_lm_stream"
     (ULMFiT's LM: fastai's contiguous-row stream); "sentence_texts"

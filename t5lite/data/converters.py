@@ -302,22 +302,27 @@ class EncoderFeatureConverter(FeatureConverter):
     ALBERT's `sentence_order_label`) becomes a [1] feature per row, so it needs one example per
     row (`pack=False`); `span_boundaries` keeps SpanBERT's per-token `span_left_boundary`,
     `span_right_boundary` (row positions: shifted by the example's offset when packed) and
-    `span_relative_position` (1-based within the span; 0 off the spans).
+    `span_relative_position` (1-based within the span; 0 off the spans); `positions` keeps the
+    example's own `positions` as `encoder_positions` (XLM's TLM restarts them at the second sentence,
+    Fake-English may give its language positions of its own), one example per row.
     """
     name = "encoder"
     _ALIGNED = ("inputs", "targets", "loss_weights", "token_type_ids")
 
     def __init__(self, mask_id: int | None = None, sentence_label: str | None = None,
-                 span_boundaries: bool = False):
+                 span_boundaries: bool = False, positions: bool = False):
         if sentence_label not in (None, *SENTENCE_LABELS):
             raise ConfigError(f"EncoderFeatureConverter: sentence_label={sentence_label!r}; expected None or one of "
                               f"{SENTENCE_LABELS}")
         self.mask_id, self.sentence_label, self.span_boundaries = mask_id, sentence_label, span_boundaries
         # Features passed through under their own names: per token (aligned) and per example.
         self.kept = (SPAN_BOUNDARY_FEATURES if span_boundaries else ()) + ((sentence_label,) if sentence_label else ())
-        self.aligned = self._ALIGNED + (SPAN_BOUNDARY_FEATURES if span_boundaries else ())
+        self.positions = positions
+        self.aligned = (self._ALIGNED + (SPAN_BOUNDARY_FEATURES if span_boundaries else ())
+                        + (("positions",) if positions else ()))
         self.FEATURES = {"encoder_input_tokens": "inputs", "encoder_target_tokens": "inputs",
-                         "encoder_loss_weights": "inputs", "token_type_ids": "inputs", **{k: k for k in self.kept}}
+                         "encoder_loss_weights": "inputs", "token_type_ids": "inputs", **{k: k for k in self.kept},
+                         **({"encoder_positions": "inputs"} if positions else {})}
         self.PACKED = {"encoder": "inputs"}
 
     def __repr__(self):
@@ -328,6 +333,9 @@ class EncoderFeatureConverter(FeatureConverter):
         if pack and self.sentence_label:
             raise ConfigError(f"{self.sentence_label} is one label per example, so NSP/SOP pre-training needs one "
                               "example per row: set train.pack = False")
+        if pack and self.positions:
+            raise ConfigError("the encoder_positions converter keeps each example's own positions, which packing "
+                              "would overwrite: set train.pack = False")
 
     def model_feature_lengths(self, task_feature_lengths, pack=False):
         self._check_pack(pack)
@@ -356,7 +364,7 @@ class EncoderFeatureConverter(FeatureConverter):
         prepared = {"inputs": inputs, "targets": targets,
                     "loss_weights": self._loss_weights(example, inputs, targets),
                     "token_type_ids": _as_tokens(example.get("token_type_ids", np.zeros_like(inputs)))}
-        for key in self.kept:
+        for key in self.kept + (("positions",) if self.positions else ()):
             if key not in example:
                 raise KeyError(f"{self!r} needs the example feature {key!r}, which the task's preprocessors did not "
                                f"produce (it has {sorted(example)}); use the matching task or converter")
@@ -371,6 +379,8 @@ class EncoderFeatureConverter(FeatureConverter):
                     "encoder_loss_weights": row["loss_weights"], "token_type_ids": row["token_type_ids"]}
         if self.sentence_label:
             features[self.sentence_label] = row[self.sentence_label]
+        if self.positions:
+            features["encoder_positions"] = row["positions"]
         if self.span_boundaries:
             in_span = row["span_relative_position"] > 0
             offset = np.arange(len(in_span)) - row["inputs_positions"] if packed else 0

@@ -11,5 +11,6 @@ from t5lite.data.tasks import tagging  # noqa: F401
 from t5lite.data.tasks import text  # noqa: F401
 from t5lite.data.tasks import sentence  # noqa: F401
 from t5lite.data.tasks import multi30k_text  # noqa: F401
+from t5lite.data.tasks import multilingual  # noqa: F401
 from t5lite.data.tasks import gpt_finetune  # noqa: F401
 from t5lite.data.tasks import symbolic  # noqa: F401
