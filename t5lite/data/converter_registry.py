@@ -17,13 +17,15 @@ from t5lite.data.word_converters import WordClassificationConverter, WordLMConve
 from t5lite.data.sentence_texts import SentenceTextsConverter
 from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.data.gpt_inputs import DecoderClassificationConverter
+from t5lite.data.control_codes import ControlLMFeatureConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
     **{cls.name: cls for cls in (EncDecFeatureConverter, DecoderOnlyLMFeatureConverter, PrefixLMFeatureConverter,
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
                                  EncoderTaggingConverter, SentenceTextsConverter, Word2VecConverter,
-                                 DecoderClassificationConverter, ConsecutiveSentencesConverter)},
+                                 DecoderClassificationConverter, ConsecutiveSentencesConverter,
+                                 ControlLMFeatureConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
@@ -46,7 +48,8 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     features), "encoder_positions" (MLM at the example's own positions: XLM's TLM, Fake-English),
     "encoder_classification" / "encoder_span" / "encoder_tagging" (fine-tuning with a task head),
     "decoder_classification" / "decoder_classification_both_orders" (a decoder-only model's last-token
-    classifier), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "word_lm_stream"
+    classifier), "control_lm" (a control code and its text as one causal sequence, loss on the
+    text: CTRL), "word_lm" / "word_classification" (word ids; `_chars` adds ELMo's char ids); "word_lm_stream"
     (ULMFiT's LM: fastai's contiguous-row stream); "sentence_texts"
     (bi-encoders: each text on its own); "consecutive_sentences" (a text's sentences in order,
     for Quick-Thought); "word2vec" (word ids of text lines for t5lite.objectives.word2vec)."""

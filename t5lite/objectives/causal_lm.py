@@ -21,8 +21,10 @@ from t5lite.objectives.heldout import LossEvaluator
 class CausalLmObjective(Objective):
     """Next-token cross entropy of a decoder-only model, evaluated by its held-out loss, perplexity and
     next-token accuracy over every real target token of the split."""
-    converter = "decoder"   # the feature converter its training and evaluation read
     produces_text = False
+
+    def __init__(self, converter: str = "decoder"):
+        self.converter = converter   # the feature converter its evaluation reads: train.feature_converter's
 
     def build_model(self, config):
         if config.arch != "decoder":

@@ -14,3 +14,4 @@ from t5lite.data.tasks import multi30k_text  # noqa: F401
 from t5lite.data.tasks import multilingual  # noqa: F401
 from t5lite.data.tasks import gpt_finetune  # noqa: F401
 from t5lite.data.tasks import symbolic  # noqa: F401
+from t5lite.data.tasks import control  # noqa: F401
