@@ -9,7 +9,7 @@ through the text preprocessors of T5's registered tasks (`t5.data.tasks`: `super
 give the same inputs, targets and scoring fields. SuperGLUE itself is not in the shared data, so the
 rows are written here, in its layout, with the cases the formats treat specially (MultiRC's HTML,
 ReCoRD's @highlight lines and repeated entities, WSC's spans that TFDS repairs and the two texts T5
-special-cases, unlabelled test rows).
+special-cases, the two spans TFDS's repair hard-codes, unlabelled test rows).
 """
 import json
 
@@ -30,6 +30,10 @@ PEBBLE = ('When they had eventually calmed down a bit , and had gotten home, Mr.
           'iron safe . Some day they might want to use it , but really for now, what more could they wish for?')
 MARK = ("Mark told Pete many lies about himself, which Pete included in his book. He should have been more "
         "skeptical.")
+# The two spans TFDS's wsc.fixed repair hard-codes (super_glue.py `_fix_wst`): a Kamenev span is kept
+# as is, whatever the word at its index; a span with "theyscold" moves span2_index to 10.
+KAMENEV = "Stalin slowly turned the party against Kamenev , then Zinoviev , because they had opposed him ."
+SCOLD = "The children broke the vase , so the parents , theyscold them ."
 
 
 def wsc(idx, text, span1, span2, label=None):
@@ -132,7 +136,9 @@ ROWS = {
             ("the trophy.", 0), ("it", 9), True),
         wsc(6, "The trophy doesn't fit into the brown suitcase because it is too small.",
             ("The brown\nsuitcase", 5), ("it", 9), True),
-        wsc(7, "Joan made sure to thank Susan for all the help she had given.", ("Susan", 5), ("she", 10))],
+        wsc(7, "Joan made sure to thank Susan for all the help she had given.", ("Susan", 5), ("she", 10)),
+        wsc(8, KAMENEV, ("Kamenev and Zinoviev", 5), ("they", 12), True),
+        wsc(9, SCOLD, ("the parents", 7), ("theyscold.", 11), True)],
     "axb": [
         {"sentence1": "The cat sat on the mat.", "sentence2": "The cat did not sit on the mat.",
          "label": "not_entailment", "idx": 0, "logic": "Negation"},
@@ -206,6 +212,23 @@ def test_superglue_reading_and_formatting_equal_tfds_and_t5s(ours_name, tmp_path
                for _, ex in builder._generate_examples(str(path), split)]
     assert list(task.source.load(split, data_dir=str(tmp_path))) == records
     assert_same_formatting(ours_name, t5_name, records, builder.info.features)
+
+
+@pytest.mark.parametrize("span1, span2", [(("the trophy,", 0), ("it", 9)), (("the trophy.", 14), ("it", 9))],
+                         ids=["span_not_in_text", "index_outside_text"])
+def test_a_wsc_span_tfds_cannot_repair_is_refused_as_tfds_refuses_it(span1, span2, tmp_path):
+    """TFDS's `_fix_wst` asserts that the repaired span is in the text (and indexes the text's words
+    with the span's index); t5lite refuses the row in one line naming the file and line."""
+    from t5lite.data.sources import MalformedRowError
+    path = tmp_path / "WSC" / "val.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(wsc(0, "The trophy doesn't fit into the brown suitcase because it is too large.",
+                                   span1, span2, True)) + "\n", encoding="utf-8")
+    builder = super_glue.SuperGlue(config="wsc.fixed", data_dir=str(tmp_path / "tfds"))
+    with pytest.raises((AssertionError, IndexError)):
+        list(builder._generate_examples(str(path), "validation"))
+    with pytest.raises(MalformedRowError, match=r"val\.jsonl:1: bad wsc\.fixed row \(ValueError: span1_"):
+        list(get_task("super_glue_wsc").source.load("validation", data_dir=str(tmp_path)))
 
 
 def test_dpr_reading_and_formatting_equal_tfds_and_t5s(tmp_path):

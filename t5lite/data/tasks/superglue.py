@@ -233,17 +233,31 @@ class SuperGlueJsonl:
         return self.label_names.index(value) if isinstance(value, str) else int(value)
 
 
+# The spans TFDS's repair leaves as they are: their words are not contiguous in the text.
+_UNREPAIRABLE_SPANS = ("Kamenev and Zinoviev", "Kamenev, Zinoviev, and Stalin")
+
+
 def _fix_spans(ex: Example) -> Example:
-    """TFDS's wsc.fixed repair of span texts that are not in the text: the first letter's case taken
-    from the word at the span's index, a trailing "." and newlines removed."""
-    ex = dict(ex)
+    """TFDS's wsc.fixed repair (`_fix_wst`, tensorflow_datasets/text/super_glue.py) of span texts
+    that are not in the text: the first letter's case taken from the word at the span's index, a
+    trailing "." and newlines removed. As TFDS: the two Kamenev spans are kept; a span containing
+    "theyscold" sets span2_index to 10 (TFDS's text fix there is a no-op, its `str.replace` result
+    being dropped, so the text is kept); a span still not in the text, or an index outside it, is
+    a malformed row (TFDS's assertion)."""
+    ex, words = dict(ex), ex["text"].split()
     for span in ("span1", "span2"):
-        text, words = ex[f"{span}_text"], ex["text"].split()
-        if text in ex["text"] or not 0 <= ex[f"{span}_index"] < len(words):
+        text, index = ex[f"{span}_text"], ex[f"{span}_index"]
+        if text in ex["text"] or text in _UNREPAIRABLE_SPANS:
             continue
-        first = words[ex[f"{span}_index"]][0]
-        text = (text[0].lower() if first.islower() else text[0].upper()) + text[1:]
+        if "theyscold" in text:
+            ex["span2_index"] = 10
+        if not -len(words) <= index < len(words):
+            raise ValueError(f"{span}_index {index} is outside the text ({len(words)} words)")
+        text = (text[0].lower() if words[index][0].islower() else text[0].upper()) + text[1:]
         ex[f"{span}_text"] = text.rstrip(".").replace("\n", " ")
+        if ex[f"{span}_text"] not in ex["text"]:
+            raise ValueError(f"{span}_text {ex[f'{span}_text']!r} is not in the text, even after TFDS's wsc.fixed "
+                             "repair")
     return ex
 
 
