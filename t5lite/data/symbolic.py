@@ -45,7 +45,8 @@ LEAF_VARIABLE_PROBABILITY = 0.75   # their leaf_probs "0.75,0,0.25,0": x, else a
 MAX_INT = 5
 
 MAX_LOG10 = 300          # a constant SymPy would compute exactly may have at most this many digits
-TIME_LIMIT_SECONDS = 2.0
+TIME_LIMIT_SECONDS = 2.0   # of CPU time, per SymPy step of a check
+REPEAT_SECONDS = 0.05
 POINTS = np.array([-3.1, -2.1, -1.1, -0.7, -0.3, 0.3, 0.7, 1.1, 2.1, 3.1])  # after their EVAL_VALUES
 MIN_AGREEING_POINTS = 4
 RELATIVE_TOLERANCE = 1e-6
@@ -237,8 +238,10 @@ SYMPY_FAILURES = (InvalidExpression, TimeLimitExceeded, ArithmeticError, TypeErr
 
 @contextlib.contextmanager
 def time_limit(seconds: float):
-    """Raises TimeLimitExceeded in the block after `seconds` (SIGALRM, so only in the main thread;
-    elsewhere the block runs unbounded)."""
+    """Raises TimeLimitExceeded in the block after `seconds` of this process' CPU time (so a busy
+    machine does not fail answers), by SIGVTALRM, so only in the main thread; elsewhere the block
+    runs unbounded. The signal repeats until the block ends, in case code that swallows exceptions
+    (a garbage-collection callback) received it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -246,13 +249,13 @@ def time_limit(seconds: float):
     def expire(signum, frame):
         raise TimeLimitExceeded()
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGVTALRM, expire)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds, REPEAT_SECONDS)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
 
 
 def values_at_points(expr) -> np.ndarray:
@@ -260,7 +263,10 @@ def values_at_points(expr) -> np.ndarray:
     sp = sympy()
     out = np.full(len(POINTS), np.nan)
     for k, point in enumerate(POINTS):
-        value = complex(expr.subs(symbol(), sp.Float(point)).evalf())
+        try:
+            value = complex(expr.subs(symbol(), sp.Float(point)).evalf())
+        except (ArithmeticError, TypeError, ValueError):   # too large, or not a number there
+            continue
         if math.isfinite(value.real) and abs(value.imag) <= RELATIVE_TOLERANCE * max(1.0, abs(value.real)):
             out[k] = value.real
     return out
@@ -276,16 +282,19 @@ def _numeric_agreement(a, b) -> tuple[bool, int]:
 
 def equivalent(a, b, seconds: float = TIME_LIMIT_SECONDS) -> bool:
     """Whether SymPy expressions a and b are the same function of x (see the module docstring)."""
-    sp = sympy()
     try:
         with time_limit(seconds):
             agree, defined = _numeric_agreement(a, b)
-            if not agree:
-                return False
-            if sp.simplify(a - b) == 0:
-                return True
     except SYMPY_FAILURES:
         return False
+    if not agree:
+        return False
+    try:
+        with time_limit(seconds):
+            if sympy().simplify(a - b) == 0:
+                return True
+    except SYMPY_FAILURES:
+        pass   # out of time or beyond SymPy: the numbers decide
     return defined >= MIN_AGREEING_POINTS
 
 

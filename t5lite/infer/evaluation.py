@@ -345,10 +345,11 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     if fewshot is None and model.arch == "encoder" and scores_text(objective):
         raise DataError(f"{run} is an encoder run: {NO_DECODER}")
     module = models.build(model) if objective is None else objective.build_model(model)
-    params, step, step_dir = predict.load_params(model, checkpoint_path, module=module, objective=objective)
+    task = catalog.get_task_or_mixture(mixture_or_task_name)
+    params, step, step_dir = predict.load_params(model, checkpoint_path, module=module, objective=objective,
+                                                 vocabulary=task.output_features["targets"].vocabulary)
     output_dir = output_dir or str(RunDir.of_step(step_dir).evaluations)
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
-    task = catalog.get_task_or_mixture(mixture_or_task_name)
     with finite.outputs_of(step_dir):
         if fewshot is not None:
             tasks = task.tasks if isinstance(task, registry.Mixture) else [task]
