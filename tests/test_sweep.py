@@ -425,3 +425,55 @@ def test_sweep_json_writes_an_undefined_number_as_null(tmp_path):
     write_json_atomic(tmp_path / "report.json", {"mean": float("nan"), "interval": [np.float32("inf"), 1.5]})
     assert json.loads((tmp_path / "report.json").read_text(), parse_constant=refuse) == {"mean": None,
                                                                                          "interval": [None, 1.5]}
+
+
+def write_dev_sets(folder):
+    """SST-2 and RTE dev files of 20 rows each: SST-2's first 16 (what the ci scale scores) hold 11
+    positives, RTE's 8 of each label."""
+    (folder / "SST-2").mkdir(parents=True)
+    (folder / "RTE").mkdir()
+    sst2 = [int(i % 3 != 0) for i in range(1, 21)]
+    (folder / "SST-2" / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"s {i}\t{y}\n" for i, y in enumerate(sst2)))
+    rte = ["entailment" if i % 2 else "not_entailment" for i in range(20)]
+    (folder / "RTE" / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n" +
+                                            "".join(f"{i}\ta\tb\t{y}\n" for i, y in enumerate(rte)))
+    return {"sst2": sst2[:16], "rte": rte[:16]}
+
+
+def test_a_ci_pilot_prints_the_seeds_each_claim_needs_and_the_sweep_shows_it_first(tmp_path):
+    """`--pilot` runs the claims' cells at the pilot's 3 seeds in OUT/pilot, with each task's
+    majority baseline (sklearn's DummyClassifier on the dev labels scored) and statsmodels' seed
+    counts; the sweep on the same --out prints the pilot's plan before it starts and reports it."""
+    dummy = pytest.importorskip("sklearn.dummy")
+    power = pytest.importorskip("statsmodels.stats.power", reason="the seed counts' reference (the `test` extra)")
+    labels = write_dev_sets(tmp_path / "glue")
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + f"\nsweep.data_dir = '{tmp_path / 'glue'}'\n")
+    out = tmp_path / "out"
+    pilot = sweep(gin_file, out, "--pilot")
+    assert pilot.returncode == 0, pilot.stderr
+    assert pilot.stdout.startswith("sweep toy (ci pilot): 6 cell runs, 0 already done"), pilot.stdout
+    made = json.loads((out / "pilot" / "report.json").read_text())
+    for task, y in labels.items():
+        majority = dummy.DummyClassifier(strategy="most_frequent").fit(np.zeros((16, 1)), y)
+        assert made["baselines"][task] == pytest.approx(100 * majority.score(np.zeros((16, 1)), y))
+    claim, = made["claims"]
+    said = pilot.stdout.splitlines()
+    start = said.index("toy (ci pilot, seeds [0, 1, 2]): the seeds each claim needs, per task")
+    plan = said[start:start + 3]   # the heading, and the claim on each of the two tasks
+    for task, r in claim["tasks"].items():
+        good, lm = ([logged(out / "pilot", n, s, task) for s in (0, 1, 2)] for n in ("good_enc_dec", "lm"))
+        d = np.subtract(good, lm)
+        line, = [line for line in plan if line.startswith(f"  enc-dec > LM on GLUE average | {task}: ")]
+        assert f"difference {d.mean():+.2f} (sd {np.std(d, ddof=1):.2f} over 3 seeds)" in line
+        if r["verdict"].startswith("at chance"):
+            assert line.endswith("needs more tokens or steps, not seeds")
+        else:   # the observed difference (the toy claim gives no paper's effect)
+            solved = power.TTestPower().solve_power(effect_size=abs(d.mean()) / np.std(d, ddof=1), alpha=0.05, power=0.8)
+            assert r["seeds_needed"] == max(2, int(np.ceil(solved))) and line.endswith(f"needs {r['seeds_needed']} seeds")
+    full = sweep(gin_file, out)
+    assert full.returncode == 0, full.stderr
+    lines = full.stdout.splitlines()
+    assert lines[:6] == ["the pilot measured:", plan[0], *sorted(plan[1:]), "this sweep runs seeds [0, 1]",
+                         "sweep toy (ci): 4 cell runs, 0 already done"], lines   # report.json's tasks: in name order
+    assert "## The pilot" in (out / "report.md").read_text()

@@ -21,6 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--cells", type=comma_separated, default=None,
                         help="run only these cells (NAME,NAME,...) and the claims between them; "
                              "a later run without it reuses their folders")
+    parser.add_argument("--pilot", action="store_true",
+                        help="run the sweep's pilot instead (OUT/pilot: the claims' cells, the scale's `pilot` "
+                             "seeds) and print the seeds each claim needs, per task")
     parser.set_defaults(fn=cmd_sweep)
 
 
@@ -33,7 +36,9 @@ def comma_separated(text: str) -> list[str]:
 
 
 def cmd_sweep(args, gin_files, gin_bindings) -> None:
-    """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json."""
+    """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json;
+    with --pilot, its pilot's in OUT/pilot, and prints what the pilot measured. A sweep whose pilot has
+    run prints that first."""
     from t5lite.experiments import report, runner, spec
     from t5lite.train.run_dir import RunLock
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
@@ -45,6 +50,14 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     except OSError as e:
         raise ConfigError(f"--out {out}: {e.strerror}; choose a folder that can be written") from None
     with RunLock(str(out), flag="--out"):   # a second sweep on the folder would rerun its cells
-        runner.run_sweep(sweep, out, args.parallel)
-        report.write(sweep, out)
-    print(f"wrote {out / 'report.md'} and report.json")
+        runs = out / "pilot" if args.pilot else out
+        if args.pilot:
+            sweep = spec.pilot(sweep)
+        elif isinstance(pilot := runner.read_json(out / "pilot" / "report.json"), dict):
+            print("\n".join(["the pilot measured:", *report.plan(pilot), f"this sweep runs seeds {list(sweep.seeds)}"]),
+                  flush=True)
+        runner.run_sweep(sweep, runs, args.parallel)
+        made = report.write(sweep, runs)
+    if args.pilot:
+        print("\n".join(report.plan(made)))
+    print(f"wrote {runs / 'report.md'} and report.json")
