@@ -37,6 +37,14 @@ class Slots(NamedTuple):
     prefix: jax.Array     # a prefix LM's bidirectional prompt
 
 
+def make_slots(mask, segment_ids=None, positions=None, prefix=None) -> Slots:
+    """A stack's rows as Slots: `mask` [b, n] (not padding) and optional packing, positions and prefix flags."""
+    index = jnp.broadcast_to(jnp.arange(mask.shape[1]), mask.shape)
+    zeros = jnp.zeros(mask.shape, jnp.int32)
+    return Slots(index, mask.astype(bool), zeros if segment_ids is None else segment_ids,
+                 index if positions is None else positions, zeros.astype(bool) if prefix is None else prefix.astype(bool))
+
+
 def per_layer(value, num_layers: int) -> tuple[int, ...]:
     """A config's window or dilation (one int, or one per layer) as one per layer."""
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * num_layers
