@@ -166,3 +166,93 @@ def test_cross_lingual_retrieval_finds_twins_through_shared_anchors(twin_embeddi
     # Fake-English's own [CLS], [SEP] and positions (other random rows) move its pieces' vectors away.
     apart = cross_lingual.retrieval(twin_embedding_model, ids, share_special=False, share_positions=False)
     assert all(layer["english_to_fake"] < 1.0 for layer in apart["layers"]) and apart["chance"] == 1 / 120
+
+
+# --- XLM's translation LM: the stream layout and the masking, against XLM's code.
+
+def xlm_concat_batches(x1, len1, lang1_id, x2, len2, lang2_id, pad_idx, eos_idx, reset_positions):
+    """facebookresearch/XLM, xlm/utils.py, `concat_batches`, transcribed from torch to numpy
+    (x: [slen, bs], as XLM lays batches out)."""
+    assert reset_positions is False or lang1_id != lang2_id
+    lengths = len1 + len2
+    if not reset_positions:
+        lengths -= 1
+    slen, bs = lengths.max().item(), lengths.size
+    x = np.full((slen, bs), pad_idx)
+    x[:len1.max().item()] = x1
+    positions = np.tile(np.arange(slen)[:, None], (1, bs))
+    langs = np.full((slen, bs), lang1_id)
+    for i in range(bs):
+        l1 = len1[i] if reset_positions else len1[i] - 1
+        x[l1:l1 + len2[i], i] = x2[:len2[i], i]
+        if reset_positions:
+            positions[l1:, i] -= len1[i]
+        langs[l1:, i] = lang2_id
+    assert (x == eos_idx).sum() == (4 if reset_positions else 3) * bs
+    return x, lengths, positions, langs
+
+
+def xlm_batch_sentences(sentences, pad_index, eos_index):
+    """facebookresearch/XLM, xlm/data/dataset.py, `Dataset.batch_sentences`: `</s> s </s>` columns."""
+    lengths = np.array([len(s) + 2 for s in sentences])
+    sent = np.full((lengths.max(), len(sentences)), pad_index)
+    sent[0] = eos_index
+    for i, s in enumerate(sentences):
+        sent[1:lengths[i] - 1, i] = s
+        sent[lengths[i] - 1, i] = eos_index
+    return sent, lengths
+
+
+def xlm_mask_out(x, rng, word_pred, pred_probs, n_words, mask_index, pad_index):
+    """facebookresearch/XLM, xlm/trainer.py, `Trainer.mask_out` (sample_alpha 0, no fp16), transcribed
+    with numpy draws in XLM's order: the prediction mask, the random words, the mask/keep/rand choice."""
+    slen, bs = x.shape
+    pred_mask = rng.random((slen, bs)) <= word_pred
+    pred_mask[x == pad_index] = 0
+    pred_mask[0] = 0
+    _x_real = x[pred_mask]
+    _x_rand = rng.integers(n_words, size=len(_x_real))
+    _x_mask = np.full(len(_x_real), mask_index)
+    probs = rng.choice(3, size=len(_x_real), p=pred_probs)
+    _x = _x_mask * (probs == 0) + _x_real * (probs == 1) + _x_rand * (probs == 2)
+    x = x.copy()
+    x[pred_mask] = _x
+    return x, _x_real, pred_mask
+
+
+def test_tlm_stream_is_xlms_concat_batches():
+    from t5lite.data.corruption.translation_lm import concatenate_pair
+    english, german = np.array([15, 16, 17, 18]), np.array([25, 26, 27])
+    ex = concatenate_pair(english, german, eos_id=1, max_length=64)
+    (x1, len1), (x2, len2) = (xlm_batch_sentences([s], 0, 1) for s in (english, german))
+    x, _, positions, langs = xlm_concat_batches(x1, len1, 0, x2, len2, 1, 0, 1, reset_positions=True)
+    np.testing.assert_array_equal(ex["inputs"], x[:, 0])
+    np.testing.assert_array_equal(ex["positions"], positions[:, 0])
+    np.testing.assert_array_equal(ex["token_type_ids"], langs[:, 0])
+    cut = concatenate_pair(np.arange(3, 100), german, eos_id=1, max_length=16)   # each side gets half
+    assert cut["inputs"].tolist() == [1, *range(3, 9), 1, 1, 25, 26, 27, 1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tlm_masking_is_xlms_mask_out(seed):
+    from t5lite.data.corruption.translation_lm import xlm_mask
+    tokens = np.array([1, *range(40, 80), 1, 1, *range(90, 120), 1], np.int32)
+    inputs, chosen = xlm_mask(tokens, np.random.default_rng(seed), mask_id=5, pool=np.arange(200), word_pred=0.3)
+    expected, _, pred_mask = xlm_mask_out(tokens[:, None], np.random.default_rng(seed), 0.3,
+                                          np.array([0.8, 0.1, 0.1]), 200, 5, 0)
+    np.testing.assert_array_equal(inputs, expected[:, 0])
+    np.testing.assert_array_equal(chosen, pred_mask[:, 0])
+
+
+def test_tlm_masks_about_word_pred_of_both_sides():
+    from t5lite.data.corruption.translation_lm import tlm_pairs, translation_lm_mask
+    from t5lite.data.tasks.pretraining import FEATURES
+    pairs = [{"en": "A dog runs across the green field near the river.",
+              "de": "Ein Hund rennt über das grüne Feld nahe dem Fluss."}] * 400
+    streams = list(translation_lm_mask(tlm_pairs(pairs, {"inputs": 64}, FEATURES), FEATURES, seed=0))
+    weights = np.stack([ex["targets_loss_weights"] for ex in streams])
+    sides = np.stack([ex["token_type_ids"] for ex in streams])
+    n = weights[:, 1:].size
+    assert abs(weights[:, 1:].mean() - 0.15) < 4.5 * np.sqrt(0.15 * 0.85 / n)      # XLM's word_pred, binomial
+    assert weights[:, 0].sum() == 0 and weights[sides == 1].mean() > 0.1            # the German side too
+    assert all((ex["inputs"] == ex["targets"])[ex["targets_loss_weights"] == 0].all() for ex in streams)
