@@ -312,6 +312,14 @@ def test_bad_sweep_gin_is_a_one_line_error(tmp_path, flag, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_pilot_without_a_claim_to_size_is_a_one_line_error(tmp_path):
+    result = sweep(write_sweep(tmp_path), tmp_path / "out", "--cells=lm", "--pilot")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "t5lite: error: --pilot: sweep 'toy' has no claim between the cells it runs; a pilot measures what the "
+        "claims need: give --cells two rows a claim compares, or leave --cells out"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_sweep_without_gin_file_names_the_flag_and_the_shipped_sweeps(tmp_path):
     result = subprocess.run([sys.executable, "-m", "t5lite.cli", "sweep", f"--out={tmp_path / 'out'}"],
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)

@@ -44,16 +44,16 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
     if args.cells is not None:
         sweep = spec.only_cells(sweep, args.cells)
+    if args.pilot:
+        sweep = spec.pilot(sweep)
     out = Path(args.out)
+    runs = out / "pilot" if args.pilot else out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out {out}: {e.strerror}; choose a folder that can be written") from None
     with RunLock(str(out), flag="--out"):   # a second sweep on the folder would rerun its cells
-        runs = out / "pilot" if args.pilot else out
-        if args.pilot:
-            sweep = spec.pilot(sweep)
-        elif isinstance(pilot := runner.read_json(out / "pilot" / "report.json"), dict):
+        if not args.pilot and isinstance(pilot := runner.read_json(out / "pilot" / "report.json"), dict):
             print("\n".join(["the pilot measured:", *report.plan(pilot), f"this sweep runs seeds {list(sweep.seeds)}"]),
                   flush=True)
         runner.run_sweep(sweep, runs, args.parallel)

@@ -155,6 +155,9 @@ def pilot(spec: Spec) -> Spec:
     the scale's own, with PILOT_SEEDS seeds), so a report can measure each task's seed-to-seed
     spread and distance from chance before the sweep is sized."""
     compared = {row for claim in spec.claims for row in (claim.better, claim.worse)}
+    if not compared:
+        raise ConfigError(f"--pilot: sweep {spec.name!r} has no claim between the cells it runs; a pilot measures "
+                          "what the claims need: give --cells two rows a claim compares, or leave --cells out")
     return dataclasses.replace(spec, scale=f"{spec.scale} pilot", cells=tuple(c for c in spec.cells if c.name in compared),
                                pilot_sizes={}, **spec.pilot_sizes)
 
