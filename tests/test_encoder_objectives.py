@@ -151,7 +151,7 @@ def test_span_boundary_loss_matches_the_papers_formula():
         for k in range(2):
             dense, norm = head[f"dense_{k}"], head[f"norm_{k}"]
             h = _layer_norm(gelu(h @ dense["kernel"] + dense["bias"]), norm["scale"], norm["bias"], cfg.layer_norm_epsilon)
-        logits = embedding @ h
+        logits = embedding @ h + head["bias"]     # SpanBERT's head has an output bias of its own
         losses.append(scipy.special.logsumexp(logits) - logits[batch["encoder_target_tokens"][b, i]])
         hits.append(logits.argmax() == batch["encoder_target_tokens"][b, i])
     sbo = float(metrics["sbo_loss"][0] / metrics["sbo_loss"][1])

@@ -113,7 +113,7 @@ class SpanBoundaryProbe(nn.Module):
     def __call__(self, hidden, left, right, relative):
         embedder = L.Embed(self.config.vocab_size, self.config.d_model, name="embedder")
         embedder(jnp.zeros((1,), jnp.int32))
-        return H.SpanBoundaryHead(self.config, max_span_length=4, name="sbo")(hidden, left, right, relative, embedder)
+        return H.SpanBoundaryHead(self.config, max_pair_targets=4, name="sbo")(hidden, left, right, relative, embedder)
 
 
 def test_span_boundary_head_reads_only_the_boundaries_and_the_position():

@@ -168,24 +168,30 @@ class SpanExtractionHead(nn.Module):
 
 
 class SpanBoundaryHead(nn.Module):
-    """SpanBERT's span boundary objective: predict each token x_i of a masked span (s..e) from the
-    states just outside the span and its position in it, y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}), with
-    a 2-layer GELU + LayerNorm MLP and the tied output embedding.
+    """SpanBERT's span boundary objective, as its `BertPairTargetPredictionHead`
+    (facebookresearch/SpanBERT, pretraining/fairseq/models/pair_bert.py): each token x_i of a masked
+    span (s..e) predicted from the states just outside the span and its position in it,
+    y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}), with a 2-layer GELU + LayerNorm MLP, the tied output
+    embedding and an output bias of its own.
 
     `left`, `right` [batch, n] are the boundary token indices s - 1 and e + 1 of each target's span,
-    `relative` [batch, n] its 1-based position i - s + 1; returns logits [batch, n, vocab]. Positions
-    past `max_span_length` (and 0, off the spans) are clipped into the table: give them no loss.
+    `relative` [batch, n] its 1-based position i - s + 1; returns logits [batch, n, vocab]. The
+    position table has `max_pair_targets` rows, SpanBERT's published `--max-pair-targets 15`: a span
+    of up to 10 words often has more than 10 word pieces, and its first 15 are predicted. Positions
+    past it (and 0, off the spans) are clipped into the table: give them no loss. One difference:
+    p is d_model wide, where SpanBERT's is 200 wide at every model size, so that the head's input
+    (3 x d_model) shards along the model's own axes at any width.
     """
     config: ModelConfig
-    max_span_length: int = 10
+    max_pair_targets: int = 15
 
     @nn.compact
     def __call__(self, hidden, left, right, relative, embedder: L.Embed):
         cfg = self.config
         gather = lambda idx: jnp.take_along_axis(hidden, idx[..., None], axis=1)   # [b, n, d]
-        rel = L.Embed(self.max_span_length, cfg.d_model, L.dtype_of(cfg), L.init_std(cfg, 1.0),
+        rel = L.Embed(self.max_pair_targets, cfg.d_model, L.dtype_of(cfg), L.init_std(cfg, 1.0),
                       ("abspos_buckets", "embed"), L.quantized(cfg),
-                      name="position")(jnp.clip(relative - 1, 0, self.max_span_length - 1))
+                      name="position")(jnp.clip(relative - 1, 0, self.max_pair_targets - 1))
         x = jnp.concatenate([gather(left), gather(right), rel.astype(hidden.dtype)], axis=-1)
         layer_norm = cfg.replace(norm="layer")
         for i in range(2):
@@ -193,4 +199,5 @@ class SpanBoundaryHead(nn.Module):
             x = L.make_norm(layer_norm, f"norm_{i}")(nn.gelu(x, approximate=False))
         if cfg.embedding_size is not None:
             x = _dense(cfg, cfg.embed_dim, ("embed", "mlp"), "to_embedding")(x)
-        return embedder.attend(x).astype(jnp.float32)
+        logits = embedder.attend(x).astype(jnp.float32)
+        return logits + L.param_with_axes(self, "bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))

@@ -103,7 +103,10 @@ class MlmSopObjective(_SentencePairObjective):
 @gin.configurable
 class MlmSboObjective(MlmObjective):
     """SpanBERT: MLM + the span boundary objective on every masked token within the SBO head's
-    `max_span_length` first tokens of its span, each predicted from the span's boundary states."""
+    `max_pair_targets` (15) first tokens of its span, each predicted from the span's boundary
+    states, as SpanBERT's `span_bert_loss`. Its SBO term is the sum over those tokens divided by
+    their number in the (global) batch, where SpanBERT divides by that number + 1 in each GPU's
+    batch (its guard against an empty batch; t5lite's is a divisor of at least 1)."""
     heads = {"span_boundary_head": True}
     converter = "encoder_sbo"
     loss_label = "MLM per masked token + SBO per span token"
@@ -111,7 +114,7 @@ class MlmSboObjective(MlmObjective):
     @staticmethod
     def _weights(batch):
         relative = batch["span_relative_position"]
-        return batch["encoder_loss_weights"] * (relative > 0) * (relative <= SpanBoundaryHead.max_span_length)
+        return batch["encoder_loss_weights"] * (relative > 0) * (relative <= SpanBoundaryHead.max_pair_targets)
 
     def normalizers(self, batch, loss):
         return {**super().normalizers(batch, loss), "span_tokens": _count(self._weights(batch))}
