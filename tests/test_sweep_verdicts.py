@@ -74,6 +74,14 @@ def test_without_a_data_dir_no_baseline_is_known_and_the_report_says_why():
     assert known == {"sst2": None} and note == "no sweep.data_dir to read the dev labels from"
 
 
+def test_dev_labels_that_cannot_be_read_leave_every_baseline_unknown_and_say_why(tmp_path):
+    known, note = report.baselines(spec.sweep(name="x", scale="ci", cells={"a": {"pretrain": ["p"], "finetune": ["f"]}},
+                                              tasks={"sst2": "accuracy", "rte": "accuracy"}, scales={"ci": {}},
+                                              data_dir=str(tmp_path)))
+    assert known == {"sst2": None, "rte": None}
+    assert note.startswith("the dev labels of sst2 could not be read (") and "SST-2/dev.tsv" in note
+
+
 @pytest.mark.parametrize("values, baseline", [([60.0, 62.0, 61.0], 50.9), ([52.0, 58.0], 50.9),
                                               ([48.0, 49.0, 47.5], 50.9), ([2.0, 8.0, 5.0], 0.0)])
 def test_a_cell_is_at_chance_when_its_t_interval_reaches_the_baseline(values, baseline):
