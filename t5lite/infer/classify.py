@@ -27,6 +27,7 @@ from t5lite.data import converter_registry, converters
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer.evaluation import EvalResult
 from t5lite.models import flops
+from t5lite.models.vision import IMAGES
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
 SEQUENCES = ("encoder_input_tokens", "decoder_input_tokens", "swapped_decoder_input_tokens")   # each runs the backbone
@@ -119,6 +120,18 @@ class ClassificationEvaluator(_HeadEvaluator):
         records = [{"inputs": ex.get("inputs_pretokenized"), "target": t, "prediction": p}
                    for ex, t, p in zip(self.examples, targets, predictions)]
         return EvalResult(scores, records, flops=self.forward_flops(module))
+
+
+class ImageClassificationEvaluator(ClassificationEvaluator):
+    """A ViT's classifier: every image is a full row (its patches and [CLS]), so one width, no buckets."""
+    converter = "image_classification"
+    model_inputs = (IMAGES,)
+
+    def __init__(self, task, split, task_feature_lengths, **kwargs):
+        super().__init__(task, split, task_feature_lengths, **{**kwargs, "length_buckets": 1})
+
+    def forward_flops(self, module) -> float:
+        return len(self.examples) * flops.encode_flops(module.config, module.config.image_positions)
 
 
 class DecoderClassificationEvaluator(ClassificationEvaluator):

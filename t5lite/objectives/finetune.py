@@ -44,6 +44,7 @@ class HeadObjective(Objective):
     """What the task-head objectives share: the model inputs, per-example normalising, the graft."""
     labels: tuple[str, ...] = ()      # the label features of the batch
     pooling: str | None = None        # what the head reads (see WithHead)
+    model_inputs = MODEL_INPUTS + PACKED_INPUTS   # the batch features the model reads
     produces_text = False
     loss_label = "loss per example"
 
@@ -65,7 +66,7 @@ class HeadObjective(Objective):
 
     def apply(self, module, params, batch, rng=None):
         """The head's outputs; packed, [batch, label slots, ...] (one per segment)."""
-        inputs = {k: batch[k] for k in MODEL_INPUTS + PACKED_INPUTS if k in batch}
+        inputs = {k: batch[k] for k in self.model_inputs if k in batch}
         if "encoder_segment_ids" in batch and "label_weights" in batch:
             inputs["num_segments"] = batch["label_weights"].shape[1]
         if rng is None:

@@ -13,5 +13,6 @@ from t5lite.data.tasks import sentence  # noqa: F401
 from t5lite.data.tasks import multi30k_text  # noqa: F401
 from t5lite.data.tasks import multilingual  # noqa: F401
 from t5lite.data.tasks import gpt_finetune  # noqa: F401
+from t5lite.data.tasks import images  # noqa: F401
 from t5lite.data.tasks import symbolic  # noqa: F401
 from t5lite.data.tasks import control  # noqa: F401
