@@ -311,11 +311,12 @@ def _chance_note(report: dict) -> list[str]:
     if "baselines" not in report:
         return []
     averaged = average_tasks(report)
-    over = f"the mean over {', '.join(averaged)}" if averaged else "over no task"
+    average = (f"GLUE avg is the mean over {', '.join(averaged)}: the tasks no cell is at chance on." if averaged
+               else "GLUE avg is – : every task has a cell at chance.")
     return ["", f"constant baseline: the best score of one label predicted for every dev example scored. "
             f"{AT_CHANCE} at chance: the seeds' 95% interval reaches the baseline (its lower end is at or below it); "
             f"such entries are kept out of the GLUE average and out of the claims' verdicts (where both rows are at "
-            f"chance). GLUE avg is {over}: the tasks no cell is at chance on."]
+            f"chance). {average}"]
 
 
 def plan(report: dict) -> list[str]:
