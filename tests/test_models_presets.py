@@ -48,8 +48,8 @@ TINY = sorted(n for n in models.PRESETS if n.endswith("_tiny") or n.endswith("_t
 
 def abstract_params(config):
     module = models.build(config)
-    images = {vision.IMAGES: vision.example_images(config)} if config.image_size else {}   # a ViT's input
-    return jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), **FEATURES, **images))["params"]
+    return jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), **FEATURES, **vision.init_features(config)))[
+        "params"]
 
 
 def count(params):

@@ -31,6 +31,7 @@ from t5lite import finite, models
 from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, peft_checkpoint, scoring
+from t5lite.models import vision
 from t5lite.models.config import ModelConfig, load_config
 from t5lite.run_layout import RunDir
 
@@ -75,7 +76,8 @@ def abstract_variables(config: ModelConfig, module=None) -> dict:
              "awd_lstm": ["encoder_input_tokens"]}[config.arch]   # word ids (ULMFiT's language model)
 
     def init():   # everything inside eval_shape: the mesh may be a TPU topology's (t5lite compile)
-        return module.init(jax.random.key(0), **{name: jnp.ones((1, 8), jnp.int32) for name in names})
+        return module.init(jax.random.key(0), **{name: jnp.ones((1, 8), jnp.int32) for name in names},
+                           **vision.init_features(config))   # and a ViT's images
     return jax.eval_shape(init)
 
 

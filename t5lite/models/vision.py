@@ -50,6 +50,11 @@ def example_images(config: ModelConfig, batch: int = 1):
     return jnp.zeros((batch, config.image_size, config.image_size, config.num_channels), jnp.float32)
 
 
+def init_features(config) -> dict:
+    """What an image model's `init` needs beside token ids: {IMAGES: zero images}; {} for any other model."""
+    return {IMAGES: example_images(config)} if getattr(config, "image_size", 0) else {}
+
+
 def check_images(config: ModelConfig, images) -> None:
     """Refuses images the model was not built for, naming the shape it needs."""
     want = (config.image_size, config.image_size, config.num_channels)

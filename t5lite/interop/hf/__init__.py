@@ -117,9 +117,7 @@ def _add_prefix(tensors: dict[str, np.ndarray], rules: list[Rule]) -> dict[str, 
 def _param_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     cfg = module.config
     tokens = jnp.zeros((1, 4), jnp.int32)
-    features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens)
-    if cfg.image_size:
-        features[vision.IMAGES] = vision.example_images(cfg)
+    features = dict(encoder_input_tokens=tokens, decoder_input_tokens=tokens, **vision.init_features(cfg))
     shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), **features))["params"]
     shapes = meta.unbox(shapes)
     assert not cfg.scan_layers
