@@ -216,22 +216,32 @@ def test_a_primitive_is_right_up_to_a_constant():
 
 
 def test_a_hostile_prediction_is_refused_fast():
-    start = time.perf_counter()
+    start = time.process_time()
     assert not symbolic.same_function("pow pow pow INT+ 9 9 INT+ 9 9 INT+ 9 9 INT+ 9 9", "x")
     assert not symbolic.same_function("pow INT+ 9 9 9 9 9 9 INT+ 9 9 9 9 9 9 9", "x")
-    assert time.perf_counter() - start < 5
+    assert time.process_time() - start < 5
 
 
 def test_numbers_decide_when_simplify_runs_out_of_time(monkeypatch):
-    """SymPy cannot finish: a right answer still passes by the numeric check, a wrong one fails."""
-    def slow(expr, *args, **kwargs):
-        time.sleep(10)
-    monkeypatch.setattr(sp, "simplify", slow)
-    monkeypatch.setattr(symbolic, "TIME_LIMIT_SECONDS", 0.3)
-    start = time.perf_counter()
+    """SymPy cannot finish: a right answer still passes by the numeric check, a wrong one fails.
+    The limit is CPU time (a busy machine does not fail answers), so the stand-in for SymPy spins."""
+    def endless(expr, *args, **kwargs):
+        while True:
+            pass
+    monkeypatch.setattr(sp, "simplify", endless)
+    start = time.process_time()
     assert symbolic.equivalent(sp.sin(symbolic.symbol()) ** 2, 1 - sp.cos(symbolic.symbol()) ** 2, seconds=0.3)
     assert not symbolic.equivalent(symbolic.symbol(), symbolic.symbol() + 1, seconds=0.3)
-    assert time.perf_counter() - start < 3
+    assert time.process_time() - start < 3
+
+
+def test_without_sympy_the_symbolic_tasks_name_the_extra(monkeypatch):
+    import sys
+
+    from t5lite.errors import ConfigError
+    monkeypatch.setitem(sys.modules, "sympy", None)
+    with pytest.raises(ConfigError, match=r"pip install 't5lite\[symbolic\]'"):
+        next(get_task("symbolic_derivative").get_dataset("validation"))
 
 
 # --- bytecode
@@ -280,3 +290,93 @@ def test_tasks_yield_tokenized_pairs_their_metrics_and_verifiers_accept(name):
     assert metrics == {"accuracy": 100.0, "equivalence": 100.0}
     wrong = {k: v for fn in task.metric_fns for k, v in fn(targets, ["x"] * len(targets)).items()}
     assert wrong["equivalence"] < 100.0
+
+
+# --- training, evaluation and beam search with verification, end to end
+
+
+def _cli(*args):
+    import os
+
+    import gin
+
+    from conftest import REPO
+
+    from t5lite import cli
+    cwd = os.getcwd()
+    os.chdir(REPO)   # the configs include gin/ pieces by relative paths
+    try:
+        cli.main(list(args))
+    finally:
+        os.chdir(cwd)
+        gin.clear_config()
+
+
+def _eval_records(run_dir, task):
+    import json
+    with open(run_dir / "eval" / f"{task}.validation" / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """Two training steps of the shipped derivative config, evaluated on 4 questions."""
+    run_dir = tmp_path_factory.mktemp("derivative")
+    _cli("train", "--gin_file=configs/local/t5_tiny_symbolic_derivative.gin", f"--gin.MODEL_DIR='{run_dir}'",
+         "--gin.TRAIN_STEPS=2", "--gin.BATCH_SIZE=4", "--gin.EVAL_EVERY=2", "--gin.train.eval_max_examples=4")
+    return run_dir
+
+
+def test_the_shipped_config_trains_and_evaluates_with_equivalence(tiny_run):
+    import json
+    with open(tiny_run / "metrics.jsonl") as f:
+        (evaluation,) = [r for r in map(json.loads, f) if "eval_equivalence" in r]
+    assert evaluation["step"] == 2 and 0.0 <= evaluation["eval_equivalence"] <= 100.0
+    assert evaluation["eval_accuracy"] <= evaluation["eval_equivalence"]
+    _cli("eval", "--gin_file=configs/local/t5_tiny_symbolic_derivative.gin", f"--gin.CHECKPOINT_PATH='{tiny_run}'",
+         "--gin.eval.max_examples=4")
+    (record,) = _eval_records(tiny_run, "symbolic_derivative")
+    assert record["examples"] == 4 and record["equivalence"] == pytest.approx(evaluation["eval_equivalence"])
+
+
+def test_verified_beam_answers_with_the_first_hypothesis_the_verifier_accepts(tiny_run):
+    from t5lite import models
+    from t5lite.infer import predict, verified
+    from t5lite.infer.evaluation import Evaluator
+    task = get_task("symbolic_derivative")
+    config = predict.model_config_of(str(tiny_run), None)
+    module = models.build(config)
+    params, _, _ = predict.load_params(config, str(tiny_run), vocabulary=tasks.VOCABULARY)
+    evaluator = Evaluator(task, "validation", {"inputs": 48, "targets": 16}, batch_size=4, max_examples=4,
+                          rank_classification=False)
+    hypotheses = verified.beams(module, params, evaluator, 2)
+    assert [len(beam) for beam in hypotheses] == [2] * 4
+    second = {(q["inputs_pretokenized"], beam[1]) for q, beam in zip(evaluator.examples, hypotheses)}
+    result = verified.verified_beam(module, params, evaluator, lambda h, q: (q, h) in second, 2)
+    assert result.answers == [beam[1] for beam in hypotheses] and result.accuracy == 100.0
+    rejected = verified.verified_beam(module, params, evaluator, lambda h, q: False, 2)
+    assert rejected.answers == [beam[0] for beam in hypotheses] and rejected.accuracy == 0.0
+
+
+def most_frequent_answer_score(name: str, train_examples: int = 1000) -> float:
+    """The baseline: `equivalence` of answering every validation question with the most frequent
+    answer among the first `train_examples` training examples."""
+    import collections
+    draw, is_right = tasks.GENERATORS[name]
+    train = tasks.GeneratedSplit(draw, "train")
+    answer, _ = collections.Counter(train[i]["targets"] for i in range(train_examples)).most_common(1)[0]
+    validation = tasks.GeneratedSplit(draw, "validation")
+    return 100.0 * float(np.mean([is_right(answer, validation[i]["targets"]) for i in range(len(validation))]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, margin", [("symbolic_derivative", 30.0), ("symbolic_integration", 15.0)])
+def test_the_shipped_configs_learn_well_above_the_most_frequent_answer(tmp_path, name, margin):
+    """The shipped step count (500 steps, about 10 minutes each on a 2-core CPU)."""
+    import json
+    config = f"--gin_file=configs/local/t5_tiny_{name}.gin"
+    _cli("train", config, f"--gin.MODEL_DIR='{tmp_path}'")
+    with open(tmp_path / "metrics.jsonl") as f:
+        final = [r for r in map(json.loads, f) if "eval_equivalence" in r][-1]
+    assert final["step"] == 500
+    assert final["eval_equivalence"] >= most_frequent_answer_score(name) + margin

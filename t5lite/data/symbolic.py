@@ -12,7 +12,7 @@ and `mul` chained to the right, an integer as its sign then its decimal digits (
 a rational as `div p q`, x ** (1/2) as `sqrt`.
 
 An answer is right when it equals the reference as a function: `equivalent` rejects at once where
-the two differ at random points (sound: equal functions agree everywhere both are defined), accepts
+the two differ at one of ten fixed points (sound: equal functions agree wherever both are defined), accepts
 when SymPy simplifies their difference to 0, and otherwise accepts a numeric agreement at enough
 points, SymPy's work bounded by a time limit. Malformed text is never an error, only a wrong answer.
 
