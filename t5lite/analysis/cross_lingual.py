@@ -3,15 +3,17 @@
 every vocabulary piece read alone as `[CLS] piece [SEP]`, in English and as its Fake twin, each
 layer's vector of the piece, and the share of English pieces whose nearest Fake vector by cosine is
 their own twin (precision@1, `t5lite.analysis.align.precision_at_k`), and the other way round.
-A model that keeps the two languages apart scores near 1 / (number of pieces).
+A model that keeps the two languages apart scores near 1 / (number of pieces). `plot` draws
+several runs' results side by side (with and without the shared anchors, say).
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 
-from t5lite import finite
+from t5lite import finite, plotting
 from t5lite.analysis import align, forward, loading
 from t5lite.data import fake_english
 from t5lite.data.corruption.masking import random_pool, special_ids
@@ -79,3 +81,30 @@ def write(result: dict, out: str) -> str:
     with open(path, "w") as f:
         finite.dump(result, f, indent=1)
     return path
+
+
+def label(result: dict) -> str:
+    """A run's name and which anchors its two languages shared."""
+    shared = [name for name, on in (("special tokens", result["share_special"]),
+                                    ("positions", result["share_positions"])) if on]
+    return f"{result['model']} (shared: {', '.join(shared) or 'nothing'})"
+
+
+def plot(result_paths: list[str], out: str) -> str:
+    """English to Fake precision@1 per layer of each `cross_lingual.json`, one line per run, and chance."""
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for path in result_paths:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        scores = [layer["english_to_fake"] for layer in result["layers"]]
+        ax.plot(range(len(scores)), scores, marker="o", label=label(result))
+    ax.axhline(result["chance"], color="grey", linestyle=":", label="chance")
+    ax.set_xlabel("layer (0 = embeddings)")
+    ax.set_ylabel("precision@1, English to Fake")
+    ax.legend(fontsize=8)
+    plotting.plain_ticks(ax, integer_x=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
