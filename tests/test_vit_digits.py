@@ -79,12 +79,15 @@ def _dev_accuracy(records):
     return [r["eval_accuracy"] for r in records if "eval_accuracy" in r][-1]
 
 
-def test_shipped_config_trains_a_few_steps_end_to_end(tmp_path):
-    records = _train(str(tmp_path / "run"), "--gin.TRAIN_STEPS=4", "--gin.train.eval_every=4",
-                     "--gin.train.log_every=2", "--gin.train.checkpoint_every=4", "--gin.train.eval_max_examples=16",
+def test_shipped_config_trains_a_few_steps_end_to_end_and_t5lite_eval_scores_the_run(tmp_path):
+    run = str(tmp_path / "run")
+    records = _train(run, "--gin.TRAIN_STEPS=4", "--gin.train.eval_every=4", "--gin.train.log_every=2",
+                     "--gin.train.checkpoint_every=4", "--gin.train.eval_max_examples=16",
                      "--gin.train.eval_batch_size=16")
     assert np.isfinite([r["loss"] for r in records if "loss" in r][-1])
-    assert 0 <= _dev_accuracy(records) <= 100
+    cli.main(["eval", f"--gin_file={CONFIG}", f"--gin.MODEL_DIR='{run}'", "--gin.eval.max_examples=16"])
+    with open(os.path.join(run, "eval", "digits.validation", "metrics.jsonl")) as f:
+        assert json.loads(f.readline())["accuracy"] == _dev_accuracy(records)   # the same 16 digits, same params
 
 
 @pytest.mark.slow
