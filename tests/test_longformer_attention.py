@@ -190,3 +190,58 @@ def test_hf_parity(window, globals_per_row):
     ours = module.apply({"params": _our_attention_params(attention, hidden, heads)}, jnp.asarray(x), jnp.asarray(x),
                         biases, jnp.broadcast_to(jnp.arange(n), (2, n)))
     assert_close(np.asarray(ours)[mask], ref[mask], RTOL)
+
+
+def test_convert_from_hf_imports_a_longformer(tmp_path):
+    """`t5lite convert --from_hf` of a saved LongformerModel (per-layer windows): the run's config is
+    windowed and its last hidden states are Hugging Face's, with global tokens and padding."""
+    torch, _ = _hf_longformer_attention(4)
+    import transformers
+
+    from t5lite import cli
+    from t5lite.infer.checkpoint_reader import restore_params
+    from t5lite.interop import hf
+    from t5lite.models.config import load_config
+    config = transformers.LongformerConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=64, attention_window=[4, 8], max_position_embeddings=66,
+                                           type_vocab_size=1, initializer_range=0.2)
+    transformers.LongformerModel(config).eval().save_pretrained(tmp_path / "hf")
+    cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")])
+    assert load_config(str(tmp_path / "run" / "model_config.json")).attention_window == (4, 8)
+
+    module, variables = hf.load(str(tmp_path / "hf"))
+    restored = restore_params(str(tmp_path / "run"), variables["params"])
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), restored,
+                 variables["params"])
+    ids = np.random.default_rng(0).integers(3, 97, size=(2, 21))
+    ids[1, 14:] = config.pad_token_id
+    is_global = np.zeros_like(ids)
+    is_global[0, [0, 7]] = is_global[1, 0] = 1
+    model = transformers.LongformerModel.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(ids != config.pad_token_id),
+                    global_attention_mask=torch.tensor(is_global)).last_hidden_state.numpy()
+    ours = module.apply(variables, encoder_input_tokens=jnp.asarray(ids),
+                        encoder_global_attention_mask=jnp.asarray(is_global))
+    kept = ids != config.pad_token_id
+    assert_close(np.asarray(ours)[kept], ref[kept], 5e-5)
+
+
+def test_decoding_with_the_kv_cache_keeps_the_band():
+    """A windowed GPT-2 decoding token by token over its KV cache gives the logits of scoring the whole
+    sequence with the blockwise band."""
+    from t5lite.models.transformer import init_cache
+    config = get_config("gpt2_tiny", dropout_rate=0.0, attention_window=4, attention_dilation=2)
+    module = build_module(config)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(3, 900, size=(2, 12)))
+    params = module.init(jax.random.PRNGKey(0), decoder_input_tokens=tokens)["params"]
+    scored = np.asarray(module.apply({"params": params}, decoder_input_tokens=tokens))
+    cache = init_cache(module, params, 12, batch_size=2)
+    step = jax.jit(lambda cache, t: module.apply({"params": params, "cache": cache}, decoder_input_tokens=t,
+                                                 decode=True, mutable=["cache"]))
+    decoded = []
+    for i in range(12):
+        logits, state = step(cache, tokens[:, i:i + 1])
+        cache = state["cache"]
+        decoded.append(np.asarray(logits))
+    assert_close(np.concatenate(decoded, axis=1), scored, RTOL)
