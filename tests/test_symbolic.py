@@ -372,11 +372,11 @@ def most_frequent_answer_score(name: str, train_examples: int = 1000) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("name, margin", [("symbolic_derivative", 30.0), ("symbolic_integration", 15.0)])
 def test_the_shipped_configs_learn_well_above_the_most_frequent_answer(tmp_path, name, margin):
-    """The shipped step count (500 steps, about 10 minutes each on a 2-core CPU)."""
+    """At the shipped step count (300)."""
     import json
     config = f"--gin_file=configs/local/t5_tiny_{name}.gin"
     _cli("train", config, f"--gin.MODEL_DIR='{tmp_path}'")
     with open(tmp_path / "metrics.jsonl") as f:
         final = [r for r in map(json.loads, f) if "eval_equivalence" in r][-1]
-    assert final["step"] == 500
+    assert final["step"] == 300
     assert final["eval_equivalence"] >= most_frequent_answer_score(name) + margin
