@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 from t5lite import cli, models
-from t5lite.data import catalog, converter_registry
+from t5lite.data import catalog, converter_registry, tasks_show
 from t5lite.errors import ConfigError, DataError, DataNotFoundError
 from t5lite.models import vision
 from t5lite.objectives.image_classification import ImageClassificationObjective
@@ -34,6 +34,13 @@ def test_digits_splits_are_disjoint_and_hold_sklearns_images():
         np.testing.assert_array_equal(ex["inputs"][..., 0], reference.images[ex["idx"]].astype(np.float32) / 16)
         assert ex["label"] == reference.target[ex["idx"]]
     assert [ex["idx"] for ex in task.get_dataset("validation")] == [ex["idx"] for ex in validation]   # fixed
+
+
+def test_tasks_show_prints_an_image_s_shape_and_label():
+    lines = []
+    tasks_show.show_examples(catalog.get_task("digits"), "validation", 1, out=lines.append)
+    first = next(catalog.get_task("digits").get_dataset("validation"))
+    assert lines[1] == f"inputs: image [8, 8, 1] float32, values 0 to 1; label {first['label']}"
 
 
 def test_converter_rows_and_refusals():

@@ -19,6 +19,10 @@ def show_examples(task, split: str, num_examples: int = 3, data_dir=None, sequen
             if key not in ex:
                 continue
             ids = np.asarray(ex[key])
+            if ids.dtype.kind == "f":   # an image task's image: its shape, range and label, not text
+                out(f"{key}: image {list(ids.shape)} {ids.dtype}, values {ids.min():.3g} to {ids.max():.3g}; "
+                    f"label {ex.get('label')}")
+                continue
             text = ex.get(f"{key}_pretokenized")
             if text is not None:
                 out(f"{key}_pretokenized: {text}")
