@@ -9,12 +9,11 @@ several runs' results side by side (with and without the shared anchors, say).
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
-from t5lite import finite, plotting
-from t5lite.analysis import align, forward, loading
+from t5lite import plotting
+from t5lite.analysis import align, forward, loading, neighbours
 from t5lite.data import fake_english
 from t5lite.data.corruption.masking import random_pool, special_ids
 from t5lite.data.word_vectors import WordVectors
@@ -76,11 +75,7 @@ def retrieval(subject: loading.Subject, ids: np.ndarray, share_special: bool = T
 
 
 def write(result: dict, out: str) -> str:
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "cross_lingual.json")
-    with open(path, "w") as f:
-        finite.dump(result, f, indent=1)
-    return path
+    return neighbours.write(result, out, "cross_lingual.json")
 
 
 def label(result: dict) -> str:

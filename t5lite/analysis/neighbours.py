@@ -68,9 +68,10 @@ def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], wo
             "occurrences": occurrences}
 
 
-def write(result: dict, out: str) -> str:
+def write(result: dict, out: str, name: str = "neighbours.json") -> str:
+    """`result` as JSON in the folder `out` (made if missing); returns the file's path."""
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "neighbours.json")
+    path = os.path.join(out, name)
     with open(path, "w") as f:
         finite.dump(result, f, indent=1)
     return path
