@@ -40,7 +40,7 @@ def encoder_inputs(config: ModelConfig, tokens, images):
         return tokens, None
     if images is None:
         raise ConfigError(f"this is an image model (image_size={config.image_size}): feed it {IMAGES} "
-                          f"[batch, H, W, C], not token ids; an image task and the 'image_classification' "
+                          "[batch, H, W, C], not token ids; an image task and the 'image_classification' "
                           "converter give them")
     return position_tokens(config, images), images
 
