@@ -113,3 +113,14 @@ def test_trained_loss_is_the_log_likelihood_infer_scores_after_the_code(sst2_exa
     scored = scoring.token_log_likelihoods(module, params, {"decoder_prompt_tokens": jnp.asarray(ex["inputs"])[None]},
                                            jnp.asarray(ex["targets"])[None])
     assert_close(trained, np.asarray(scored)[0])
+
+
+@pytest.mark.parametrize("method, penalty, says", [("beam", 1.2, "not beam search"), ("sample", 0.0, "must be positive"),
+                                                   ("greedy", -1.0, "must be positive")])
+def test_infer_refuses_a_penalty_it_cannot_apply(method, penalty, says):
+    from t5lite.errors import ConfigError
+    from t5lite.infer import predict
+    with pytest.raises(ConfigError, match=says) as error:
+        predict.check_method(method, repetition_penalty=penalty)
+    assert "infer.repetition_penalty" in str(error.value) and "\n" not in str(error.value)
+    predict.check_method(method, repetition_penalty=1.0)   # off: every method

@@ -250,3 +250,40 @@ def test_special_ids_are_imported_and_written_back(family, tmp_path):
     saved, _ = hf.load(hf.save(module, {"params": params}, str(tmp_path / "out")))
     assert (saved.config.decoder_start_token_id, saved.config.eos_token_id, saved.config.pad_token_id) == \
         (cfg.decoder_start_token_id, cfg.eos_token_id, cfg.pad_token_id)
+
+
+def _full_length_inputs(name, config):
+    """`_inputs`, but GPT-2's prompts all full length: HF penalizes a repeat of its left padding too."""
+    if name != "gpt2":
+        return _inputs(name, config)[:2]
+    prompt = np.random.RandomState(5).randint(0, V - 1, (3, 7))
+    return ({"decoder_prompt_tokens": jnp.asarray(prompt)},
+            dict(input_ids=torch.tensor(prompt), attention_mask=torch.ones(prompt.shape, dtype=torch.long)))
+
+
+@pytest.mark.parametrize("penalty", [1.2, 3.0])
+def test_repetition_penalty_is_hf_generates(family, penalty):
+    """Greedy decoding with CTRL's repetition penalty gives HF generate's tokens with
+    `repetition_penalty`: the prompt (decoder-only) or the start token (encoder-decoder) and every
+    generated token penalized, as `RepetitionPenaltyLogitsProcessor` does; the penalty changes them."""
+    name, model, module, params = family
+    ours_in, hf_in = _full_length_inputs(name, module.config)
+    eos = model.config.eos_token_id
+    _, hf_tokens = _generate(model, hf_in, eos, do_sample=False, num_beams=1, repetition_penalty=penalty)
+    expected = _padded(hf_tokens, eos, module.config.pad_token_id)
+    ours = decoding.greedy(module, params, ours_in, max_decode_length=NEW, repetition_penalty=penalty)
+    np.testing.assert_array_equal(np.asarray(ours.tokens), expected)
+    plain = decoding.greedy(module, params, ours_in, max_decode_length=NEW)
+    if penalty == 3.0:
+        assert (np.asarray(plain.tokens) != expected).any(), "the penalty should change some tokens"
+
+
+def test_penalized_logits_are_hf_repetition_penalty_processor():
+    """`penalize_repetition` on logits of both signs: HF's processor, given each row's earlier ids."""
+    rng = np.random.RandomState(11)
+    logits = rng.normal(0.0, 3.0, (4, 50)).astype(np.float32)
+    ids = rng.randint(0, 50, (4, 9))
+    expected = transformers.RepetitionPenaltyLogitsProcessor(1.2)(torch.tensor(ids), torch.tensor(logits)).numpy()
+    seen = decoding.tokens_seen(jnp.asarray(ids), jnp.full(4, 9), 50)
+    assert_close(np.asarray(decoding.penalize_repetition(jnp.asarray(logits), seen, 1.2)), expected)
+    assert (expected != logits).any() and (logits[np.asarray(seen)] < 0).any()

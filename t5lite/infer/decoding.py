@@ -51,6 +51,7 @@ class _Model(NamedTuple):
     batch_axes: Any          # per cache leaf: the axis holding the rows, or -1
     config: ModelConfig
     prompt_lengths: jax.Array   # [inputs]: a decoder-only model's prompt tokens as given; 0 for an encoder-decoder
+    seen: jax.Array          # [rows, vocab]: the tokens already in each row (its prompt, or the start token)
 
 
 def given_prompt_lengths(config: ModelConfig, inputs: Mapping[str, jax.Array]) -> jax.Array:
@@ -72,6 +73,12 @@ def decoder_prompt(config: ModelConfig, inputs: Mapping[str, jax.Array]) -> tupl
     empty = lengths == 0
     prompt = prompt.at[:, 0].set(jnp.where(empty, config.decoder_start_token_id, prompt[:, 0]))
     return prompt, jnp.where(empty, 1, lengths).astype(jnp.int32)
+
+
+def tokens_seen(tokens: jax.Array, lengths: jax.Array, vocab: int) -> jax.Array:
+    """[rows, vocab] True at each token among a row's first `lengths` tokens."""
+    in_row = jnp.arange(tokens.shape[1])[None] < lengths[:, None]
+    return jnp.zeros((tokens.shape[0], vocab), bool).at[jnp.arange(tokens.shape[0])[:, None], tokens].max(in_row)
 
 
 def _batch_axes(make_cache: Callable[[int], Any]) -> Any:
@@ -126,8 +133,10 @@ def _prepare_encoder_decoder(module, params, tokens, copies: int, max_decode_len
         return logits[:, -1].astype(jnp.float32), state["cache"]
 
     rows = tokens.shape[0] * copies
-    logits, cache = step(make_cache(rows, tokens.shape[0]), jnp.full((rows, 1), cfg.decoder_start_token_id, jnp.int32))
-    return _Model(step, logits, cache, _batch_axes(make_cache), cfg, jnp.zeros(tokens.shape[0], jnp.int32))
+    start = jnp.full((rows, 1), cfg.decoder_start_token_id, jnp.int32)
+    logits, cache = step(make_cache(rows, tokens.shape[0]), start)
+    return _Model(step, logits, cache, _batch_axes(make_cache), cfg, jnp.zeros(tokens.shape[0], jnp.int32),
+                  tokens_seen(start, jnp.ones(rows, jnp.int32), logits.shape[-1]))
 
 
 def _prepare_decoder(module, params, inputs, copies: int, max_decode_length: int) -> _Model:
@@ -154,8 +163,9 @@ def _prepare_decoder(module, params, inputs, copies: int, max_decode_length: int
     batch_axes = _batch_axes(make_cache)
     cache = models.set_cache_index(state["cache"], lengths)
     cache = jax.tree.map(lambda x, axis: x if axis < 0 else jnp.repeat(x, copies, axis=axis), cache, batch_axes)
+    seen = jnp.repeat(tokens_seen(prompt, lengths, logits.shape[-1]), copies, axis=0)
     return _Model(step, jnp.repeat(logits, copies, axis=0).astype(jnp.float32), cache, batch_axes, cfg,
-                  given_prompt_lengths(cfg, inputs))
+                  given_prompt_lengths(cfg, inputs), seen)
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -177,6 +187,15 @@ def filter_logits(logits: jax.Array, top_k=0, top_p=0.0) -> jax.Array:
     return jnp.where(logits < cutoff, NEG_INF, logits)
 
 
+def penalize_repetition(logits: jax.Array, seen: jax.Array, penalty) -> jax.Array:
+    """CTRL's repetition penalty (Keskar et al. 2019, section 4.1; salesforce/ctrl generation.py) as
+    Hugging Face's `RepetitionPenaltyLogitsProcessor` applies it: the logit of every token already
+    in the row (prompt, start token, generated) is divided by `penalty` when positive and
+    multiplied by it when negative, so a repeat always gets less likely (CTRL divides both, which
+    makes a negative one likelier). CTRL uses 1.2; 1 leaves the logits as they are."""
+    return jnp.where(seen, jnp.where(logits < 0, logits * penalty, logits / penalty), logits)
+
+
 def _choose(logits, rng, temperature, top_k, top_p) -> jax.Array:
     def sample():
         return jax.random.categorical(rng, filter_logits(logits / temperature, top_k, top_p), axis=-1)
@@ -184,60 +203,67 @@ def _choose(logits, rng, temperature, top_k, top_p) -> jax.Array:
     return jax.lax.cond(temperature <= GREEDY_TEMPERATURE, argmax, sample).astype(jnp.int32)
 
 
-def _sample_loop(model: _Model, rng, temperature, top_k, top_p, max_decode_length: int):
+def _sample_loop(model: _Model, rng, temperature, top_k, top_p, repetition_penalty, max_decode_length: int):
     """(tokens [rows, max_decode_length], log-probabilities [rows]); the score uses the model's
-    own (untempered, unfiltered) distribution, so samples from different settings compare."""
+    own (untempered, unfiltered, unpenalized) distribution, so samples from different settings compare."""
     cfg = model.config
     rows = model.logits.shape[0]
 
     def cond(state):
-        i, _, _, _, done, _, _ = state
+        i, _, _, _, done, _, _, _ = state
         return (i < max_decode_length) & ~jnp.all(done)
 
     def body(state):
-        i, tokens, cache, logits, done, logp, rng = state
+        i, tokens, cache, logits, done, logp, seen, rng = state
         rng, key = jax.random.split(rng)
-        token = jnp.where(done, cfg.pad_token_id, _choose(logits, key, temperature, top_k, top_p))
+        chosen = _choose(penalize_repetition(logits, seen, repetition_penalty), key, temperature, top_k, top_p)
+        token = jnp.where(done, cfg.pad_token_id, chosen)
         token_logp = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], axis=-1)[:, 0]
         logp = logp + jnp.where(done, 0.0, token_logp)
         done = done | (token == cfg.eos_token_id)
+        seen = seen.at[jnp.arange(rows), token].set(True)
         logits, cache = model.step(cache, token[:, None])
-        return i + 1, tokens.at[:, i].set(token), cache, logits, done, logp, rng
+        return i + 1, tokens.at[:, i].set(token), cache, logits, done, logp, seen, rng
 
     state = (jnp.zeros((), jnp.int32), jnp.full((rows, max_decode_length), cfg.pad_token_id, jnp.int32),
-             model.cache, model.logits, jnp.zeros(rows, bool), jnp.zeros(rows, jnp.float32), rng)
-    _, tokens, _, _, _, logp, _ = jax.lax.while_loop(cond, body, state)
+             model.cache, model.logits, jnp.zeros(rows, bool), jnp.zeros(rows, jnp.float32), model.seen, rng)
+    _, tokens, _, _, _, logp, _, _ = jax.lax.while_loop(cond, body, state)
     return tokens, logp
 
 
 def temperature_sample(module, params, inputs: Mapping[str, jax.Array], rng, *, max_decode_length: int,
-                       temperature=1.0, top_k=0, top_p=0.0, num_decodes: int = 1) -> DecodeResult:
+                       temperature=1.0, top_k=0, top_p=0.0, repetition_penalty=1.0,
+                       num_decodes: int = 1) -> DecodeResult:
     """`num_decodes` samples per input, ranked by log-probability (argmax at temperature <= 1e-4).
 
-    Logits are divided by the temperature, then filtered by top-k and top-p (`filter_logits`),
-    as Hugging Face's warpers do. Only the module and the shapes are static: other
-    temperatures or filters reuse the compiled function."""
+    Logits are penalized for repetition (`penalize_repetition`; 1.0 is off), divided by the
+    temperature, then filtered by top-k and top-p (`filter_logits`), as Hugging Face's processors
+    and warpers do. Only the module and the shapes are static: other temperatures, filters or
+    penalties reuse the compiled function."""
     if not jnp.issubdtype(jnp.asarray(rng).dtype, jax.dtypes.prng_key):
         rng = jax.random.wrap_key_data(rng)
     return _temperature_sample(module, params, inputs, rng, jnp.float32(temperature), jnp.int32(top_k),
-                               jnp.float32(top_p), max_decode_length=max_decode_length, num_decodes=num_decodes)
+                               jnp.float32(top_p), jnp.float32(repetition_penalty),
+                               max_decode_length=max_decode_length, num_decodes=num_decodes)
 
 
 @functools.partial(jax.jit, static_argnames=("module", "max_decode_length", "num_decodes"))
-def _temperature_sample(module, params, inputs, rng, temperature, top_k, top_p, *, max_decode_length,
-                        num_decodes) -> DecodeResult:
+def _temperature_sample(module, params, inputs, rng, temperature, top_k, top_p, repetition_penalty, *,
+                        max_decode_length, num_decodes) -> DecodeResult:
     model = _prepare(module, params, inputs, num_decodes, max_decode_length)
-    tokens, logp = _sample_loop(model, rng, temperature, top_k, top_p, max_decode_length)
+    tokens, logp = _sample_loop(model, rng, temperature, top_k, top_p, repetition_penalty, max_decode_length)
     tokens = tokens.reshape(-1, num_decodes, max_decode_length)
     logp = logp.reshape(-1, num_decodes)
     order = jnp.argsort(-logp, axis=1)
     return DecodeResult(jnp.take_along_axis(tokens, order[..., None], axis=1), jnp.take_along_axis(logp, order, axis=1))
 
 
-def greedy(module, params, inputs: Mapping[str, jax.Array], *, max_decode_length: int) -> DecodeResult:
-    """Argmax decoding: tokens [batch, max_decode_length], scores [batch] (sum of log-probs)."""
+def greedy(module, params, inputs: Mapping[str, jax.Array], *, max_decode_length: int,
+           repetition_penalty=1.0) -> DecodeResult:
+    """Argmax decoding: tokens [batch, max_decode_length], scores [batch] (sum of log-probs);
+    with CTRL's `repetition_penalty` (1.2 in the paper), its "greedy sampling with a penalty"."""
     out = temperature_sample(module, params, inputs, jax.random.key(0), max_decode_length=max_decode_length,
-                             temperature=0.0)
+                             temperature=0.0, repetition_penalty=repetition_penalty)
     return DecodeResult(out.tokens[:, 0], out.scores[:, 0])
 
 

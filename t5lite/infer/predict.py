@@ -198,24 +198,31 @@ def fill_batch(batch: Mapping[str, np.ndarray], size: int) -> dict[str, np.ndarr
     return {k: np.concatenate([v, np.repeat(v[-1:], size - rows, axis=0)]) for k, v in batch.items()}
 
 
-def check_method(method: str, beam_rules: str = "t5x") -> None:
+def check_method(method: str, beam_rules: str = "t5x", repetition_penalty: float = 1.0) -> None:
     if method not in METHODS:
         raise ConfigError(f"infer.method must be greedy, beam or sample; got {method!r}")
+    if not repetition_penalty > 0:
+        raise ConfigError(f"infer.repetition_penalty must be positive (CTRL's is 1.2; 1.0 is off); got {repetition_penalty}")
+    if method == "beam" and repetition_penalty != 1.0:
+        raise ConfigError(f"infer.repetition_penalty={repetition_penalty} applies to greedy and sample decoding, not beam "
+                          "search; use infer.method = 'greedy' or 'sample', or leave the penalty at 1.0")
     if beam_rules not in decoding.BEAM_RULES:
         raise ConfigError(f"infer.beam_rules must be 't5x' (T5X's beam search) or 'hf' (Hugging Face's); "
                           f"got {beam_rules!r}")
 
 
 def _best_tokens(module, params, inputs, rng, *, method: str, max_decode_length: int, num_beams: int, alpha: float,
-                 beam_rules: str, temperature: float, top_k: int, top_p: float) -> jax.Array:
+                 beam_rules: str, temperature: float, top_k: int, top_p: float, repetition_penalty: float) -> jax.Array:
     """[batch, max_decode_length]: the tokens `method` ranks first."""
     if method == "greedy":
-        return decoding.greedy(module, params, inputs, max_decode_length=max_decode_length).tokens
+        return decoding.greedy(module, params, inputs, max_decode_length=max_decode_length,
+                               repetition_penalty=repetition_penalty).tokens
     if method == "beam":
         return decoding.beam_search(module, params, inputs, max_decode_length=max_decode_length,
                                     num_beams=num_beams, alpha=alpha, rules=beam_rules).tokens[:, 0]
     return decoding.temperature_sample(module, params, inputs, rng, max_decode_length=max_decode_length,
-                                       temperature=temperature, top_k=top_k, top_p=top_p).tokens[:, 0]
+                                       temperature=temperature, top_k=top_k, top_p=top_p,
+                                       repetition_penalty=repetition_penalty).tokens[:, 0]
 
 
 class Predictor:
@@ -227,12 +234,12 @@ class Predictor:
 
     def __init__(self, module, params, partitioner=None, *, method: str = "greedy", max_decode_length: int = 64,
                  num_beams: int = 4, alpha: float = 0.6, beam_rules: str = "t5x", temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 0.0):
-        check_method(method, beam_rules)
+                 top_k: int = 0, top_p: float = 0.0, repetition_penalty: float = 1.0):
+        check_method(method, beam_rules, repetition_penalty)
         self.module, self.partitioner = module, partitioner
         decode = functools.partial(_best_tokens, module, method=method, max_decode_length=max_decode_length,
                                    num_beams=num_beams, alpha=alpha, beam_rules=beam_rules, temperature=temperature,
-                                   top_k=top_k, top_p=top_p)
+                                   top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
         score = functools.partial(scoring.target_log_likelihood, module)
         if partitioner is None:
             self.params, self.rows = params, 1
@@ -282,17 +289,18 @@ def prompt_features(config: ModelConfig, rows: Sequence[Sequence[int]], max_leng
 def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: ModelConfig | None = None,
           method: str = "greedy", max_input_length: int = 512, max_decode_length: int = 64, num_beams: int = 4,
           alpha: float = 0.6, beam_rules: str = "t5x", temperature: float = 1.0, top_k: int = 0, top_p: float = 0.0,
-          seed: int = 0, batch_size: int = 16, vocabulary_path: str | None = None, vocabulary: Any = None,
+          repetition_penalty: float = 1.0, seed: int = 0, batch_size: int = 16, vocabulary_path: str | None = None, vocabulary: Any = None,
           partitioner=None, progress: bool = True) -> Iterator[dict]:
     """Decodes each text with `method` ("greedy", "beam" with `num_beams`, T5X's brevity penalty
     `alpha` and the search of `beam_rules`: "t5x" or "hf", see `decoding.beam_search`; or "sample"
-    with `temperature`, `top_k`, `top_p`); yields one record per text, in order:
+    with `temperature`, `top_k`, `top_p`; greedy and sample take CTRL's `repetition_penalty`, 1.0 off,
+    see `decoding.penalize_repetition`); yields one record per text, in order:
     {"input", "prediction", "score", "tokens"}.
 
     `model` defaults to the run's saved config; `vocabulary` (an object with encode / decode)
     to the vocabulary file at `vocabulary_path` (any kind), else the run's own tokenizer (a converted
     Hugging Face model's), else the built-in tasks' vocabulary."""
-    check_method(method, beam_rules)
+    check_method(method, beam_rules, repetition_penalty)
     checkpoint_reader.require_command_takes(checkpoint_path, "infer")
     require_positive({"infer.max_input_length": max_input_length, "infer.max_decode_length": max_decode_length,
                       "infer.batch_size": batch_size, **({"infer.num_beams": num_beams} if method == "beam" else {})})
@@ -305,7 +313,7 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
     params, _, step_dir = load_params(config, checkpoint_path, partitioner, vocabulary)
     predictor = Predictor(module, params, partitioner, method=method, max_decode_length=max_decode_length,
                           num_beams=num_beams, alpha=alpha, beam_rules=beam_rules, temperature=temperature,
-                          top_k=top_k, top_p=top_p)
+                          top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
     return _records(predictor, vocabulary, list(inputs), max_input_length, batch_size, seed, progress, step_dir)
 
 
