@@ -370,9 +370,10 @@ def most_frequent_answer_score(name: str, train_examples: int = 1000) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, margin", [("symbolic_derivative", 30.0), ("symbolic_integration", 15.0)])
+@pytest.mark.parametrize("name, margin", [("symbolic_derivative", 40.0), ("symbolic_integration", 25.0)])
 def test_the_shipped_configs_learn_well_above_the_most_frequent_answer(tmp_path, name, margin):
-    """At the shipped step count (300)."""
+    """At the shipped step count (300; measured: equivalence 57.5 and 36.5 against baselines of 2.5
+    and 0.0, docs/guides/inverse-problems.md)."""
     import json
     config = f"--gin_file=configs/local/t5_tiny_{name}.gin"
     _cli("train", config, f"--gin.MODEL_DIR='{tmp_path}'")
