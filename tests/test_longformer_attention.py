@@ -81,6 +81,9 @@ def test_banded_attention_equals_dense_attention_under_the_band_mask(n, window, 
     ref = _dense_reference(q, k, v, mask, segments, positions, window, dilation, causal, is_global, table)
     queries = mask & ~is_global      # global queries take their own projections: test_hf_parity covers them
     assert_close(np.asarray(out)[queries], ref[queries], RTOL)
+    fused = W.banded_attention(*(jnp.asarray(x) for x in (q, k, v)), biases,   # accelerators' path
+                               functools.partial(W.dense_attention, impl="jax"))
+    assert_close(np.asarray(fused)[queries], ref[queries], RTOL)
     # memory grows with n x window: the biases hold about 3 x block keys per query, never n
     assert biases.local.shape[-1] == 3 * W.block_size(window, dilation) + biases.global_index.shape[1]
 

@@ -136,8 +136,7 @@ def _window_biases(window: int, dilation: int, slots: Slots, causal: bool, globa
     k_index = (jnp.arange(blocks)[:, None] - 1) * size + jnp.arange(3 * size)        # [blocks, 3B]
     q = _take(slots, jnp.broadcast_to(q_index[:, :, None], (b, blocks, size, 1)))
     k = _take(slots, jnp.broadcast_to(k_index[:, None, :], (b, blocks, 1, 3 * size)))
-    offset = k.index - q.index
-    band = (jnp.abs(offset) <= dilation * (window // 2)) & (offset % dilation == 0)
+    band = _in_band(k.index - q.index, window, dilation)
     k = k._replace(mask=k.mask & ~_take(slots._replace(mask=is_global), k.index).mask)
     local = _bias(band & _allowed(q, k, causal), q, k, position_bias)              # [b, 1|h, blocks, B, 3B]
     g = _take(slots, global_index[:, None, None, :])                                 # [b, 1, 1, G]
@@ -153,9 +152,13 @@ def _window_biases(window: int, dilation: int, slots: Slots, causal: bool, globa
 def band_bias(q_index, k_index, window: int, dilation: int):
     """[b, 1, q, k]: 0 inside the band, NEG_INF outside; for attention over a KV cache, whose few
     queries per step make a dense mask cheap."""
-    offset = k_index[:, None, :] - q_index[:, :, None]
-    band = (jnp.abs(offset) <= dilation * (window // 2)) & (offset % dilation == 0)
+    band = _in_band(k_index[:, None, :] - q_index[:, :, None], window, dilation)
     return jnp.where(band, 0.0, NEG_INF)[:, None].astype(jnp.float32)
+
+
+def _in_band(offset, window: int, dilation: int):
+    """Whether a key `offset` slots from its query is in the window: at most window / 2 dilated steps away."""
+    return (jnp.abs(offset) <= dilation * (window // 2)) & (offset % dilation == 0)
 
 
 # ----------------------------------------------------------------------------- attention, per layer
