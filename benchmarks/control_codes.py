@@ -23,14 +23,6 @@ CODES = ("negative", "positive")   # SST-2's label names: the codes of sst2_cont
 Z95 = 1.959963984540054            # the standard normal's 97.5% quantile
 
 
-def positive_int(text: str) -> int:
-    import argparse
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
-    return value
-
-
 def _args(argv):
     from t5lite.cli import Parser
     parser = Parser(prog="control_codes.py", description=__doc__.split("\n")[0])
@@ -41,8 +33,8 @@ def _args(argv):
     parser.add_argument("--classifier_gin", default="configs/local/minilm_finetune_sst2.gin",
                         help="the config the classifier was trained with: its head and evaluator")
     parser.add_argument("--out", required=True, help="folder for the generations, the JSON and the plot")
-    parser.add_argument("--samples", type=positive_int, default=200, help="generations per code")
-    parser.add_argument("--max_decode_length", type=positive_int, default=40)
+    parser.add_argument("--samples", type=int, default=200, help="generations per code")
+    parser.add_argument("--max_decode_length", type=int, default=40)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--top_k", type=int, default=40)
     parser.add_argument("--repetition_penalty", type=float, default=1.2, help="CTRL's; 1.0 is off")
@@ -132,7 +124,9 @@ def plot(result: dict, path: str) -> None:
 
 
 def measure(args) -> dict:
+    from t5lite.errors import require_positive
     from t5lite.infer import checkpoint_reader
+    require_positive({"--samples": args.samples, "--max_decode_length": args.max_decode_length})
     for run, command in ((args.control_lm, "infer"), (args.classifier, "eval")):   # before any work
         checkpoint_reader.step_directory(run)
         checkpoint_reader.require_command_takes(run, command)

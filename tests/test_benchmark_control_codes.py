@@ -102,3 +102,11 @@ def test_shipped_recipe_steers_sentiment(tmp_path):
     codes = result["codes"]
     assert codes["positive"]["interval95"][0] > 0.5, codes
     assert codes["positive"]["agreement"] + codes["negative"]["agreement"] > 1, codes
+
+
+def test_a_zero_count_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _benchmark().main(["--control_lm", str(tmp_path), "--classifier", str(tmp_path), "--samples", "0",
+                           "--out", str(tmp_path / "codes")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == "control_codes.py: error: --samples=0: give a whole number of at least 1"
