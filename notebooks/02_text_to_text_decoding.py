@@ -48,7 +48,7 @@ from t5lite.infer import decoding, scoring
 from t5lite.infer.predict import load_params, model_config_of, prompt_features
 from t5lite.models import build
 
-run_dir = os.path.join(tempfile.gettempdir(), "t5lite_notebook_decoding")
+run_dir = os.path.join(tempfile.gettempdir(), "t5lite_notebook_t5_tiny")
 # The Quickstart's recipe at 200 steps instead of 1000; run again, it finds its checkpoint and stops.
 # Its console is captured (a kernel forwards a child's output slowly) and its last lines shown.
 training = subprocess.run([sys.executable, "-m", "t5lite.cli", "train", "--gin_file=configs/local/t5_tiny_pretrain.gin",
