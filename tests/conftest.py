@@ -33,6 +33,15 @@ from t5lite.models import get_config  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the folder is not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def shared_data_dir() -> Path:
     return Path(os.environ.get("T5LITE_SHARED_DATA", REPO.parent / "shared" / "data"))
 

@@ -2,22 +2,18 @@
 a gpt2_tiny control LM trained 2 steps and bert_tiny fine-tuned 2 steps, end to end; the
 agreement is recounted from the generations and the classes `t5lite eval` wrote, the interval is
 statsmodels' Wilson interval. Slow: the shipped recipes, where the codes must steer."""
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from conftest import REPO, shared_data_dir
+from conftest import REPO, load_benchmark, shared_data_dir
 
 CONTROL_GIN = str(REPO / "configs/local/gpt2_tiny_control_sst2.gin")
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("control_codes", REPO / "benchmarks" / "control_codes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("control_codes")
 
 
 def _train_control_lm(out, steps: int, *extra) -> str:

@@ -1,22 +1,18 @@
 """`benchmarks/head_pruning_curve.py` on a tiny classifier (bert_tiny, 2 layers x 4 heads, fine-tuned
 2 steps on SST-2): its curve starts at the accuracy `t5lite eval` reports for the unpruned run, and
 prunes by Michel et al.'s ranking (re-derived here in numpy) and by nested random orders."""
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from conftest import REPO, shared_data_dir
+from conftest import REPO, load_benchmark, shared_data_dir
 
 GIN = str(REPO / "configs/local/bert_tiny_finetune_sst2.gin")
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("head_pruning_curve", REPO / "benchmarks" / "head_pruning_curve.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("head_pruning_curve")
 
 
 def _eval_accuracy(run, out, examples):

@@ -1,15 +1,12 @@
 """`benchmarks/long_attention.py --dry_run`: both attentions timed and measured at tiny lengths, the
 table printed, the JSON and the plot written."""
-import importlib.util
 import json
 
-from conftest import REPO
+from conftest import load_benchmark
 
 
 def test_long_attention_dry_run_writes_its_table_json_and_plot(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("long_attention", REPO / "benchmarks" / "long_attention.py")
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+    benchmark = load_benchmark("long_attention")
     rows = benchmark.main(["--dry_run", "--out", str(tmp_path)])
     assert [r["length"] for r in rows] == [32, 64]
     assert all(r[f"{kind}_{unit}"] > 0 for r in rows for kind in ("full", "windowed") for unit in ("ms", "mib"))
