@@ -112,6 +112,17 @@ def test_seeds_needed_are_statsmodels_solve_power_and_the_noncentral_t(effect, s
     assert power_at(n) >= 0.8 and (n == 2 or power_at(n - 1) < 0.8)
 
 
+def test_a_large_effect_needs_two_seeds_where_scipys_noncentral_t_gives_nan():
+    """50 sd apart: scipy's nct (and statsmodels) give nan for the two-sided power at n = 2; 20,000 simulated 2-seed
+    t-tests reject nearly always, so 2 seeds suffice."""
+    critical = scipy_stats.t.ppf(0.975, 1)
+    assert math.isnan(scipy_stats.nct.cdf(-critical, 1, 50 * math.sqrt(2)))   # the lower tail's half
+    d = np.random.default_rng(0).normal(50.0, 1.0, (20_000, 2))
+    simulated = np.mean(np.abs(d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(2))) > critical)
+    assert stats.t_test_power(50.0, 2) == pytest.approx(simulated, abs=0.01)
+    assert stats.seeds_needed(50.0, 1.0) == 2
+
+
 def test_seed_counts_out_of_reach_or_without_spread():
     assert stats.seeds_needed(1.0, 100.0) is None   # statsmodels: about 78,500 seeds
     assert stats.seeds_needed(0.0, 1.0) is None and stats.seeds_needed(1.0, math.nan) is None

@@ -72,9 +72,27 @@ def t_test_power(effect: float, n: int, alpha: float = ALPHA, alternative: str =
     from scipy import stats
     df, nc = n - 1, effect * math.sqrt(n)
     if alternative == "larger":
-        return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, nc))
-    critical = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(critical, df, nc) + stats.nct.cdf(-critical, df, nc))
+        critical = stats.t.ppf(1 - alpha, df)
+        power = stats.nct.sf(critical, df, nc)
+    else:
+        critical = stats.t.ppf(1 - alpha / 2, df)
+        power = stats.nct.sf(critical, df, nc) + stats.nct.cdf(-critical, df, nc)
+    if math.isfinite(power):
+        return float(power)
+    return _power_by_integration(critical, df, nc, two_sided=alternative != "larger")
+
+
+def _power_by_integration(critical: float, df: int, nc: float, two_sided: bool) -> float:
+    """The same power from the noncentral t's definition, T = (Z + nc) / sqrt(V / df) with V
+    chi-squared: P(T > c) = E_V[P(Z > c sqrt(V / df) - nc)], for the large noncentralities where
+    scipy's nct gives nan."""
+    from scipy import integrate, stats
+
+    def rejects(v):
+        scaled = critical * math.sqrt(v / df)
+        tail = stats.norm.sf(scaled - nc)
+        return (tail + stats.norm.cdf(-scaled - nc) if two_sided else tail) * stats.chi2.pdf(v, df)
+    return float(min(1.0, integrate.quad(rejects, 0, math.inf, limit=200)[0]))
 
 
 def seeds_needed(effect: float, sd: float, alpha: float = ALPHA, power: float = POWER,
