@@ -470,7 +470,7 @@ def test_a_ci_pilot_prints_the_seeds_each_claim_needs_and_the_sweep_shows_it_fir
     """`--pilot` runs the claims' cells at the pilot's 3 seeds in OUT/pilot, with each task's
     majority baseline (sklearn's DummyClassifier on the dev labels scored) and statsmodels' seed
     counts; the sweep on the same --out prints the pilot's plan before it starts and reports it."""
-    dummy = pytest.importorskip("sklearn.dummy")
+    dummy = pytest.importorskip("sklearn.dummy", reason="the majority-baseline reference (the `test` extra)")
     power = pytest.importorskip("statsmodels.stats.power", reason="the seed counts' reference (the `test` extra)")
     labels = write_dev_sets(tmp_path / "glue")
     gin_file = write_sweep(tmp_path)

@@ -16,9 +16,9 @@ from t5lite.experiments import report, spec, stats
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="the intervals' reference")
 dummy = pytest.importorskip("sklearn.dummy", reason="the constant-prediction reference")
-sk_metrics = pytest.importorskip("sklearn.metrics")
+sk_metrics = pytest.importorskip("sklearn.metrics", reason="the F1 and MCC references (the `test` extra)")
 power = pytest.importorskip("statsmodels.stats.power", reason="the power analysis' reference (the `test` extra)")
-weightstats = pytest.importorskip("statsmodels.stats.weightstats")
+weightstats = pytest.importorskip("statsmodels.stats.weightstats", reason="the TOST reference (the `test` extra)")
 
 GLUE = shared_data_dir() / "glue"
 # (folder, label column or headerless index, label parser) as GLUE's dev.tsv files hold them
@@ -43,7 +43,6 @@ def glue_spec(eval_max_examples=None):
                       scales={"ci": {"eval_max_examples": eval_max_examples}}, data_dir=str(GLUE))
 
 
-@pytest.mark.skipif(not GLUE.is_dir(), reason="GLUE's dev files")
 @pytest.mark.parametrize("limit", [None, 16])
 def test_each_tasks_baseline_is_sklearns_constant_predictor_on_the_dev_examples_scored(limit):
     known, note = report.baselines(glue_spec(limit))
