@@ -280,3 +280,248 @@ def test_cross_lingual_plot_draws_each_run(tmp_path):
     assert cross_lingual.label(json.loads(paths[1].read_text())) == "apart (shared: nothing)"
     out = cross_lingual.plot([str(p) for p in paths], str(tmp_path / "retrieval.png"))
     assert (tmp_path / "retrieval.png").read_bytes()[:4] == b"\x89PNG" and out.endswith("retrieval.png")
+
+
+# --- Zero-shot transfer in Fake-English: an English-trained classifier read on the same sentences shifted.
+
+def minimult_xnli_evaluation_rows(rows, shift, max_length, special_token_indices, cls_id, shift_special):
+    """pdufter/minimult, real/run_xnli.py, `evaluate` for the Fake language (language id 1 of shifts
+    [0, shift, 2 shift]), transcribed for unpadded rows: every input id of the evaluation set plus the
+    shift (`eval_dataset.tensors[0] += ...`), then per batch, in its order, real/modifications.py's
+    `get_language_specific_positions` (the language read off [CLS]: positions + max_length, token type
+    1) and `shift_special_tokens` (nothing left to shift) or `unshift_special_tokens` (the shifted
+    specials back to the shared ones)."""
+    out = []
+    for row in rows:
+        row = [x + shift for x in row]
+        is_fake = row[0] == cls_id + shift                        # get_lang_id
+        positions = np.arange(len(row)) + max_length * is_fake
+        types = np.zeros(len(row), int) + is_fake
+        if not shift_special:
+            row = [x - shift if is_fake and x - shift in special_token_indices else x for x in row]
+        out.append((row, positions, types))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sst2_like_tasks():
+    """bert_glue_sst2 and its Fake-English twin's preprocessors over a few in-memory sentences."""
+    from t5lite.data.tasks.pretraining import FEATURES
+    sentences = ["a gripping , funny film", "dull and far too long", "the cast is superb", "it never comes alive",
+                 "one of the year 's best", "a waste of a fine premise"]
+    source = FunctionSource(lambda split: [{"sentence": s, "label": i % 2, "idx": i} for i, s in enumerate(sentences)],
+                            splits=("validation",))
+    fake = TaskRegistry.get("bert_glue_sst2_fake_english")
+    english = TaskRegistry.add("tiny_sst2_english", source, TaskRegistry.get("bert_glue_sst2").preprocessors, FEATURES,
+                               fake.metric_fns)
+    shifted = TaskRegistry.add("tiny_sst2_fake", source, fake.preprocessors, FEATURES, fake.metric_fns)
+    yield english, shifted
+    for name in ("tiny_sst2_english", "tiny_sst2_fake"):
+        TaskRegistry.remove(name)
+
+
+@pytest.mark.parametrize("share_special", [True, False])
+@pytest.mark.parametrize("share_positions", [True, False])
+def test_fake_english_sst2_is_minimults_shifted_evaluation(sst2_like_tasks, share_special, share_positions):
+    import gin
+    from t5lite.data import fake_english
+    from t5lite.data.corruption import masking
+    english_task, fake_task = sst2_like_tasks
+    lengths = {"inputs": 64}
+    english = list(english_task.get_dataset("validation", lengths, shuffle=False))
+    with gin.unlock_config():
+        gin.bind_parameter("fake_english.share_special", share_special)
+        gin.bind_parameter("fake_english.share_positions", share_positions)
+    try:
+        fake = list(fake_task.get_dataset("validation", lengths, shuffle=False))
+    finally:
+        gin.clear_config()
+    vocabulary = english_task.output_features["inputs"].vocabulary
+    ids = masking.special_ids(vocabulary)
+    specials = {ids["cls"], ids["sep"], ids["mask"], vocabulary.unk_id, vocabulary.pad_id}
+    expected = minimult_xnli_evaluation_rows([ex["inputs"].tolist() for ex in english], vocabulary.vocab_size, 64,
+                                             specials, ids["cls"], shift_special=not share_special)
+    assert [ex["label"] for ex in fake] == [ex["label"] for ex in english]
+    for ex, (row, positions, types) in zip(fake, expected):
+        assert ex["inputs"].tolist() == row
+        if share_positions:     # without minimult's --language_specific_positions: HF's defaults, 0.. and type 0
+            positions, types = np.arange(len(row)), np.zeros(len(row))
+        np.testing.assert_array_equal(ex["positions"], positions)
+        np.testing.assert_array_equal(ex["token_type_ids"], types)
+    assert fake_english.FAKE == 1
+
+
+def test_fake_english_classifier_reads_fake_positions(sst2_like_tasks, twin_embedding_model):
+    """With the Fake embeddings copied from the English ones and every anchor shared, the classifier's
+    logits on Fake-English are its English logits exactly; Fake-English's own positions (which the
+    evaluator must pass on) change them."""
+    import gin
+    from t5lite.infer.classify import ClassificationEvaluator
+    from t5lite.objectives.finetune import ClassificationObjective
+    english_task, fake_task = sst2_like_tasks
+    config = twin_embedding_model.module.config
+    module = ClassificationObjective(num_labels=2).build_model(config)
+    features = {k: np.ones((1, 64), np.int32) for k in ("encoder_input_tokens", "token_type_ids")}
+    params = module.init(__import__("jax").random.PRNGKey(0), **features)["params"]
+    params = {**params, "backbone": twin_embedding_model.variables["params"]}
+
+    def logits(task, without_positions=False):
+        evaluator = ClassificationEvaluator(task, "validation", {"inputs": 64}, batch_size=8)
+        if without_positions:
+            evaluator.batches = [{k: v for k, v in b.items() if k != "encoder_positions"} for b in evaluator.batches]
+        return evaluator._outputs(module, params)[0]
+
+    english = logits(english_task)
+    np.testing.assert_allclose(logits(fake_task), english, rtol=1e-5, atol=1e-6)
+    with gin.unlock_config():
+        gin.bind_parameter("fake_english.share_positions", False)
+        gin.bind_parameter("fake_english.share_special", True)
+    try:
+        apart, unplaced = logits(fake_task), logits(fake_task, without_positions=True)
+    finally:
+        gin.clear_config()
+    assert np.abs(apart - unplaced).max() > 1e-4 and np.abs(apart - english).max() > 1e-4
+
+
+# --- A vocabulary shared by several languages, learnt on sentences sampled as XLM samples them.
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5, 1.0])
+def test_vocabulary_sentences_are_sampled_with_xlm_probabilities(alpha):
+    from t5lite.data import multilingual_vocab
+    sizes, total = [29_000, 29_000, 1_999], 60_000
+    counts = multilingual_vocab.sentence_counts(sizes, alpha, total)
+    assert counts.sum() == total
+    assert np.all(np.abs(counts - total * xlm_set_sampling_probs(sizes, alpha)) < 1)
+    corpora = {"en": [f"en {i}" for i in range(50)], "ro": [f"ro {i}" for i in range(5)]}
+    sampled = multilingual_vocab.sample_sentences(corpora, alpha, 1000)
+    assert [len(lines) for lines in sampled.values()] == multilingual_vocab.sentence_counts([50, 5], alpha, 1000).tolist()
+    assert all(line.split()[0] == language for language, lines in sampled.items() for line in lines)
+    assert set(sampled["ro"]) == set(corpora["ro"])      # drawn with replacement, as `shuf -r -n`
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `t5lite ARGS`, run in this process."""
+    from t5lite import cli
+    try:
+        cli.main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_prepare_learns_one_vocabulary_covering_both_languages(tmp_path, capsys):
+    from conftest import shared_data_dir
+    from t5lite.data import multilingual_vocab
+    from t5lite.data.vocab import SentencePieceVocabulary
+    raw = shared_data_dir() / "multi30k" / "task1" / "raw"
+    inputs = []
+    for language, lines in (("en", 2000), ("de", 500)):
+        inputs.append(tmp_path / f"train.{language}")
+        inputs[-1].write_text("".join((raw / f"train.{language}").read_text(encoding="utf-8").splitlines(True)[:lines]),
+                              encoding="utf-8")
+    out = tmp_path / "vocab"
+    code, printed, err = _cli(capsys, "prepare", "--vocab_size", "800", "--alpha", "0.5", "--sentences", "3000",
+                              "--input", *map(str, inputs), "--output", str(out))
+    assert code == 0, err
+    expected = np.round(3000 * xlm_set_sampling_probs([2000, 500], 0.5)).astype(int)    # [2000, 1000]
+    assert f"en: 2000 sentences (share 0.800), sampled {expected[0]}" in printed
+    assert f"de: 500 sentences (share 0.200), sampled {expected[1]}" in printed
+    shared = SentencePieceVocabulary(str(out / "spm.model"))
+    multilingual_vocab.train([str(inputs[0])], str(tmp_path / "english"), 800, sentences=3000)
+    english_only = SentencePieceVocabulary(str(tmp_path / "english" / "spm.model"))
+    pieces = {}
+    for language, word in (("en", "▁man"), ("de", "▁Mann")):
+        test = (raw / f"test_2016_flickr.{language}").read_text(encoding="utf-8").splitlines()[:200]
+        ids = [i for line in test for i in shared.encode(line)]
+        assert ids.count(shared.unk_id) < 0.005 * len(ids), language          # a rare character at most
+        assert word in {shared.id_to_piece(i) for i in set(ids)}, language
+        pieces[language] = len(ids), sum(len(english_only.encode(line)) for line in test)
+    assert pieces["de"][0] < 0.8 * pieces["de"][1]        # German in far fewer pieces than English's vocabulary gives
+    assert pieces["en"][0] < 1.25 * pieces["en"][1]       # English in about as many
+
+
+def test_prepare_vocabulary_refuses_a_file_without_language(tmp_path, capsys):
+    corpus = tmp_path / "captions"
+    corpus.write_text("a dog runs\n")
+    code, _, err = _cli(capsys, "prepare", "--vocab_size", "100", "--input", str(corpus), "--output",
+                        str(tmp_path / "out"))
+    assert code == 2 and "name each language's file with its language as suffix" in err
+
+
+# --- Zero-shot sentence retrieval, against XTREME's code.
+
+def xtreme_mean_pool_embedding(all_layer_outputs, masks):
+    """google-research/xtreme, third_party/run_retrieval.py, `mean_pool_embedding`, torch to numpy."""
+    return [(embeds * masks[:, :, None]).sum(axis=1) / masks.sum(axis=1)[:, None] for embeds in all_layer_outputs]
+
+
+def xtreme_similarity_search(x, y):
+    """google-research/xtreme, third_party/run_retrieval.py, `similarity_search` with normalize=True and
+    faiss's exact IndexFlatL2 written out: for each row of y, the nearest normalised row of x."""
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    y = y / np.linalg.norm(y, axis=1, keepdims=True)
+    return np.argmin(((y[:, None, :] - x[None, :, :]) ** 2).sum(-1), axis=1)
+
+
+ENGLISH = ["A dog runs across the grass.", "Two men play football in the park.", "A woman is cooking dinner.",
+           "Children are swimming in a lake.", "A man rides a red bicycle.", "An old man reads a newspaper."]
+GERMAN = ["Ein Hund rennt über das Gras.", "Zwei Männer spielen Fußball im Park.", "Eine Frau kocht das Abendessen.",
+          "Kinder schwimmen in einem See.", "Ein Mann fährt ein rotes Fahrrad.", "Ein alter Mann liest eine Zeitung."]
+
+
+@pytest.mark.parametrize("tlm", [False, True])
+def test_sentence_retrieval_is_xtremes(twin_embedding_model, tlm):
+    from t5lite.analysis import forward, sentence_retrieval
+    subject = twin_embedding_model
+    result = sentence_retrieval.retrieval(subject, ENGLISH, GERMAN, ("en", "de"), tlm=tlm)
+    pooled = []
+    for language, texts in enumerate((ENGLISH, GERMAN)):
+        rows = sentence_retrieval.rows(subject, texts, language, tlm)
+        states = forward.encoder_states(subject, rows["tokens"], rows["positions"], rows["token_types"])
+        pooled.append(xtreme_mean_pool_embedding(states, (rows["tokens"] != 0).astype(np.float32)))
+    for layer, (english, german) in enumerate(zip(*pooled)):
+        expected = np.mean(xtreme_similarity_search(english, german) == np.arange(len(GERMAN)))
+        assert result["layers"][layer]["de_to_en"] == pytest.approx(expected)
+        assert result["layers"][layer]["en_to_de"] == pytest.approx(
+            np.mean(xtreme_similarity_search(german, english) == np.arange(len(ENGLISH))))
+    assert result["chance"] == 1 / 6 and len(result["layers"]) == 3
+    same = sentence_retrieval.retrieval(subject, ENGLISH, ENGLISH)
+    assert [layer["de_to_en"] for layer in same["layers"]] == [1.0] * 3
+
+
+def test_sentence_retrieval_reads_sentences_as_training_did(twin_embedding_model):
+    from t5lite.analysis import sentence_retrieval
+    from t5lite.data.corruption.masking import special_ids
+    subject = twin_embedding_model
+    ids = list(subject.vocabulary.encode(GERMAN[0]))
+    tlm = sentence_retrieval.rows(subject, GERMAN[:1], language=1, tlm=True)
+    xlm, _ = xlm_batch_sentences([ids], 0, subject.vocabulary.eos_id)
+    np.testing.assert_array_equal(tlm["tokens"][0, :len(ids) + 2], xlm[:, 0])
+    assert tlm["token_types"][0, 0] == 1 and tlm["tokens"].shape[1] == 128
+    mlm = sentence_retrieval.rows(subject, GERMAN[:1])
+    specials = special_ids(subject.vocabulary)
+    assert mlm["tokens"][0, :len(ids) + 2].tolist() == [specials["cls"], *ids, specials["sep"]]
+    assert mlm["token_types"].max() == 0
+
+
+def test_sentence_retrieval_refuses_unaligned_files(tmp_path, capsys):
+    first, second = tmp_path / "test.en", tmp_path / "test.de"
+    first.write_text("a\nb\n")
+    second.write_text("a\n")
+    code, _, err = _cli(capsys, "probe", "--model", str(tmp_path / "none"), "--parallel", str(first), str(second),
+                        "--out", str(tmp_path / "out"))
+    assert code == 2 and "has 2 lines and" in err and "same length" in err
+
+
+def test_sentence_retrieval_plot_draws_each_run(tmp_path):
+    import json
+    from t5lite.analysis import sentence_retrieval
+    paths = []
+    for name in ("mlm", "tlm"):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"model": name, "languages": ["en", "de"], "chance": 0.001,
+                                         "layers": [{"de_to_en": 0.1, "en_to_de": 0.1}] * 3}))
+    out = sentence_retrieval.plot([str(p) for p in paths], str(tmp_path / "retrieval.png"))
+    assert (tmp_path / "retrieval.png").read_bytes()[:4] == b"\x89PNG" and out.endswith("retrieval.png")

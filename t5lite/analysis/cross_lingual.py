@@ -87,16 +87,25 @@ def label(result: dict) -> str:
 
 def plot(result_paths: list[str], out: str) -> str:
     """English to Fake precision@1 per layer of each `cross_lingual.json`, one line per run, and chance."""
+    results = [read_result(path) for path in result_paths]
+    return plot_layers([(label(r), [layer["english_to_fake"] for layer in r["layers"]]) for r in results],
+                       results[-1]["chance"], "precision@1, English to Fake", out)
+
+
+def read_result(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def plot_layers(curves: list[tuple[str, list[float]]], chance: float, ylabel: str, out: str) -> str:
+    """One line of scores per layer for each (label, scores), and chance: the retrieval plots' figure."""
     plt = plotting.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for path in result_paths:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-        scores = [layer["english_to_fake"] for layer in result["layers"]]
-        ax.plot(range(len(scores)), scores, marker="o", label=label(result))
-    ax.axhline(result["chance"], color="grey", linestyle=":", label="chance")
+    for name, scores in curves:
+        ax.plot(range(len(scores)), scores, marker="o", label=name)
+    ax.axhline(chance, color="grey", linestyle=":", label="chance")
     ax.set_xlabel("layer (0 = embeddings)")
-    ax.set_ylabel("precision@1, English to Fake")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     plotting.plain_ticks(ax, integer_x=True)
     fig.tight_layout()

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     probe.add_argument("--corpus", default=None,
                        help="with --neighbours: a CoNLL-U file or plain text (sentences cut after . ! ?)")
     probe.add_argument("--corpus_sentences", type=positive_int, default=None,
-                       help="with --neighbours: read only this many")
+                       help="with --neighbours or --parallel: read only this many")
     probe.add_argument("--layer", type=int, default=-1,
                        help="with --neighbours: the layer (0 = embeddings, negative from the top)")
     probe.add_argument("--k", type=positive_int, default=5, help="with --neighbours: neighbours per occurrence")
@@ -55,6 +55,12 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                        help="with --cross_lingual: the run was trained with fake_english.share_special = False")
     probe.add_argument("--no_shared_positions", action="store_true",
                        help="with --cross_lingual: the run was trained with fake_english.share_positions = False")
+    probe.add_argument("--parallel", nargs=2, default=None, metavar=("FIRST", "SECOND"),
+                       help="instead of probing: zero-shot sentence retrieval (XTREME's Tatoeba/BUCC) between two "
+                            "aligned files, line i of SECOND translating line i of FIRST (accuracy per layer)")
+    probe.add_argument("--languages", default="en,de", help="with --parallel: the two files' languages, for the results")
+    probe.add_argument("--tlm", action="store_true",
+                       help="with --parallel: the run was trained on a *_tlm task (sentences read as XLM's streams)")
     probe.set_defaults(fn=cmd_probe)
     attention = subparsers.add_parser("attention", parents=[common, model_flags],
                                       help="per-head attention statistics (Clark et al. 2019), dependency heads and "
@@ -90,6 +96,8 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
                   f"{result['chance']:.4f})")
         print(f"wrote {cross_lingual.write(result, args.out)}")
         return
+    if args.parallel:
+        return _sentence_retrieval(args)
     subject = _subject(args, "corpus" if args.neighbours else "data_dir")
     if args.neighbours:
         sentences = (words.read_conll(args.corpus, args.corpus_sentences, "--corpus") if args.corpus.endswith(".conllu")
@@ -101,6 +109,23 @@ def cmd_probe(args, gin_files, gin_bindings) -> None:
     results = probe.run(subject, args.data_dir, args.probes.split(","), args.train_sentences, args.test_sentences,
                         args.rank, args.epochs, args.l2, not args.no_control, args.seed, args.span_pooling)
     print("wrote " + ", ".join(probe.write(results, args.out)))
+
+
+def _sentence_retrieval(args) -> None:
+    """`t5lite probe --parallel`: each layer's retrieval accuracy between the two files, both ways."""
+    from t5lite.analysis import sentence_retrieval
+    languages = args.languages.split(",")
+    if len(languages) != 2 or not all(languages):
+        raise ConfigError(f"--languages {args.languages}: give the two files' languages, e.g. en,de")
+    first, second = sentence_retrieval.read_pairs(*args.parallel, args.corpus_sentences)
+    subject = _subject(args, None)
+    result = sentence_retrieval.retrieval(subject, first, second, languages, args.tlm)
+    forth, back = (f"{languages[1]}_to_{languages[0]}", f"{languages[0]}_to_{languages[1]}")
+    for layer, scores in enumerate(result["layers"]):
+        print(f"layer {layer}: accuracy {languages[1]}->{languages[0]} {scores[forth]:.3f}, "
+              f"{languages[0]}->{languages[1]} {scores[back]:.3f} ({result['sentences']} sentences, chance "
+              f"{result['chance']:.4f})")
+    print(f"wrote {sentence_retrieval.write(result, args.out)}")
 
 
 def cmd_attention(args, gin_files, gin_bindings) -> None:

@@ -26,10 +26,33 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--max_page_length", type=positive_int,
                         help="pages with more characters go (default C4's 190000)")
     parser.add_argument("--no_language_filter", action="store_true", help="keep pages in any language")
+    vocabulary = parser.add_argument_group(
+        "a shared vocabulary instead of cleaning (XLM): --input is one text file per language, one sentence a line, "
+        "named by its language (train.en train.de); writes OUTPUT/spm.model and OUTPUT/languages.json")
+    vocabulary.add_argument("--vocab_size", type=positive_int, help="learn a SentencePiece vocabulary of this many pieces")
+    vocabulary.add_argument("--alpha", type=float, default=0.5,
+                            help="with --vocab_size: XLM's smoothing of the languages' sentence shares (default 0.5)")
+    vocabulary.add_argument("--sentences", type=positive_int,
+                            help="with --vocab_size: sentences to sample in all (default: as many as the files hold)")
     parser.set_defaults(fn=cmd_prepare)
 
 
+def cmd_vocabulary(args) -> None:
+    """`t5lite prepare --vocab_size`: one vocabulary for several languages, their sentences sampled as XLM's."""
+    import glob
+    from t5lite.data import multilingual_vocab
+    paths = [path for pattern in args.input for path in (sorted(glob.glob(pattern)) or [pattern])]
+    summary = multilingual_vocab.train(paths, args.output, args.vocab_size, args.alpha, args.sentences)
+    for language, counts in summary["languages"].items():
+        print(f"{language}: {counts['sentences']} sentences (share {counts['share']:.3f}), sampled "
+              f"{counts['sampled']} ({counts['sampled'] / summary['sentences_sampled']:.3f}, alpha={args.alpha})")
+    print(f"wrote {args.output}/{multilingual_vocab.MODEL_FILE} ({args.vocab_size} pieces); train with "
+          f"--gin.train.vocabulary_path=\"'{args.output}/{multilingual_vocab.MODEL_FILE}'\"")
+
+
 def cmd_prepare(args, gin_files, gin_bindings) -> None:
+    if args.vocab_size:
+        return cmd_vocabulary(args)
     import shlex
     from t5lite.data import prepare
     given = {"min_words_per_line": args.min_words, "min_num_sentences": args.min_sentences,

@@ -42,10 +42,18 @@ def twins(dataset: Iterable[Example]) -> Iterator[Example]:
         yield {**ex, "language": FAKE}
 
 
+def all_fake(dataset: Iterable[Example]) -> Iterator[Example]:
+    """Every example as a Fake one to be: a fine-tuned task's evaluation set read in Fake-English
+    (minimult's `run_xnli.py` `evaluate` adds the shift to every evaluation example)."""
+    for ex in dataset:
+        yield {**ex, "language": FAKE}
+
+
 @gin.configurable(denylist=["dataset", "sequence_length", "output_features"])
 def fake_english(dataset: Iterable[Example], sequence_length: Mapping[str, int], output_features: Mapping[str, Any],
                  share_special: bool = True, share_positions: bool = True) -> Iterator[Example]:
-    """The examples `twins` marked Fake with `inputs` and `targets` shifted by the vocabulary size
+    """The examples `twins` (or `all_fake`) marked Fake with `inputs` and `targets` (a task-head
+    example has no `targets`: its label stays as it is) shifted by the vocabulary size
     (the anchors kept unless `share_special` is off: then only padding is), and every example's
     `positions` and `token_type_ids`: 0, 1, ... and 0, except for the Fake twin when `share_positions`
     is off: positions from the sequence length on, token type 1. The model needs twice the vocabulary's ids, and with
@@ -60,5 +68,5 @@ def fake_english(dataset: Iterable[Example], sequence_length: Mapping[str, int],
         out = {**ex, "positions": np.arange(length, dtype=np.int32) + (offset if fake else 0),
                "token_type_ids": np.full(length, fake and not share_positions, np.int32)}
         if fake:
-            out["inputs"], out["targets"] = shift_ids(ex["inputs"], shift, shared), shift_ids(ex["targets"], shift, shared)
+            out.update({key: shift_ids(ex[key], shift, shared) for key in ("inputs", "targets") if key in ex})
         yield out

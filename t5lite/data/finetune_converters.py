@@ -217,7 +217,8 @@ def tagging_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int
 # ----------------------------------------------------------------------------- converters
 
 class EncoderTaskConverter(FeatureConverter):
-    """Pads `inputs` / `token_type_ids` to the `inputs` length and adds the `LABELS` as [1] rows.
+    """Pads `inputs` / `token_type_ids` to the `inputs` length and adds the `LABELS` as [1] rows;
+    an example's own `positions` (a Fake-English one's) come as `encoder_positions`.
 
     Packed (`pack=True`): greedy next-fit rows as seqio with `encoder_segment_ids` /
     `encoder_positions`, and each example's `LABELS` in its slot of [length // 2] arrays (slot k
@@ -245,6 +246,9 @@ class EncoderTaskConverter(FeatureConverter):
             row = {"encoder_input_tokens": np.zeros(length, np.int32), "token_type_ids": np.zeros(length, np.int32)}
             row["encoder_input_tokens"][:len(tokens)] = tokens
             row["token_type_ids"][:len(tokens)] = ex["token_type_ids"]
+            if "positions" in ex:   # an example at positions of its own (Fake-English's)
+                row["encoder_positions"] = np.zeros(length, np.int32)
+                row["encoder_positions"][:len(tokens)] = ex["positions"]
             row.update(self.label_features(ex, length))
             row[EXAMPLES_KEY] = 1
             yield row

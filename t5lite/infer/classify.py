@@ -47,7 +47,7 @@ class _HeadEvaluator:
     examples of similar length share a batch cut to a bucket width, so padding computes little and
     at most that many shapes compile; the outputs come back in the split's order."""
     converter = ""
-    model_inputs = MODEL_INPUTS
+    model_inputs = MODEL_INPUTS + ("encoder_positions",)   # positions: only rows that carry their own
     per_token = False     # outputs [batch, length, ...] (span, tagging), padded back to the full length
 
     def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
