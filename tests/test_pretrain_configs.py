@@ -62,3 +62,15 @@ def test_config_pretrains_and_resumes(tmp_path, name):
     _pretrain_8_steps(name, tmp_path)
     _train(name, tmp_path, 10, CONFIGS[name][1])   # a second run resumes from step 8
     assert sorted(logged_losses(tmp_path)) == list(range(1, 11))
+
+
+@pytest.mark.parametrize("preset,kind", [("gpt2_tiny", "byte_bpe"), ("gpt2_tiny", "sentencepiece"),
+                                         ("bart_tiny", "byte_bpe"), ("bart_tiny", "sentencepiece")])
+def test_tiny_decoders_start_and_stop_on_the_tiny_vocabularies_end_of_sequence(preset, kind):
+    # GPT-2 starts and stops on its <|endoftext|>, BART on </s>: the tiny presets do the same with the
+    # id the vocabulary itself ends sequences with, so `infer` stops where the training targets ended.
+    from t5lite.data import vocab
+    from t5lite.models.config import get_config
+    eos = vocab.resolved(vocab.make_vocabulary(kind)).eos_id
+    config = get_config(preset)
+    assert (config.eos_token_id, config.decoder_start_token_id) == (eos, eos)

@@ -89,6 +89,14 @@ def test_vocabulary_larger_than_embedding_is_rejected(tmp_path, micro_config):
         train_tiny(tmp_path, micro_config.replace(vocab_size=1024), 1)
 
 
+def test_a_decoder_ending_on_another_id_than_the_vocabulary_is_refused(tmp_path, micro_config):
+    # The targets end with the vocabulary's </s> (id 1); a model stopping at id 5 would decode to the
+    # maximum length every time.
+    with pytest.raises(ValueError, match="ends every sequence with 1.*model_config.eos_token_id = 1"):
+        train_tiny(tmp_path, micro_config.replace(eos_token_id=5), 1)
+    assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
+
+
 def _numpy_cross_entropy(logits, target, z_loss, smoothing):
     log_z = np.log(np.exp(logits - logits.max()).sum()) + logits.max()
     log_probs = logits - log_z

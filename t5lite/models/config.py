@@ -297,12 +297,14 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
                                          "num_decoder_layers": 36}),
     "gpt2_xl": lambda: ModelConfig(**{**_GPT2, "d_model": 1600, "num_heads": 25, "d_ff": 6400,
                                       "num_decoder_layers": 48}),
-    "gpt2_tiny": _tiny(_GPT2, decoder_start_token_id=999, eos_token_id=999),   # the last id, as in GPT-2
+    # GPT-2 starts and ends with its one `<|endoftext|>`; t5lite's tiny vocabularies (SentencePiece and
+    # byte-level BPE) end with `</s>` = 1, so that is the tiny one's start and end.
+    "gpt2_tiny": _tiny(_GPT2, decoder_start_token_id=1, eos_token_id=1),
     # BART (encoder-decoder, learned positions, post-norm).
     "bart_base": lambda: ModelConfig(**_BART),
     "bart_large": lambda: ModelConfig(**{**_BART, "d_model": 1024, "num_heads": 16, "d_ff": 4096,
                                          "num_encoder_layers": 12, "num_decoder_layers": 12}),
-    "bart_tiny": _tiny(_BART),
+    "bart_tiny": _tiny(_BART, decoder_start_token_id=1, eos_token_id=1),   # `</s>` of the tiny vocabularies
     # Vision Transformers (encoder on image patches); vit_tiny reads scikit-learn's 8 x 8 digits.
     "vit_b16": lambda: ModelConfig(**_VIT),
     "vit_s16": lambda: ModelConfig(**{**_VIT, "d_model": 384, "num_heads": 6, "d_ff": 1536}),

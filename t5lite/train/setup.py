@@ -142,7 +142,7 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
     partitioner = c.partitioner or Partitioner()
     partitioner.check_batch_size(c.batch_size, c.num_microbatches)
     task = catalog.get_task_or_mixture(c.mixture_or_task_name)
-    vocabulary = _checked_vocabulary(c, task, objective.embedding_rows(model), resuming=latest is not None)
+    vocabulary = _checked_vocabulary(c, task, model, objective.embedding_rows(model), resuming=latest is not None)
     optimizer, schedule = c.optimizer
     shard_index, shard_count = partitioner.data_shard()  # hosts of one data-parallel replica read the same data
     make_loader = functools.partial(
@@ -183,14 +183,20 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
         every_log=every_log, first_log=first_log)
 
 
-def _checked_vocabulary(c: TrainConfig, task, embedding_rows: int, resuming: bool):
-    """The task's vocabulary, refused when it cannot train or is not the one of the resumed run or
-    of `initial_checkpoint_path`; a fine-tuned run keeps a copy of the tokenizer it starts from."""
+def _checked_vocabulary(c: TrainConfig, task, model: ModelConfig, embedding_rows: int, resuming: bool):
+    """The task's vocabulary, refused when it cannot train, when a model that decodes would stop at
+    another end-of-sequence id than the one its targets end with, or when it is not the one of the
+    resumed run or of `initial_checkpoint_path`; a fine-tuned run keeps a copy of the tokenizer it
+    starts from."""
     source = c.model_dir if resuming or not c.initial_checkpoint_path else str(
         RunDir.of_step(checkpoint_reader.step_directory(c.initial_checkpoint_path)))
     own = vocab_lib.use_run_vocabulary(c.vocabulary_path, source)
     vocabulary = task.output_features["targets"].vocabulary
     vocab_lib.check_trainable(vocabulary)
+    if model.num_decoder_layers and model.eos_token_id != vocabulary.eos_id:
+        raise ConfigError(f"the model ends its outputs with id {model.eos_token_id} but "
+                          f"{vocab_lib.resolved(vocabulary)!r} ends every sequence with {vocabulary.eos_id}, so "
+                          f"decoding would never stop; set model_config.eos_token_id = {vocabulary.eos_id}")
     allow_mismatch = True if c.allow_config_change else None  # None: the gin vocabulary.allow_mismatch
     vocab_lib.check_identity(c.model_dir if resuming else None, vocabulary, embedding_rows, allow_mismatch)
     if c.initial_checkpoint_path and not resuming:
