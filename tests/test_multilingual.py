@@ -1,5 +1,6 @@
-"""Several languages at once: XLM's alpha-smoothed language sampling, checked against a
-transcription of XLM's code and by drawing from a mixture."""
+"""Several languages at once, each piece against its source's code: XLM's alpha-smoothed language
+sampling (and a mixture's draws), its translation LM, Fake-English and its zero-shot evaluation
+(minimult), a vocabulary learnt on XLM-sampled sentences, and XTREME's sentence retrieval."""
 import collections
 import itertools
 
