@@ -449,6 +449,9 @@ def test_prepare_vocabulary_refuses_a_file_without_language(tmp_path, capsys):
     code, _, err = _cli(capsys, "prepare", "--vocab_size", "100", "--input", str(corpus), "--output",
                         str(tmp_path / "out"))
     assert code == 2 and "name each language's file with its language as suffix" in err
+    code, _, err = _cli(capsys, "prepare", "--vocab_size", "100", "--alpha", "0", "--input", str(corpus), "--output",
+                        str(tmp_path / "out"))
+    assert code == 2 and "--alpha" in err and "> 0" in err
 
 
 # --- Zero-shot sentence retrieval, against XTREME's code.

@@ -27,6 +27,7 @@ def number_flag(kind: type, accepts, describe: str):
 positive_int = number_flag(int, lambda n: n >= 1, "a whole number >= 1")
 nonnegative_int = number_flag(int, lambda n: n >= 0, "a whole number >= 0")
 nonnegative_float = number_flag(float, lambda x: 0 <= x < math.inf, "a finite number >= 0")
+positive_float = number_flag(float, lambda x: 0 < x < math.inf, "a finite number > 0")
 fraction = number_flag(float, lambda x: 0 < x < 1, "a fraction between 0 and 1 (both excluded)")
 
 

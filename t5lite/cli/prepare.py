@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from t5lite.cli.inputs import nonnegative_int, positive_int
+from t5lite.cli.inputs import nonnegative_int, positive_float, positive_int
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
         "a shared vocabulary instead of cleaning (XLM): --input is one text file per language, one sentence a line, "
         "named by its language (train.en train.de); writes OUTPUT/spm.model and OUTPUT/languages.json")
     vocabulary.add_argument("--vocab_size", type=positive_int, help="learn a SentencePiece vocabulary of this many pieces")
-    vocabulary.add_argument("--alpha", type=float, default=0.5,
+    vocabulary.add_argument("--alpha", type=positive_float, default=0.5,
                             help="with --vocab_size: XLM's smoothing of the languages' sentence shares (default 0.5)")
     vocabulary.add_argument("--sentences", type=positive_int,
                             help="with --vocab_size: sentences to sample in all (default: as many as the files hold)")
