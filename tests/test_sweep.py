@@ -395,6 +395,49 @@ def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
                 assert (gin.query_parameter("train.feature_converter") == "decoder_classification_both_orders") == both
 
 
+# Each shipped claim's effect, recomputed from the paper's own table (transcribed here, not from the
+# gin): (sweep, better row, worse row) -> the difference in GLUE points.
+_MEAN = lambda better, worse: sum(b - w for b, w in zip(better, worse)) / len(better)
+_BERT_T5 = {"base": [84.4, 88.4, 86.7, 92.7], "no_nsp": [83.9, 84.9, 86.5, 92.6],   # Devlin et al. 2019,
+            "ltr": [82.1, 84.3, 77.5, 92.1], "bilstm": [82.1, 84.1, 75.7, 91.6]}    # Table 5: MNLI-m QNLI MRPC SST-2
+_BERT_T6 = {"L3_H768_A12": [77.9, 79.8, 88.4], "L12_H768_A12": [84.4, 86.7, 92.9],  # Devlin et al. 2019,
+            "L12_H1024_A16": [85.7, 86.9, 93.3], "L24_H1024_A16": [86.6, 87.8, 93.7]}  # Table 6: MNLI-m MRPC SST-2
+PAPER_EFFECTS = {
+    # Raffel et al. 2020, Table 2, GLUE column
+    ("t5_table2", "enc_dec_denoising", "enc_dec_lm"): 83.28 - 79.56,
+    ("t5_table2", "enc_dec_denoising", "lm_denoising"): 83.28 - 74.70,
+    ("t5_table2", "enc_dec_denoising", "prefix_lm_denoising"): 83.28 - 81.82,
+    ("t5_table2", "prefix_lm_denoising", "lm_denoising"): 81.82 - 74.70,
+    ("t5_table2", "enc_dec_denoising", "enc_dec_half_denoising"): 83.28 - 80.88,
+    ("t5_table2", "enc_dec_denoising", "enc_dec_shared_denoising"): 83.28 - 82.81,
+    ("t5_table2", "enc_dec_shared_denoising", "enc_dec_half_denoising"): 82.81 - 80.88,
+    # Raffel et al. 2020, Table 7 (mean span length 3) against Table 5 (BERT-style); Table 6 (15% vs 50%)
+    ("t5_objectives", "span_corruption_mean3", "bert_style"): 83.49 - 82.96,
+    ("t5_objectives", "iid_replace_spans_15", "iid_replace_spans_50"): 83.28 - 81.27,
+    ("bert_tasks", "mlm_nsp", "mlm"): _MEAN(_BERT_T5["base"], _BERT_T5["no_nsp"]),
+    ("bert_tasks", "mlm", "ltr"): _MEAN(_BERT_T5["no_nsp"], _BERT_T5["ltr"]),
+    ("bert_tasks", "mlm", "ltr_bilstm"): _MEAN(_BERT_T5["no_nsp"], _BERT_T5["bilstm"]),
+    ("bert_sizes", "L12_H768_A12", "L3_H768_A12"): _MEAN(_BERT_T6["L12_H768_A12"], _BERT_T6["L3_H768_A12"]),
+    ("bert_sizes", "L12_H1024_A16", "L12_H768_A12"): _MEAN(_BERT_T6["L12_H1024_A16"], _BERT_T6["L12_H768_A12"]),
+    ("bert_sizes", "L24_H1024_A16", "L12_H768_A12"): _MEAN(_BERT_T6["L24_H1024_A16"], _BERT_T6["L12_H768_A12"]),
+    ("encoder_objectives", "spanbert", "mlm"): 82.8 - 81.7,   # Joshi et al. 2020, Table 5: SpanBERT, Our BERT-1seq
+    ("encoder_objectives", "electra", "mlm"): 79.9 - 75.1,    # Clark et al. 2020, Table 1: ELECTRA-, BERT-Small
+}
+
+
+@pytest.mark.parametrize("name", ["t5_table2", "t5_objectives", "bert_tasks", "bert_sizes", "roberta_masking",
+                                  "encoder_objectives", "peft_vs_full"])
+def test_shipped_effects_are_the_papers_table_differences_to_a_tenth(name, clean_gin_state):
+    from t5lite.experiments import spec
+    sweep_ = spec.load([str(REPO / "configs" / "sweeps" / f"{name}.gin")], ["DATA_DIR = 'data/glue'"], [str(REPO)])
+    for claim in sweep_.claims:
+        if claim.margin is not None:   # an equivalence margin is the sweep's choice, not a paper's number
+            assert claim.effect is None, claim
+            continue
+        paper = PAPER_EFFECTS[(name, claim.better, claim.worse)]
+        assert claim.effect is not None and abs(claim.effect - paper) <= 0.05 + 1e-9, (claim, paper)
+
+
 def test_task_bindings_reach_that_tasks_run_only_and_name_known_tasks(tmp_path, clean_gin_state):
     from t5lite.experiments import spec
     from t5lite.experiments.runner import stages
