@@ -3,6 +3,8 @@
 verification."""
 from __future__ import annotations
 
+import ast
+import re
 import time
 
 import numpy as np
@@ -59,6 +61,33 @@ def reference_write_int(val, base=10):
             break
     res.append('INT-' if neg else 'INT+')
     return res[::-1]
+
+
+def reference_nb_ops(rng, max_ops):
+    """How many operators `gen_prim_bwd` draws (rng a numpy RandomState, as theirs)."""
+    if rng.randint(40) == 0:
+        nb_ops = rng.randint(0, 4)
+    else:
+        nb_ops = rng.randint(4, max_ops + 1)
+    return nb_ops
+
+
+# --- transcribed from facebookresearch/SymbolicMathematics, README.md "Data generation": the
+# duplicates removal and the filtering of valid / test inputs that are in the train (awk), on lines
+# "input<TAB>output".
+
+def reference_counts(lines):
+    """awk '{c[$0]++}END{for (i in c) printf("%i|%s\\n",c[i],i)}'"""
+    counts = {}
+    for line in lines:
+        counts[line] = counts.get(line, 0) + 1
+    return [f"{c}|{line}" for line, c in counts.items()]
+
+
+def reference_remove_train_inputs(train_counts, held_out_counts):
+    """awk -F"[|\\t]" 'NR==FNR { lines[$2]=1; next } !($2 in lines)' train held_out"""
+    lines = {re.split("[|\t]", line)[1] for line in train_counts}
+    return [line for line in held_out_counts if re.split("[|\t]", line)[1] not in lines]
 
 
 REFERENCE_OPERATORS = {sp.Add: 'add', sp.Mul: 'mul', sp.Pow: 'pow', sp.exp: 'exp', sp.log: 'ln', sp.sin: 'sin',
@@ -148,6 +177,26 @@ def test_random_expressions_follow_the_operator_and_leaf_weights():
         assert stats.chisquare(list(observed.values()), expected).pvalue > 1e-3
     leaves = tokens.count("x") + tokens.count("INT+")
     assert tokens.count("x") / leaves == pytest.approx(symbolic.LEAF_VARIABLE_PROBABILITY, abs=0.02)
+
+
+def test_operator_counts_follow_gen_prim_bwd():
+    """0..3 operators one draw in 40, else 4..max_ops: the same distribution as their rule."""
+    max_ops, draws, rng = 6, 10_000, np.random.default_rng(7)
+    ours = np.bincount([symbolic.operator_count(rng, max_ops) for _ in range(draws)], minlength=max_ops + 1)
+    reference_rng = np.random.RandomState(7)
+    theirs = np.bincount([reference_nb_ops(reference_rng, max_ops) for _ in range(draws)], minlength=max_ops + 1)
+    assert stats.chi2_contingency([ours, theirs]).pvalue > 1e-3
+    assert ours[:4].sum() / draws == pytest.approx(1 / 40, abs=0.007)
+
+
+def test_draws_that_evaluation_shrinks_below_half_their_operators_are_drawn_again(monkeypatch):
+    """gen_prim_bwd: `if real_nb_ops < nb_ops / 2: return None`, counting the operators of the
+    expression SymPy evaluated (`mul x div x x` is x: 0 operators of 2)."""
+    monkeypatch.setattr(symbolic, "operator_count", lambda rng, max_ops: 4)
+    rng = np.random.default_rng(3)
+    kept = [e for e in (symbolic.random_function(rng, 4) for _ in range(400)) if e is not None]
+    assert len(kept) > 200
+    assert all(sum(token in symbolic.ARITY for token in reference_sympy_to_prefix(e)) >= 2 for e in kept)
 
 
 # --- prefix notation
@@ -265,16 +314,128 @@ def test_bytecode_accepts_any_source_with_the_same_listing():
     assert not bytecode.compiles_to("import os", listing)
 
 
+def python_values(source, points):
+    """An independent check: the source evaluated at points (a, b, c); an exception's type where it
+    raises (a division by zero)."""
+    out = []
+    for a, b, c in points:
+        try:
+            out.append(eval(source, {"__builtins__": {}}, {"a": a, "b": b, "c": c}))
+        except ArithmeticError as e:
+            out.append(type(e))
+    return out
+
+
+def candidate_predictions(source, rng):
+    """Right and wrong answers for a target source: itself re-parenthesised, its first binary
+    operation with operands swapped or another operator, and an unrelated expression."""
+    tree = ast.parse(source, mode="eval")
+    out = [f"( {bytecode.spaced(source)} )", bytecode.spaced(f"(({source}))")]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp):
+            node.left, node.right = node.right, node.left
+            out.append(ast.unparse(tree))
+            node.left, node.right = node.right, node.left
+            node.op = ast.Add() if not isinstance(node.op, ast.Add) else ast.Mult()
+            out.append(ast.unparse(tree))
+            break
+    out.append(bytecode.random_source(int(rng.integers(1, 4)), rng))
+    return out
+
+
+def test_same_bytecode_agrees_with_the_syntax_tree_and_with_evaluation():
+    """`same_bytecode` accepts exactly the predictions Python's parser reads as the target's syntax
+    tree (parentheses aside), and what it accepts evaluates as the target does at random points."""
+    rng = np.random.default_rng(5)
+    points = [tuple(int(v) for v in rng.integers(-9, 10, size=3)) for _ in range(8)]
+    accepted = rejected = 0
+    for _ in range(60):
+        example = bytecode.example(rng, 4)
+        if example is None:
+            continue
+        target = example[1]
+        for prediction in candidate_predictions(target, rng):
+            right = bytecode.same_bytecode(prediction, target)
+            same_tree = ast.dump(ast.parse(prediction, mode="eval")) == ast.dump(ast.parse(target, mode="eval"))
+            assert right == same_tree, (prediction, target)
+            if right:
+                assert python_values(prediction, points) == python_values(target, points)
+            accepted, rejected = accepted + right, rejected + (not right)
+    assert accepted > 80 and rejected > 80
+
+
 # --- tasks
 
 
-def test_splits_are_pure_functions_of_the_index_and_disjoint():
-    first = tasks.GeneratedSplit(symbolic.derivative_example, "validation")
-    again = tasks.GeneratedSplit(symbolic.derivative_example, "validation")
+def toy_draw(rng, max_ops):
+    """Questions from a small space, so that a split without deduplication repeats them."""
+    k = int(rng.integers(3000))
+    return (f"q{k}", f"a{k}") if k % 7 else None
+
+
+def few_questions(rng, max_ops):
+    k = int(rng.integers(50))
+    return f"q{k}", f"a{k}"
+
+
+def lines(split, count):
+    return [f"{split[i]['inputs']}\t{split[i]['targets']}" for i in range(count)]
+
+
+def assert_split_as_lample_and_charton(draw, held_out_size, train_size):
+    """Their rules, transcribed above: within each held-out split no line repeats (and here no
+    question: theirs may repeat an input with two outputs), and removing the inputs that are in the
+    train removes nothing."""
+    train = reference_counts(lines(tasks.GeneratedSplit(draw, "train"), train_size))
+    held_out = {}
+    for split in tasks.HELD_OUT:
+        held_out[split] = reference_counts(lines(tasks.GeneratedSplit(draw, split), held_out_size))
+        assert all(line.startswith("1|") for line in held_out[split])
+        assert len({line.split("\t")[0] for line in held_out[split]}) == held_out_size
+        assert reference_remove_train_inputs(train, held_out[split]) == held_out[split]
+    assert reference_remove_train_inputs(held_out["validation"], held_out["test"]) == held_out["test"]
+
+
+def test_held_out_splits_are_distinct_and_never_in_train():
+    """On a generator that repeats itself most of the time (3000 questions, 300 in each held-out
+    split): all 200 held-out questions distinct, none among 3000 training draws."""
+    train = [tasks.GeneratedSplit(toy_draw, "train")[i]["inputs"] for i in range(3000)]
+    assert len(set(train)) < 0.7 * len(train)   # the stream repeats: only deduplication makes them distinct
+    assert_split_as_lample_and_charton(toy_draw, 200, 3000)
+
+
+def test_splits_are_pure_functions_of_the_index():
+    for split in ("train", *tasks.HELD_OUT):
+        first = tasks.GeneratedSplit(symbolic.derivative_example, split)
+        assert tasks.split_of(first[3]["inputs"]) == split
+    fresh = tasks.HeldOutSplit(symbolic.derivative_example, "validation", tasks.SEED, tasks.MAX_OPS)
+    validation = tasks.GeneratedSplit(symbolic.derivative_example, "validation")
+    assert [fresh.get(i) for i in range(4)] == [validation[i] for i in range(4)]
     train = tasks.GeneratedSplit(symbolic.derivative_example, "train")
-    assert [first[i] for i in range(5)] == [again[i] for i in range(5)]
-    assert all(tasks.in_validation(first[i]["inputs"]) for i in range(5))
-    assert not any(tasks.in_validation(train[i]["inputs"]) for i in range(20))
+    assert train[5] == tasks.draw_in_split(symbolic.derivative_example, "train", 5)
+
+
+def test_a_generator_without_enough_distinct_questions_fails_instead_of_hanging(monkeypatch):
+    monkeypatch.setattr(tasks, "MAX_DRAWS", 50)
+    split = tasks.GeneratedSplit(few_questions, "validation")
+    with pytest.raises(RuntimeError, match="only .* distinct questions"):
+        [split[i] for i in range(200)]
+
+
+@pytest.mark.parametrize("name", ["symbolic_derivative", "bytecode_to_source"])
+def test_the_tasks_held_out_splits_are_distinct_and_never_in_train(name):
+    assert_split_as_lample_and_charton(tasks.GENERATORS[name][0], 20, 300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["symbolic_derivative", "symbolic_integration"])
+def test_the_tasks_whole_held_out_splits_are_distinct_and_varied(name):
+    """All 200 questions of each held-out split against 3000 training draws, and a training stream
+    that rarely repeats (Lample & Charton's operator counts: mostly 4 or 5 operators)."""
+    draw = tasks.GENERATORS[name][0]
+    assert_split_as_lample_and_charton(draw, 200, 3000)
+    train = [tasks.GeneratedSplit(draw, "train")[i]["inputs"] for i in range(3000)]
+    assert len(set(train)) > 0.8 * len(train)
 
 
 @pytest.mark.parametrize("name", sorted(tasks.GENERATORS))
@@ -318,36 +479,58 @@ def _eval_records(run_dir, task):
         return [json.loads(line) for line in f]
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """Two training steps of the shipped derivative config, evaluated on 4 questions."""
-    run_dir = tmp_path_factory.mktemp("derivative")
-    _cli("train", "--gin_file=configs/local/t5_tiny_symbolic_derivative.gin", f"--gin.MODEL_DIR='{run_dir}'",
-         "--gin.TRAIN_STEPS=2", "--gin.BATCH_SIZE=4", "--gin.EVAL_EVERY=2", "--gin.train.eval_max_examples=4")
-    return run_dir
+CONFIGS = {"symbolic_derivative": "configs/local/t5_tiny_symbolic_derivative.gin",
+           "symbolic_integration": "configs/local/t5_tiny_symbolic_integration.gin",
+           "bytecode_to_source": "configs/local/t5_tiny_bytecode.gin"}
+# Two steps of 4 questions, evaluated on 4: what the shipped configs do, at the least cost.
+FEW_STEPS = ("--gin.TRAIN_STEPS=2", "--gin.BATCH_SIZE=4", "--gin.EVAL_EVERY=2", "--gin.train.eval_max_examples=4")
 
 
-def test_the_shipped_config_trains_and_evaluates_with_equivalence(tiny_run):
+def _train_few_steps(name, run_dir):
+    _cli("train", f"--gin_file={CONFIGS[name]}", f"--gin.MODEL_DIR='{run_dir}'", *FEW_STEPS)
     import json
-    with open(tiny_run / "metrics.jsonl") as f:
+    with open(run_dir / "metrics.jsonl") as f:
         (evaluation,) = [r for r in map(json.loads, f) if "eval_equivalence" in r]
     assert evaluation["step"] == 2 and 0.0 <= evaluation["eval_equivalence"] <= 100.0
     assert evaluation["eval_accuracy"] <= evaluation["eval_equivalence"]
-    _cli("eval", "--gin_file=configs/local/t5_tiny_symbolic_derivative.gin", f"--gin.CHECKPOINT_PATH='{tiny_run}'",
+    return evaluation
+
+
+@pytest.fixture(scope="module")
+def bytecode_run(tmp_path_factory):
+    """The shipped bytecode config, trained a few steps (its questions cost no SymPy)."""
+    run_dir = tmp_path_factory.mktemp("bytecode")
+    return run_dir, _train_few_steps("bytecode_to_source", run_dir)
+
+
+def test_the_shipped_bytecode_config_trains_and_evaluates_with_equivalence(bytecode_run):
+    run_dir, evaluation = bytecode_run
+    _cli("eval", f"--gin_file={CONFIGS['bytecode_to_source']}", f"--gin.CHECKPOINT_PATH='{run_dir}'",
          "--gin.eval.max_examples=4")
-    (record,) = _eval_records(tiny_run, "symbolic_derivative")
+    (record,) = _eval_records(run_dir, "bytecode_to_source")
     assert record["examples"] == 4 and record["equivalence"] == pytest.approx(evaluation["eval_equivalence"])
 
 
-def test_verified_beam_answers_with_the_first_hypothesis_the_verifier_accepts(tiny_run):
+def test_the_shipped_derivative_config_evaluates_with_sympy_equivalence(bytecode_run):
+    """The symbolic configs' evaluation, on the bytecode run's checkpoint (the same model and
+    vocabulary; training is task-independent, and the slow test trains the symbolic configs in full)."""
+    run_dir, _ = bytecode_run
+    name = "symbolic_derivative"
+    _cli("eval", f"--gin_file={CONFIGS[name]}", f"--gin.CHECKPOINT_PATH='{run_dir}'", "--gin.eval.max_examples=4")
+    (record,) = _eval_records(run_dir, name)
+    assert record["examples"] == 4 and 0.0 <= record["accuracy"] <= record["equivalence"] <= 100.0
+
+
+def test_verified_beam_answers_with_the_first_hypothesis_the_verifier_accepts(bytecode_run):
     from t5lite import models
     from t5lite.infer import predict, verified
     from t5lite.infer.evaluation import Evaluator
-    task = get_task("symbolic_derivative")
-    config = predict.model_config_of(str(tiny_run), None)
+    run_dir, _ = bytecode_run
+    task = get_task("bytecode_to_source")
+    config = predict.model_config_of(str(run_dir), None)
     module = models.build(config)
-    params, _, _ = predict.load_params(config, str(tiny_run), vocabulary=tasks.VOCABULARY)
-    evaluator = Evaluator(task, "validation", {"inputs": 48, "targets": 16}, batch_size=4, max_examples=4,
+    params, _, _ = predict.load_params(config, str(run_dir), vocabulary=tasks.VOCABULARY)
+    evaluator = Evaluator(task, "validation", {"inputs": 32, "targets": 16}, batch_size=4, max_examples=4,
                           rank_classification=False)
     hypotheses = verified.beams(module, params, evaluator, 2)
     assert [len(beam) for beam in hypotheses] == [2] * 4
@@ -370,14 +553,14 @@ def most_frequent_answer_score(name: str, train_examples: int = 1000) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, margin", [("symbolic_derivative", 40.0), ("symbolic_integration", 25.0)])
-def test_the_shipped_configs_learn_well_above_the_most_frequent_answer(tmp_path, name, margin):
-    """At the shipped step count (300; measured: equivalence 57.5 and 36.5 against baselines of 2.5
-    and 0.0, docs/guides/inverse-problems.md)."""
+def test_the_shipped_bytecode_config_learns_well_above_the_most_frequent_answer(tmp_path):
+    """At the shipped step count (600; measured: equivalence 30.5, docs/guides/inverse-problems.md).
+    The symbolic configs are not held to a margin: at 300 steps they solve 0 and 1.5% of their
+    distinct held-out questions (the guide's table)."""
     import json
-    config = f"--gin_file=configs/local/t5_tiny_{name}.gin"
-    _cli("train", config, f"--gin.MODEL_DIR='{tmp_path}'")
+    name = "bytecode_to_source"
+    _cli("train", f"--gin_file={CONFIGS[name]}", f"--gin.MODEL_DIR='{tmp_path}'")
     with open(tmp_path / "metrics.jsonl") as f:
         final = [r for r in map(json.loads, f) if "eval_equivalence" in r][-1]
-    assert final["step"] == 300
-    assert final["eval_equivalence"] >= most_frequent_answer_score(name) + margin
+    assert final["step"] == 600
+    assert final["eval_equivalence"] >= most_frequent_answer_score(name) + 20.0

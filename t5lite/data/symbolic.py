@@ -6,6 +6,9 @@ facebookresearch/SymbolicMathematics, src/envs/char_sp.py, `generate_ubi_dist`,
 `sample_next_pos_ubi`, `_generate_expr`): `tree_counts` counts D(e, n), the ways n operators can
 fill e empty nodes, and each operator's place and arity are drawn in proportion to the trees that
 remain possible. Operators (by weight) and leaves (x, or an integer 1..5) are filled in afterwards.
+How many operators, as their `gen_prim_bwd`: one draw in 40 has 0..3, the others 4..max_ops, and a
+draw that SymPy's evaluation shrinks below half its operators is drawn again (`operator_count`,
+`random_function`), so small expressions, which would repeat, stay rare.
 
 Prefix notation (their `sympy_to_prefix` / `write_int`): operators before their arguments, `add`
 and `mul` chained to the right, an integer as its sign then its decimal digits (`INT- 1 2` is -12),
@@ -347,16 +350,31 @@ def same_primitive(prediction: str, target: str) -> bool:
 
 # --- task examples
 
+FEW_OPS_EVERY = 40   # gen_prim_bwd: `if rng.randint(40) == 0: nb_ops = rng.randint(0, 4)`
+FEW_OPS = 4
+
 MAX_TOKENS = 40   # prefix tokens of an input or a target; longer pairs are drawn again
 
 
+def operator_count(rng: np.random.Generator, max_ops: int) -> int:
+    """Operators of the next draw, as `gen_prim_bwd`: 0..3 one time in 40, else 4..max_ops."""
+    if rng.integers(FEW_OPS_EVERY) == 0:
+        return int(rng.integers(0, FEW_OPS))
+    return int(rng.integers(FEW_OPS, max_ops + 1))
+
+
 def random_function(rng: np.random.Generator, max_ops: int):
-    """A random expression with 1..max_ops operators that depends on x and is real (None when the
-    draw is constant, undefined or complex: the caller draws again)."""
-    expr = to_sympy(random_expression(int(rng.integers(1, max_ops + 1)), rng))
+    """A random expression that depends on x and is real, with `operator_count` operators of which
+    SymPy's evaluation keeps at least half (None otherwise: the caller draws again)."""
+    num_ops = operator_count(rng, max_ops)
+    expr = to_sympy(random_expression(num_ops, rng))
     if symbol() not in expr.free_symbols or not _is_real(expr):
         return None
-    return expr
+    try:
+        kept = sum(token in ARITY for token in from_sympy(expr))
+    except InvalidExpression:
+        return None
+    return expr if kept >= num_ops / 2 else None
 
 
 def _is_real(expr) -> bool:

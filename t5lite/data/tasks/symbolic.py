@@ -10,15 +10,19 @@ room for it).
 - `bytecode_to_source`: a `dis` listing -> the expression's source. `equivalence`: compiles to
   the same listing.
 
-A split is a pure function of (seed, index): example i of a split is drawn from a generator
-seeded with (SEED, split, i) and redrawn until it is valid and belongs to its split (a hash of the
-question sends one in VALIDATION_EVERY to validation), so the splits share no question.
+Splits as Lample & Charton build theirs (facebookresearch/SymbolicMathematics, README "remove
+duplicates" and `split_data.py`): a hash of the question sends one question in HELD_OUT_EVERY to
+`validation`, one to `test` and the rest to `train`, so no held-out question is ever trained on;
+the held-out splits hold distinct questions (`HeldOutSplit`, their deduplication). `train` is drawn
+on the fly, a pure function of (seed, index): example i comes from a generator seeded with
+(SEED, split, i), redrawn until valid and in its split.
 `VERIFIERS` check a prediction against the question alone, for beam search with verification
 (t5lite.infer.verified).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 from typing import Callable
 
@@ -29,20 +33,40 @@ from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
 from t5lite.data.word_vocab import SPECIALS, WordVocabulary
 
 SEED = 0
-SIZES = {"train": 10_000_000, "validation": 200}   # train is drawn on the fly, never materialised
-VALIDATION_EVERY = 10
-MAX_OPS = 3
+SIZES = {"train": 10_000_000, "validation": 200, "test": 200}   # train is never materialised
+HELD_OUT = ("validation", "test")
+HELD_OUT_EVERY = 10
+MAX_DRAWS = 1000   # per distinct held-out question: a generator with too few fails, not hangs
+MAX_OPS = 5
 VOCABULARY = WordVocabulary([*SPECIALS, *dict.fromkeys((*symbolic.TOKENS, *bytecode.TOKENS))])
 FEATURES = {"inputs": Feature(VOCABULARY), "targets": Feature(VOCABULARY)}
+Draw = Callable[[np.random.Generator, int], "tuple[str, str] | None"]
+
+
+def split_of(question: str) -> str:
+    """The split a question belongs to, by a hash of its text."""
+    bucket = zlib.crc32(question.encode("utf-8")) % HELD_OUT_EVERY
+    return HELD_OUT[bucket] if bucket < len(HELD_OUT) else "train"
+
+
+def draw_in_split(draw: Draw, split: str, index: int, seed: int = SEED, max_ops: int = MAX_OPS) -> dict[str, str]:
+    """Draw `index` of `split`'s stream: redrawn until it is valid and its question is in `split`."""
+    rng = np.random.default_rng([seed, list(SIZES).index(split), int(index)])
+    while True:
+        pair = draw(rng, max_ops)
+        if pair is not None and split_of(pair[0]) == split:
+            return {"inputs": pair[0], "targets": pair[1]}
 
 
 @dataclasses.dataclass(frozen=True)
 class GeneratedSplit:
     """A split's examples by index, computed on demand from `draw(rng, max_ops)`, a function that
-    returns (question, answer) or None to draw again."""
-    draw: Callable[[np.random.Generator, int], tuple[str, str] | None]
+    returns (question, answer) or None to draw again. Held-out splits skip questions already in
+    them (`HeldOutSplit`)."""
+    draw: Draw
     split: str
     seed: int = SEED
+    max_ops: int = MAX_OPS
 
     def __len__(self) -> int:
         return SIZES[self.split]
@@ -50,15 +74,37 @@ class GeneratedSplit:
     def __getitem__(self, index: int) -> dict[str, str]:
         if not 0 <= index < len(self):
             raise IndexError(f"{self.split} has {len(self)} examples, not {index}")
-        rng = np.random.default_rng([self.seed, list(SIZES).index(self.split), int(index)])
-        while True:
-            pair = self.draw(rng, MAX_OPS)
-            if pair is not None and in_validation(pair[0]) == (self.split == "validation"):
-                return {"inputs": pair[0], "targets": pair[1]}
+        if self.split in HELD_OUT:
+            return held_out(self.draw, self.split, self.seed, self.max_ops).get(index)
+        return draw_in_split(self.draw, self.split, index, self.seed, self.max_ops)
 
 
-def in_validation(question: str) -> bool:
-    return zlib.crc32(question.encode("utf-8")) % VALIDATION_EVERY == 0
+class HeldOutSplit:
+    """The distinct questions of a held-out split's stream, in order of first draw, extended as far
+    as an index asks (so evaluating 4 questions draws only a few)."""
+
+    def __init__(self, draw: Draw, split: str, seed: int, max_ops: int):
+        self.draw, self.split, self.seed, self.max_ops = draw, split, seed, max_ops
+        self.examples: list[dict[str, str]] = []
+        self.seen: set[str] = set()
+        self.draws = 0
+
+    def get(self, index: int) -> dict[str, str]:
+        while len(self.examples) <= index:
+            if self.draws >= MAX_DRAWS * (len(self.examples) + 1):
+                raise RuntimeError(f"{self.split}: only {len(self.examples)} distinct questions in {self.draws} draws")
+            example = draw_in_split(self.draw, self.split, self.draws, self.seed, self.max_ops)
+            self.draws += 1
+            if example["inputs"] not in self.seen:
+                self.seen.add(example["inputs"])
+                self.examples.append(example)
+        return self.examples[index]
+
+
+@functools.lru_cache(maxsize=None)
+def held_out(draw: Draw, split: str, seed: int, max_ops: int) -> HeldOutSplit:
+    """One `HeldOutSplit` per (generator, split, seed, max_ops) in a process."""
+    return HeldOutSplit(draw, split, seed, max_ops)
 
 
 def accuracy_of(name: str, is_right: Callable[[str, str], bool]):
