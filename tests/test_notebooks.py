@@ -5,14 +5,18 @@ the slow test executes each one top to bottom in a Jupyter kernel, as a student 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+
+from conftest import shared_data_dir
 
 jupytext = pytest.importorskip("jupytext", reason="reads the percent scripts as notebooks (the notebooks extra)")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
 PIP_LINE = '%pip install -q "t5lite[notebooks]" --find-links .'
+PAGES = sorted((Path(__file__).resolve().parents[1] / "docs" / "notebooks").glob("*.md"))
 
 
 def _code(cell) -> str:
@@ -37,11 +41,31 @@ def test_notebook_has_title_pip_line_and_asserts(path):
     assert "/shared" not in path.read_text(), "notebooks get their own data"
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_rendered_page_is_its_notebook(page):
+    """A docs page written by notebooks/render.py shows its notebook's current cells, and its figures exist."""
+    notebook = jupytext.read(page.parents[2] / "notebooks" / f"{page.stem}.py")
+    text = page.read_text()
+    code = [c.source for c in notebook.cells if c.cell_type == "code"]
+    rerender = f"the notebook changed since its page was written: python notebooks/render.py {page.stem}"
+    assert re.findall(r"^```python\n(.*?)\n```$", text, flags=re.S | re.M) == code, rerender
+    assert all(c.source in text for c in notebook.cells if c.cell_type == "markdown"), rerender
+    figures = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", text)
+    assert figures and all((page.parent / f).is_file() for f in figures), "a page shows its notebook's figures"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path, tmp_path):
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     """Executed in a fresh kernel, as Jupyter runs it; any failing cell (an assert included) fails it."""
     nbclient = pytest.importorskip("nbclient", reason="runs the notebooks in a kernel (the notebooks extra)")
+    # The data a notebook would otherwise download (the kernel inherits the environment): GLUE's
+    # SST-2, UD English-EWT, and allennlp's small test biLM in place of the released ELMo.
+    shared = shared_data_dir()
+    monkeypatch.setenv("GLUE_DIR", str(shared / "glue"))
+    monkeypatch.setenv("UD", str(shared / "ud"))
+    monkeypatch.setenv("ELMO_OPTIONS", str(shared / "elmo" / "options.json"))
+    monkeypatch.setenv("ELMO_WEIGHTS", str(shared / "elmo" / "lm_weights.hdf5"))
     notebook = jupytext.read(path)
     # A cell's limit, not the notebook's: a training cell takes minutes, more on a busy machine.
     nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3",

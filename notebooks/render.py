@@ -1,0 +1,78 @@
+"""Run lecture companions top to bottom and write each, with its outputs, as a page of the docs site.
+
+    python notebooks/render.py 04_finetuning_and_peft 05_bertology
+
+executes notebooks/NAME.py in a Jupyter kernel (as the slow test does, from a scratch folder) and
+writes docs/notebooks/NAME.md: the text cells as they are, each code cell in a python block, its
+printed output in a text block, its figures as PNG files beside the page. The docs build reads
+the pages as committed and runs nothing; tests/test_notebooks.py checks that each page's code is
+its notebook's code, so a notebook edited without re-rendering fails the fast suite.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import re
+import tempfile
+from pathlib import Path
+
+import jupytext
+import nbclient
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ROOT / "docs" / "notebooks"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")   # terminal colours (pip's warnings), which a page cannot show
+
+
+def _outputs(cell, name: str, figures: list[Path]) -> list[str]:
+    """A code cell's outputs as markdown: text blocks and figure links (the PNGs written)."""
+    parts = []
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        if "image/png" in data:
+            figure = PAGES / f"{name}_{len(figures) + 1}.png"
+            figure.write_bytes(base64.b64decode(data["image/png"]))
+            figures.append(figure)
+            parts.append(f"![figure {len(figures)} of {name}]({figure.name})")
+        else:
+            text = ANSI.sub("", output.get("text") or data.get("text/plain", ""))
+            if text.strip():
+                parts.append(f"```text\n{text.rstrip()}\n```")
+    return parts
+
+
+def render(name: str) -> Path:
+    """Execute notebooks/NAME.py and write docs/notebooks/NAME.md; returns the page."""
+    notebook = jupytext.read(ROOT / "notebooks" / f"{name}.py")
+    with tempfile.TemporaryDirectory() as scratch:
+        nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3",
+                                resources={"metadata": {"path": scratch}}).execute()
+    PAGES.mkdir(parents=True, exist_ok=True)
+    for old in PAGES.glob(f"{name}_*.png"):
+        old.unlink()
+    figures: list[Path] = []
+    title, *cells = notebook.cells
+    parts = [title.source, f"*The notebook `notebooks/{name}.py` as run top to bottom on a 2-core CPU on "
+                           f"{datetime.date.today().isoformat()} by `python notebooks/render.py {name}`, "
+                           "with the outputs it printed and the figures it showed.*"]
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            parts.append(cell.source)
+        else:
+            parts.append(f"```python\n{cell.source}\n```")
+            parts.extend(_outputs(cell, name, figures))
+    page = PAGES / f"{name}.md"
+    page.write_text("\n\n".join(parts) + "\n")
+    return page
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="+", help="notebooks to render, e.g. 04_finetuning_and_peft")
+    for name in parser.parse_args().names:
+        print("wrote", render(name.removesuffix(".py")).relative_to(ROOT))
+
+
+if __name__ == "__main__":
+    main()
