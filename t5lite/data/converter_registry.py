@@ -18,7 +18,7 @@ from t5lite.data.sentence_texts import SentenceTextsConverter
 from t5lite.data.word2vec_converter import Word2VecConverter
 from t5lite.data.gpt_inputs import DecoderClassificationConverter
 from t5lite.data.control_codes import ControlLMFeatureConverter
-from t5lite.data.image_converters import ImageClassificationConverter
+from t5lite.data.image_converters import ImageClassificationConverter, ImageToTextConverter
 from t5lite.errors import UnknownNameError
 
 FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
@@ -26,7 +26,7 @@ FEATURE_CONVERTERS: dict[str, Callable[..., FeatureConverter]] = {
                                  EncoderFeatureConverter, EncoderClassificationConverter, EncoderSpanConverter,
                                  EncoderTaggingConverter, SentenceTextsConverter, Word2VecConverter,
                                  DecoderClassificationConverter, ConsecutiveSentencesConverter,
-                                 ImageClassificationConverter, ControlLMFeatureConverter)},
+                                 ImageClassificationConverter, ImageToTextConverter, ControlLMFeatureConverter)},
     # The encoder pre-training objectives' inputs.
     "encoder_nsp": functools.partial(EncoderFeatureConverter, sentence_label="next_sentence_label"),
     "encoder_sop": functools.partial(EncoderFeatureConverter, sentence_label="sentence_order_label"),
@@ -54,7 +54,8 @@ def get_feature_converter(name: str, **kwargs) -> FeatureConverter:
     (ULMFiT's LM: fastai's contiguous-row stream); "sentence_texts"
     (bi-encoders: each text on its own); "consecutive_sentences" (a text's sentences in order,
     for Quick-Thought); "word2vec" (word ids of text lines for t5lite.objectives.word2vec);
-    "image_classification" (a ViT's images and class ids)."""
+    "image_classification" (a ViT's images and class ids); "image_to_text" (an image encoder-decoder's
+    images and its decoder's text)."""
     if name not in FEATURE_CONVERTERS:
         raise UnknownNameError(f"unknown feature converter {name!r}; choose one of {sorted(FEATURE_CONVERTERS)}")
     return FEATURE_CONVERTERS[name](**kwargs)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from t5lite import models
 from t5lite.errors import ConfigError
+from t5lite.models import vision
 from t5lite.models.config import ModelConfig
 
 # Finite, so dead beams and masked logits never turn arithmetic into nan.
@@ -105,23 +106,32 @@ def _check_positions(config: ModelConfig, length: int, what: str):
 def _prepare(module, params, inputs: Mapping[str, jax.Array], copies: int, max_decode_length: int) -> _Model:
     """Encodes once (encoder-decoder) or prefills the prompts (decoder-only), every row repeated
     `copies` times, and returns the first distribution with the cache."""
-    if "encoder_input_tokens" in inputs:
+    if "encoder_input_tokens" in inputs or vision.IMAGES in inputs:
         _check_positions(module.config, max_decode_length, "max_decode_length")
-        return _prepare_encoder_decoder(module, params, inputs["encoder_input_tokens"], copies, max_decode_length)
+        return _prepare_encoder_decoder(module, params, inputs, copies, max_decode_length)
     if "decoder_prompt_tokens" in inputs:
         width = max(inputs["decoder_prompt_tokens"].shape[1], 1)
         _check_positions(module.config, width + max_decode_length - 1,
                          f"prompt width {width} + max_decode_length {max_decode_length} - 1")
         return _prepare_decoder(module, params, inputs, copies, max_decode_length)
-    raise ValueError(f"decoding needs `encoder_input_tokens` (encoder-decoder) or `decoder_prompt_tokens` "
-                     f"(decoder-only); got {sorted(inputs)}")
+    raise ValueError(f"decoding needs `encoder_input_tokens` or `{vision.IMAGES}` (encoder-decoder) or "
+                     f"`decoder_prompt_tokens` (decoder-only); got {sorted(inputs)}")
 
 
-def _prepare_encoder_decoder(module, params, tokens, copies: int, max_decode_length: int) -> _Model:
+def encode(module, params, inputs: Mapping[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """An encoder-decoder's (encoder states, the tokens its decoder masks them by) for `inputs`:
+    `encoder_input_tokens`, or an image model's `encoder_input_images` (every position attended)."""
+    images = inputs.get(vision.IMAGES)
+    tokens = inputs["encoder_input_tokens"] if images is None else vision.position_tokens(module.config, images)
+    extra = {} if images is None else {vision.IMAGES: images}
+    return module.apply({"params": params}, encoder_input_tokens=tokens, **extra, method="encode"), tokens
+
+
+def _prepare_encoder_decoder(module, params, inputs, copies: int, max_decode_length: int) -> _Model:
     """The encoder and its cross-attention keys/values run once per input; its `copies` decodes
     read them in place (never repeated, never reordered by beam search)."""
     cfg = module.config
-    encoded = module.apply({"params": params}, encoder_input_tokens=tokens, method="encode")
+    encoded, tokens = encode(module, params, inputs)
 
     def make_cache(rows, inputs=1):   # the start token, then max_decode_length tokens fed back
         return models.init_cache(module, params, max_decode_length + 1, encoded=encoded[:inputs],

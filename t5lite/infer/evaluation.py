@@ -31,7 +31,7 @@ from t5lite import finite, metrics as metrics_lib, models, storage, writable
 from t5lite.data import catalog, converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, predict, scoring
-from t5lite.models import flops
+from t5lite.models import flops, vision
 from t5lite.run_layout import RunDir
 
 log = logging.getLogger("t5lite")
@@ -69,6 +69,15 @@ def padded_rows(arrays: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, n
     return tokens, np.array([len(ids) for ids in arrays], np.int32)
 
 
+def input_rows(examples: Sequence[Mapping[str, Any]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's inputs: token rows as `padded_rows`, or an image task's images [n, H, W, C] (each
+    one's length: its rows, as `len` counts them for the buckets)."""
+    if np.ndim(examples[0].get("inputs", ())) == 3:
+        images = np.stack([np.asarray(ex["inputs"], np.float32) for ex in examples])
+        return images, np.full(len(examples), images.shape[1], np.int32)
+    return padded_rows([ex.get("inputs", ()) for ex in examples], width)
+
+
 def with_pad(tokens: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray:
     """Every position past a row's length set to `pad_id` (BART pads with 1, T5 with 0)."""
     return np.where(np.arange(tokens.shape[1])[None] < lengths[:, None], tokens, pad_id).astype(np.int32)
@@ -77,6 +86,8 @@ def with_pad(tokens: np.ndarray, lengths: np.ndarray, pad_id: int) -> np.ndarray
 def model_inputs(config, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
     """A task's `inputs` as what the family decodes from: the encoder's input (encoder-decoders),
     or the prompt a decoder-only model continues (a prefix LM's prefix)."""
+    if config.arch == "encoder_decoder" and config.image_size:   # `tokens` are the images (`input_rows`)
+        return {vision.IMAGES: tokens}
     if config.arch == "encoder_decoder":
         return {"encoder_input_tokens": with_pad(tokens, lengths, config.pad_token_id)}
     if config.arch == "decoder":
@@ -113,7 +124,9 @@ def batch_flops(config, input_lengths: np.ndarray, target_lengths: np.ndarray | 
                 decoded: np.ndarray | None = None, label_lengths: Sequence[int] = ()) -> float:
     """Forward FLOPs of a batch's real examples (`text_forward_flops`): scoring their targets,
     greedy decoding (`decoded` tokens, up to each row's EOS) and scoring each label (rank
-    classification runs the model once per label)."""
+    classification runs the model once per label). An image model encodes its image's positions."""
+    if config.image_size:
+        input_lengths = np.full(len(input_lengths), config.image_positions)
     done = 0.0 if target_lengths is None else text_forward_flops(config, input_lengths, target_lengths)
     if decoded is not None:
         done += text_forward_flops(config, input_lengths, predict.decoded_lengths(decoded, config.eos_token_id))
@@ -164,7 +177,7 @@ class Evaluator:
         for indices, width in buckets:
             self.rows.append(len(indices))
             chunk = [self.examples[i] for i in indices]
-            inputs, input_lengths = padded_rows([ex.get("inputs", ()) for ex in chunk], width)
+            inputs, input_lengths = input_rows(chunk, width)
             targets, target_lengths = padded_rows([ex["targets"] for ex in chunk], self.max_decode_length)
             self.batches.append(predict.fill_batch({"inputs": inputs, "input_lengths": input_lengths,
                                                     "targets": targets, "target_lengths": target_lengths},
@@ -212,7 +225,7 @@ class Evaluator:
     def evaluate(self, module, params) -> EvalResult:
         out, done = self._run(module, params)
         metrics = {"loss": float(-out["log_likelihood"].sum() / max(self.target_tokens, 1))}
-        inputs_vocabulary = self.task.output_features["inputs"].vocabulary
+        inputs_vocabulary = self.task.output_features.get("inputs", self.task.output_features["targets"]).vocabulary
         records = [{"inputs": text_of(ex, "inputs", inputs_vocabulary),
                     "target": text_of(ex, "targets", self.vocabulary)} for ex in self.examples]
         if "decoded" in out:
@@ -315,12 +328,13 @@ def append_metrics(path: str, record: Mapping[str, Any]) -> None:
     storage.append_text(path, finite.dumps(finite.flag_non_finite(record), default=str) + "\n")
 
 
-@gin.configurable("eval", denylist=["meter"])
+@gin.configurable("eval", denylist=["meter", "weights_of"])
 def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRED,
              task_feature_lengths: Mapping[str, int] = gin.REQUIRED, model=None, split: str = "validation",
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
-             vocabulary_path: str | None = None, fewshot=None, objective=None, meter=None) -> dict[str, float]:
+             vocabulary_path: str | None = None, fewshot=None, objective=None, meter=None,
+             weights_of: str | None = None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
     (a tagger also `predictions.conll`, word / gold / predicted tag per line) and appends a line to
     `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
@@ -334,7 +348,11 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
 
     `meter` (a `t5lite.train.cost.CostMeter` started before the work, as `t5lite eval` does) gets
     the evaluations' forward FLOPs (`EvalResult.flops`) and adds this call's cost to each metrics
-    line (`cost_*`) and writes it to `<output_dir>/cost.json`."""
+    line (`cost_*`) and writes it to `<output_dir>/cost.json`.
+
+    `weights_of` (a run fine-tuned from `checkpoint_path`): the checkpoint's model scored with that
+    run's weights grafted in (t5lite.infer.forgetting.grafted; written to that run's `eval/`), to
+    measure what fine-tuning forgot of the checkpoint's task."""
     limit = {"eval.max_examples": max_examples} if max_examples is not None else {}
     require_positive({"eval.batch_size": batch_size, **limit,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
@@ -348,6 +366,12 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     task = catalog.get_task_or_mixture(mixture_or_task_name)
     params, step, step_dir = predict.load_params(model, checkpoint_path, module=module, objective=objective,
                                                  vocabulary=task.output_features["targets"].vocabulary)
+    if weights_of is not None:
+        from t5lite.infer import forgetting
+        vocab_lib.check_identity(forgetting.run_of(weights_of), task.output_features["targets"].vocabulary)
+        params = forgetting.grafted(params, weights_of)
+        step_dir = checkpoint_reader.step_directory(weights_of)
+        step = int(os.path.basename(step_dir)) if os.path.basename(step_dir).isdigit() else None
     output_dir = output_dir or str(RunDir.of_step(step_dir).evaluations)
     writable.ensure_writable_dir(output_dir, "eval.output_dir")
     with finite.outputs_of(step_dir):

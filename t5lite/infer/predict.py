@@ -309,6 +309,10 @@ def infer(inputs: Sequence[str], checkpoint_path: str = gin.REQUIRED, model: Mod
         vocab_lib.use_run_vocabulary(vocabulary_path, str(run))
         vocabulary = vocab_lib.DEFAULT_VOCABULARY
     config = model_config_of(checkpoint_path, model)
+    if config.image_size:
+        raise ConfigError(f"{checkpoint_path} is an image model (image_size={config.image_size}) and `t5lite infer` "
+                          "reads texts; decode images from Python with t5lite.infer.decoding.greedy on "
+                          "encoder_input_images (docs/guides/vision.md)")
     module = models.build(config)
     params, _, step_dir = load_params(config, checkpoint_path, partitioner, vocabulary)
     predictor = Predictor(module, params, partitioner, method=method, max_decode_length=max_decode_length,

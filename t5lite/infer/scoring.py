@@ -19,7 +19,8 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from t5lite.infer.decoding import decoder_prompt
+from t5lite.infer.decoding import decoder_prompt, encode
+from t5lite.models import vision
 
 
 def _target_lengths(config, targets, lengths=None) -> jax.Array:
@@ -57,9 +58,8 @@ def _decoder_only_log_probs(module, params, prompt, prompt_lengths, targets, len
 def _log_probs(module, params, inputs, targets, lengths, copies: int = 1) -> jax.Array:
     """Per-token log-probs of `targets` [rows, length], each input repeated `copies` times in a row."""
     repeat = lambda x: jnp.repeat(x, copies, axis=0)
-    if "encoder_input_tokens" in inputs:
-        tokens = inputs["encoder_input_tokens"]
-        encoded = module.apply({"params": params}, encoder_input_tokens=tokens, method="encode")   # once per input
+    if "encoder_input_tokens" in inputs or vision.IMAGES in inputs:
+        encoded, tokens = encode(module, params, inputs)   # once per input
         return _encoder_decoder_log_probs(module, params, repeat(encoded), repeat(tokens), targets, lengths)
     if "decoder_prompt_tokens" in inputs:
         prompt, prompt_lengths = decoder_prompt(module.config, inputs)

@@ -311,6 +311,12 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "vit_ti16": lambda: ModelConfig(**{**_VIT, "d_model": 192, "num_heads": 3, "d_ff": 768}),
     "vit_tiny": lambda: ModelConfig(**{**_VIT, **_HF_TINY, "num_encoder_layers": 2, "image_size": 8, "patch_size": 2,
                                        "num_channels": 1, "max_position_embeddings": 17}),
+    # An image-to-text encoder-decoder: ViT's encoder and GPT-2's decoder (pre-norm LayerNorm layers,
+    # learned positions, exact GELU), Hugging Face's VisionEncoderDecoderModel(ViTModel, GPT2LMHeadModel),
+    # with T5's ids (decoding starts from pad 0, ends at </s> 1) and the tiny vocabularies' rows.
+    "vit_gpt2_tiny": lambda: ModelConfig(**{**_VIT, **_HF_TINY, "arch": "encoder_decoder", "vocab_size": 2176,
+                                            "num_encoder_layers": 2, "num_decoder_layers": 2, "image_size": 8,
+                                            "patch_size": 2, "num_channels": 1, "max_position_embeddings": 17}),
 }
 
 

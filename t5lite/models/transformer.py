@@ -425,12 +425,16 @@ class EncoderDecoder(nn.Module):
         self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True, cross=True)
         self.lm_head = H.LmHead(cfg, self.token_embedder)
 
-    def encode(self, encoder_input_tokens, encoder_segment_ids=None, encoder_positions=None,
-               enable_dropout=False, encoder_global_attention_mask=None, **unused_features):
+    def encode(self, encoder_input_tokens=None, encoder_segment_ids=None, encoder_positions=None,
+               enable_dropout=False, encoder_global_attention_mask=None, encoder_input_images=None,
+               **unused_features):
+        """The encoder's states; an image model (`config.image_size`) encodes `encoder_input_images`,
+        and its decoder then attends to every position (`vision.position_tokens` as the mask's tokens)."""
+        tokens, images = vision.encoder_inputs(self.config, encoder_input_tokens, encoder_input_images)
         stack = self.decoder if self.config.share_encoder_decoder else self.encoder
-        return stack(encoder_input_tokens, None, encoder_segment_ids, encoder_positions,
+        return stack(tokens, None, encoder_segment_ids, encoder_positions,
                      deterministic=not enable_dropout, as_encoder=self.config.share_encoder_decoder,
-                     global_mask=encoder_global_attention_mask)
+                     images=images, global_mask=encoder_global_attention_mask)
 
     def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids=None,
                decoder_segment_ids=None, decoder_positions=None, enable_dropout=False, decode=False,
@@ -448,12 +452,14 @@ class EncoderDecoder(nn.Module):
                          deterministic=not enable_dropout, decode=decode)
         return self.lm_head(x)
 
-    def __call__(self, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids=None,
+    def __call__(self, encoder_input_tokens=None, decoder_input_tokens=None, encoder_segment_ids=None,
                  decoder_segment_ids=None, encoder_positions=None, decoder_positions=None,
-                 enable_dropout=False, encoder_global_attention_mask=None, **unused_features):
+                 enable_dropout=False, encoder_global_attention_mask=None, encoder_input_images=None,
+                 **unused_features):
         encoded = self.encode(encoder_input_tokens, encoder_segment_ids, encoder_positions, enable_dropout,
-                              encoder_global_attention_mask)
-        return self.decode(encoded, encoder_input_tokens, decoder_input_tokens, encoder_segment_ids,
+                              encoder_global_attention_mask, encoder_input_images)
+        tokens, _ = vision.encoder_inputs(self.config, encoder_input_tokens, encoder_input_images)
+        return self.decode(encoded, tokens, decoder_input_tokens, encoder_segment_ids,
                            decoder_segment_ids, decoder_positions, enable_dropout)
 
     def init_cache(self, encoded, encoder_input_tokens, max_decode_length: int, batch_size: int | None = None):

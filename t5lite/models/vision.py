@@ -35,13 +35,17 @@ def position_tokens(config: ModelConfig, images):
 
 def encoder_inputs(config: ModelConfig, tokens, images):
     """(tokens, images) as the encoder stack takes them: a text model's tokens and no images; an
-    image model's `position_tokens` and its images, refused when it gets none."""
+    image model's `position_tokens` and its images. A model refuses the other kind of input."""
     if not config.image_size:
+        if images is not None:
+            raise ConfigError(f"this is a text model (image_size=0), fed {IMAGES}: an image task needs an image "
+                              "model, e.g. model_config.preset = 'vit_tiny' (classifier) or 'vit_gpt2_tiny' "
+                              "(encoder-decoder)")
         return tokens, None
     if images is None:
         raise ConfigError(f"this is an image model (image_size={config.image_size}): feed it {IMAGES} "
                           "[batch, H, W, C], not token ids; an image task and the 'image_classification' "
-                          "converter give them")
+                          "or 'image_to_text' converter give them")
     return position_tokens(config, images), images
 
 

@@ -4,4 +4,4 @@ The names are gin's short ones (`ElectraObjective`), which every shipped config 
 operative `config.gin` use, so they do not depend on the module an objective lives in.
 """
 from t5lite.objectives import (causal_lm, distillation, electra, encoder, finetune, image_classification,  # noqa: F401
-                               quick_thought, recurrent, sentence, skip_thought, word2vec)
+                               image_to_text, quick_thought, recurrent, sentence, skip_thought, word2vec)
