@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from t5lite import gin_checks
 from t5lite.cli.gin_flags import check_task_name, model_from_run_unless_given, objective_from_training_config, parse_gin
 from t5lite.errors import CheckpointError, ConfigError, T5liteError
 
@@ -13,6 +14,13 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
                                    help="evaluate a checkpoint on a task split (gin: MODEL_DIR for its latest "
                                         "checkpoint or CHECKPOINT_PATH, MIXTURE_OR_TASK_NAME, eval.split, "
                                         "eval.data_dir, eval.output_dir)")
+    parser.add_argument("--forgetting", action="store_true",
+                        help="CHECKPOINT_PATH is a fine-tuned run and the gin files its base's pre-training config: "
+                             "score the base and the run (its weights in the base's model, the base's pre-training "
+                             "head kept) on the base's task, side by side (docs/guides/forgetting.md)")
+    parser.add_argument("--forgetting_base", metavar="BASE_RUN", default=None,
+                        help="with --forgetting: the run it was fine-tuned from (default: the one its PEFT record or "
+                             "config.gin names)")
     parser.set_defaults(fn=cmd_eval)
 
 
@@ -28,8 +36,38 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
     check_task_name("eval")
     from t5lite.train import cost
     meter = cost.CostMeter(None)   # this call's cost, written to the eval folder's cost.json
+    if args.forgetting or args.forgetting_base:
+        return _forgetting(args.forgetting_base, evaluate, meter)
     metrics = evaluate(meter=meter)
     print("metrics:", " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    print("cost (estimated):", cost.summary(meter.totals()))
+
+
+def _forgetting(base: str | None, evaluate, meter) -> None:
+    """`t5lite eval --forgetting`: the base and the fine-tuned run (CHECKPOINT_PATH) on the base's task,
+    each metric side by side with its change; also written to the run's eval/forgetting.json."""
+    import gin
+    from t5lite import finite
+    from t5lite.infer import forgetting
+    from t5lite.run_layout import RunDir
+    from t5lite.train import cost
+    run = gin.query_parameter("%CHECKPOINT_PATH")
+    base = base or forgetting.base_of(run)
+    kept = forgetting.kept_from_base(base, run)
+    before = evaluate(checkpoint_path=base, meter=meter)
+    after = evaluate(checkpoint_path=base, weights_of=run, meter=meter)
+    task = gin.query_parameter("%MIXTURE_OR_TASK_NAME")
+    split = gin.query_parameter("eval.split") if gin_checks.is_bound("eval.split") else "validation"
+    print(f"forgetting of {run} on {task} ({split}), base {base}:")
+    for key in before:
+        print(f"  {key:<16} base {before[key]:.4g}  fine-tuned {after[key]:.4g}  change {after[key] - before[key]:+.4g}")
+    if kept:
+        print(f"  from the base (the run has none): {', '.join(kept)}")
+    folder = RunDir.of_step(forgetting.checkpoint_reader.step_directory(run)).evaluations
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "forgetting.json").write_text(finite.dumps(finite.null_non_finite(
+        {"run": run, "base": base, "task": task, "split": split, "base_metrics": before, "run_metrics": after,
+         "from_base": kept}), indent=1))
     print("cost (estimated):", cost.summary(meter.totals()))
 
 

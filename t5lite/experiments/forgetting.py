@@ -1,0 +1,52 @@
+"""The forgetting frontier: per fine-tuning method, how much it forgot of its base's pre-training
+task (the held-out loss increase `t5lite eval --forgetting` reports) against how well it fits its
+task (dev accuracy), as seed means with 95% t-intervals, and which methods no other beats on both."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from t5lite import plotting
+from t5lite.experiments.stats import t_interval
+
+
+def summarize(runs: Mapping[str, Sequence[tuple[float, float]]]) -> dict[str, dict]:
+    """{method: {forgetting, accuracy: (mean, low, high), seeds, on_frontier}} from each method's
+    (forgetting, accuracy) per seed. On the frontier: no other method's means forget no more and fit
+    no worse, one of them strictly."""
+    out = {m: {"forgetting": t_interval([f for f, _ in pairs]), "accuracy": t_interval([a for _, a in pairs]),
+               "seeds": len(pairs)} for m, pairs in runs.items()}
+    for m, row in out.items():
+        f, a = row["forgetting"][0], row["accuracy"][0]
+        row["on_frontier"] = not any(o["forgetting"][0] <= f and o["accuracy"][0] >= a
+                                     and (o["forgetting"][0] < f or o["accuracy"][0] > a)
+                                     for n, o in out.items() if n != m)
+    return out
+
+
+def plot(summary: Mapping[str, dict], path: str, title: str, loss_name: str = "held-out MLM loss") -> None:
+    """One point per method with its intervals; the frontier joined by a line."""
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    xs = [r["forgetting"][0] for r in summary.values()]
+    ys = [r["accuracy"][0] for r in summary.values()]
+    near_x, near_y = 0.06 * (max(xs) - min(xs) or 1.0), 0.03 * (max(ys) - min(ys) or 1.0)
+    placed = []   # labels of points that (nearly) coincide are stacked, not overprinted
+    for name, row in summary.items():
+        (f, fl, fh), (a, al, ah) = row["forgetting"], row["accuracy"]
+        ax.errorbar(f, a, xerr=[[f - fl], [fh - f]], yerr=[[a - al], [ah - a]], fmt="o", capsize=3,
+                    color="C0" if row["on_frontier"] else "C7")
+        stacked = sum(abs(f - pf) < near_x and abs(a - pa) < near_y for pf, pa in placed)
+        placed.append((f, a))
+        ax.annotate(name, (f, a), textcoords="offset points", xytext=(6, 4 + 11 * stacked), fontsize=9)
+    front = sorted((r["forgetting"][0], r["accuracy"][0]) for r in summary.values() if r["on_frontier"])
+    if len(front) > 1:
+        ax.plot(*zip(*front), color="C0", linewidth=1, zorder=0, label="frontier")
+        ax.legend(loc="lower right")
+    ax.set_xlabel(f"forgetting: increase of the base's {loss_name}")
+    ax.set_ylabel("task dev accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    plotting.plain_ticks(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,158 @@
+"""`t5lite eval --forgetting` (t5lite.infer.forgetting) and the forgetting frontier
+(t5lite.experiments.forgetting), on a bert_tiny MLM base fine-tuned 2 steps in full and with LoRA."""
+import json
+from pathlib import Path
+
+import gin
+import numpy as np
+import pytest
+from flax.traverse_util import flatten_dict
+
+from conftest import REPO, shared_data_dir
+
+MLM = [str(REPO / "configs/local/bert_tiny_pretrain.gin"), str(REPO / "gin/objectives/bert_mlm.gin")]
+SST2 = str(REPO / "configs/local/bert_tiny_finetune_sst2.gin")
+
+
+def _train(files, bindings):
+    from t5lite import cli
+    from t5lite.train import trainer
+    gin.clear_config()
+    cli.parse_gin(files, bindings, entry=("train", trainer.train))
+    trainer.train(progress=False)
+    gin.clear_config()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(base, full, lora): an MLM run of 2 steps and two 2-step SST-2 runs from it."""
+    root = tmp_path_factory.mktemp("forgetting")
+    base, full, lora = (str(root / n) for n in ("base", "full", "lora"))
+    _train(MLM, [f"MODEL_DIR = '{base}'", "TRAIN_STEPS = 2", "BATCH_SIZE = 4", "train.checkpoint_every = 2"])
+    common = [f"INITIAL_CHECKPOINT_PATH = '{base}'", f"DATA_DIR = '{shared_data_dir() / 'glue'}'", "TRAIN_STEPS = 2",
+              "EVAL_EVERY = 0", "BATCH_SIZE = 4", "train.checkpoint_every = 2", "warmup_cosine.warmup_steps = 1",
+              "warmup_cosine.peak_learning_rate = 0.05"]   # large, so 2 steps move every weight visibly
+    _train([SST2], [f"MODEL_DIR = '{full}'", *common])
+    _train([SST2, str(REPO / "gin/peft/lora.gin")], [f"MODEL_DIR = '{lora}'", *common])
+    return base, full, lora
+
+
+def _raw(run, step=2):
+    """A checkpoint's stored params read by orbax itself, not through t5lite's reader."""
+    import orbax.checkpoint as ocp
+    state = ocp.PyTreeCheckpointer().restore(f"{run}/checkpoints/{step}/state")
+    return flatten_dict(state["params"])
+
+
+def _base_params(base):
+    from t5lite.infer import checkpoint_reader
+    return checkpoint_reader.restore_params(f"{base}/checkpoints/2", jax_abstract(_raw(base)))
+
+
+def jax_abstract(flat):
+    import jax
+    from flax.traverse_util import unflatten_dict
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return unflatten_dict({p: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=device)
+                           for p, x in flat.items()})
+
+
+def test_a_full_run_grafts_its_backbone_and_keeps_the_base_mlm_head(runs):
+    from t5lite.infer import forgetting
+    base, full, _ = runs
+    assert forgetting.base_of(full) == base
+    grafted = flatten_dict(forgetting.grafted(_base_params(base), full))
+    tuned, original = _raw(full), _raw(base)
+    for path, value in grafted.items():
+        expected = tuned.get(("backbone",) + path, original[path])
+        np.testing.assert_array_equal(np.asarray(value), np.asarray(expected), err_msg="/".join(path))
+    moved = [p for p in grafted if ("backbone",) + p in tuned and not np.array_equal(tuned[("backbone",) + p], original[p])]
+    assert len(moved) > 20   # the fine-tuning changed the encoder, so the graft is not the base again
+    assert forgetting.kept_from_base(base, full) == ["mlm_head", "sentence_head"]
+
+
+def test_a_lora_run_grafts_its_merged_weights(runs):
+    """The LoRA update W + (alpha / r) A B, peft's LoraLayer.get_delta_weight (peft/tuners/lora/layer.py:
+    transpose(B @ A) * scaling) in the (in, out) layout, from the run's trained A and B read by orbax."""
+    from t5lite.infer import forgetting
+    base, _, lora = runs
+    assert forgetting.base_of(lora).rstrip("/").startswith(base)
+    grafted = flatten_dict(forgetting.grafted(_base_params(base), lora))
+    original = _raw(base)
+    import orbax.checkpoint as ocp
+    trained = flatten_dict(ocp.PyTreeCheckpointer().restore(f"{lora}/checkpoints/2/state"))
+    factors = {p[:-1]: {} for p in trained if p[-1] in ("lora_a", "lora_b")}
+    for p, x in trained.items():
+        if p[-1] in ("lora_a", "lora_b"):
+            factors[p[:-1]][p[-1]] = np.asarray(x)
+    assert len(factors) == 4   # query and value of both layers
+    matched = 0
+    for path, value in grafted.items():
+        key = next((k for k in factors if path[-1] == "kernel" and k[-len(path):] == ("backbone",) + path[:-1]), None)
+        expected = np.asarray(original[path], np.float64)
+        if key is not None:
+            a, b = factors[key]["lora_a"], factors[key]["lora_b"]
+            expected = expected + (a.astype(np.float64) @ b.reshape(b.shape[0], -1)).reshape(expected.shape) * (8.0 / 8)
+            assert not np.allclose(expected, original[path])
+            matched += 1
+        np.testing.assert_allclose(np.asarray(value), expected, rtol=1e-5, atol=1e-6, err_msg="/".join(path))
+    assert matched == 4
+
+
+def test_eval_forgetting_prints_base_and_run_side_by_side(runs, capsys):
+    from t5lite import cli
+    from t5lite.infer.evaluation import evaluate
+    base, full, _ = runs
+    gin.clear_config()
+    cli.main(["eval", "--forgetting", *(f"--gin_file={f}" for f in MLM), f"--gin.CHECKPOINT_PATH='{full}'",
+              "--gin.eval.max_examples=8"])
+    out = capsys.readouterr().out
+    assert f"forgetting of {full} on embedded_docs_bert_mlm (validation), base {base}:" in out
+    assert "from the base (the run has none): mlm_head, sentence_head" in out
+    report = json.loads((Path(full) / "eval" / "forgetting.json").read_text())
+    line = next(x for x in out.splitlines() if x.strip().startswith("mlm_loss"))
+    assert f"change {report['run_metrics']['mlm_loss'] - report['base_metrics']['mlm_loss']:+.4g}" in line
+    assert report["run_metrics"]["mlm_loss"] != report["base_metrics"]["mlm_loss"]
+    # the base's number is plain `t5lite eval` of the base
+    gin.clear_config()
+    from t5lite.cli.gin_flags import parse_gin
+    parse_gin(MLM, [f"CHECKPOINT_PATH = '{base}'", "eval.max_examples = 8"], required_macros=(),
+              entry=("eval", evaluate), base_file="gin/eval.gin")
+    gin.bind_parameter("eval.model", None)
+    gin.bind_parameter("eval.objective", gin.query_parameter("train.objective"))
+    assert evaluate()["mlm_loss"] == pytest.approx(report["base_metrics"]["mlm_loss"], rel=1e-6)
+    gin.clear_config()
+
+
+def test_a_run_without_a_base_is_refused_in_one_line(bert_tiny_sst2_run, capsys):
+    from t5lite import cli
+    gin.clear_config()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["eval", "--forgetting", *(f"--gin_file={f}" for f in MLM), f"--gin.CHECKPOINT_PATH='{bert_tiny_sst2_run}'"])
+    gin.clear_config()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "names no base" in err and "--forgetting_base" in err
+
+
+def test_frontier_intervals_match_scipy_and_the_dominated_method_is_off_it():
+    from scipy import stats
+    from t5lite.experiments import forgetting
+    runs = {"full": [(0.9, 80.0), (1.1, 82.0), (1.0, 81.0)], "lora": [(0.1, 78.0), (0.2, 77.0), (0.15, 79.0)],
+            "low": [(0.5, 70.0), (0.6, 71.0), (0.55, 69.0)], "one": [(2.0, 60.0)]}
+    summary = forgetting.summarize(runs)
+    for name, pairs in runs.items():
+        for axis, values in (("forgetting", [f for f, _ in pairs]), ("accuracy", [a for _, a in pairs])):
+            mean, low, high = summary[name][axis]
+            assert mean == pytest.approx(np.mean(values))
+            if len(values) > 1:
+                expected = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+                assert (low, high) == pytest.approx(expected)
+    assert {n for n, r in summary.items() if r["on_frontier"]} == {"full", "lora"}
+
+
+def test_frontier_plot_is_written(tmp_path):
+    from t5lite.experiments import forgetting
+    summary = forgetting.summarize({"full": [(1.0, 80.0), (1.2, 81.0)], "lora": [(0.1, 75.0), (0.2, 76.0)]})
+    forgetting.plot(summary, str(tmp_path / "f.png"), "synthetic")
+    assert (tmp_path / "f.png").stat().st_size > 1000
