@@ -25,16 +25,17 @@ def _train(files, bindings):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """(base, full, lora): an MLM run of 2 steps and two 2-step SST-2 runs from it."""
+    """(base, full, lora, adapters): an MLM run of 2 steps and three 2-step SST-2 runs from it."""
     root = tmp_path_factory.mktemp("forgetting")
-    base, full, lora = (str(root / n) for n in ("base", "full", "lora"))
+    base, full, lora, adapters = (str(root / n) for n in ("base", "full", "lora", "adapters"))
     _train(MLM, [f"MODEL_DIR = '{base}'", "TRAIN_STEPS = 2", "BATCH_SIZE = 4", "train.checkpoint_every = 2"])
     common = [f"INITIAL_CHECKPOINT_PATH = '{base}'", f"DATA_DIR = '{shared_data_dir() / 'glue'}'", "TRAIN_STEPS = 2",
               "EVAL_EVERY = 0", "BATCH_SIZE = 4", "train.checkpoint_every = 2", "warmup_cosine.warmup_steps = 1",
               "warmup_cosine.peak_learning_rate = 0.05"]   # large, so 2 steps move every weight visibly
     _train([SST2], [f"MODEL_DIR = '{full}'", *common])
     _train([SST2, str(REPO / "gin/peft/lora.gin")], [f"MODEL_DIR = '{lora}'", *common])
-    return base, full, lora
+    _train([SST2, str(REPO / "gin/peft/houlsby.gin")], [f"MODEL_DIR = '{adapters}'", *common])
+    return base, full, lora, adapters
 
 
 def _raw(run, step=2):
@@ -59,7 +60,7 @@ def jax_abstract(flat):
 
 def test_a_full_run_grafts_its_backbone_and_keeps_the_base_mlm_head(runs):
     from t5lite.infer import forgetting
-    base, full, _ = runs
+    base, full = runs[:2]
     assert forgetting.base_of(full) == base
     grafted = flatten_dict(forgetting.grafted(_base_params(base), full))
     tuned, original = _raw(full), _raw(base)
@@ -75,7 +76,7 @@ def test_a_lora_run_grafts_its_merged_weights(runs):
     """The LoRA update W + (alpha / r) A B, peft's LoraLayer.get_delta_weight (peft/tuners/lora/layer.py:
     transpose(B @ A) * scaling) in the (in, out) layout, from the run's trained A and B read by orbax."""
     from t5lite.infer import forgetting
-    base, _, lora = runs
+    base, lora = runs[0], runs[2]
     assert forgetting.base_of(lora).rstrip("/").startswith(base)
     grafted = flatten_dict(forgetting.grafted(_base_params(base), lora))
     original = _raw(base)
@@ -102,7 +103,7 @@ def test_a_lora_run_grafts_its_merged_weights(runs):
 def test_eval_forgetting_prints_base_and_run_side_by_side(runs, capsys):
     from t5lite import cli
     from t5lite.infer.evaluation import evaluate
-    base, full, _ = runs
+    base, full = runs[:2]
     gin.clear_config()
     cli.main(["eval", "--forgetting", *(f"--gin_file={f}" for f in MLM), f"--gin.CHECKPOINT_PATH='{full}'",
               "--gin.eval.max_examples=8"])
@@ -156,3 +157,20 @@ def test_frontier_plot_is_written(tmp_path):
     summary = forgetting.summarize({"full": [(1.0, 80.0), (1.2, 81.0)], "lora": [(0.1, 75.0), (0.2, 76.0)]})
     forgetting.plot(summary, str(tmp_path / "f.png"), "synthetic")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_an_adapter_run_adds_its_adapters_to_the_base_model(runs):
+    """Adapters do not merge: the grafted params are the base's (the backbone frozen) with the run's
+    adapter weights beside them, as orbax reads them (the layers apply adapters whose params are present)."""
+    import orbax.checkpoint as ocp
+    from t5lite.infer import forgetting
+    base, adapters = runs[0], runs[3]
+    grafted = flatten_dict(forgetting.grafted(_base_params(base), adapters))
+    original = _raw(base)
+    trained = {p[p.index("backbone") + 1:]: np.asarray(x) for p, x in
+               flatten_dict(ocp.PyTreeCheckpointer().restore(f"{adapters}/checkpoints/2/state")).items()
+               if "houlsby" in p}
+    assert len(trained) == 16   # down and up, kernel and bias, after attention and MLP, in 2 layers
+    assert set(grafted) == set(original) | set(trained)
+    for path, value in grafted.items():
+        np.testing.assert_array_equal(np.asarray(value), trained[path] if path in trained else original[path])
