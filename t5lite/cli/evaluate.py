@@ -63,7 +63,7 @@ def _forgetting(base: str | None, evaluate, meter) -> None:
         print(f"  {key:<16} base {before[key]:.4g}  fine-tuned {after[key]:.4g}  change {after[key] - before[key]:+.4g}")
     if kept:
         print(f"  from the base (the run has none): {', '.join(kept)}")
-    folder = RunDir.of_step(forgetting.checkpoint_reader.step_directory(run)).evaluations
+    folder = RunDir(forgetting.run_of(run)).evaluations
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "forgetting.json").write_text(finite.dumps(finite.null_non_finite(
         {"run": run, "base": base, "task": task, "split": split, "base_metrics": before, "run_metrics": after,

@@ -9,7 +9,6 @@ the infer floor: it reads checkpoints only.
 """
 from __future__ import annotations
 
-import os
 import re
 
 import jax
@@ -25,6 +24,7 @@ BACKBONE = ("backbone",)
 
 
 def run_of(path: str) -> str:
+    """The run directory of a run or one of its step directories."""
     return str(RunDir.of_step(checkpoint_reader.step_directory(path)))
 
 
@@ -35,11 +35,8 @@ def base_of(run: str) -> str:
     record = peft_checkpoint.read(run_dir)
     if record is not None:
         return record["base_checkpoint"]
-    try:
-        with open(os.path.join(run_dir, "config.gin"), encoding="utf-8") as f:
-            found = _INITIAL.findall(f.read())
-    except FileNotFoundError:
-        found = []
+    config = RunDir(run_dir).path / "config.gin"
+    found = _INITIAL.findall(config.read_text(encoding="utf-8")) if config.exists() else []
     if not found:
         raise CheckpointError(f"{run_dir} names no base (no PEFT record, no INITIAL_CHECKPOINT_PATH in its "
                               "config.gin): give the run it was fine-tuned from with --forgetting_base=BASE_RUN")
