@@ -15,4 +15,5 @@ from t5lite.data.tasks import multilingual  # noqa: F401
 from t5lite.data.tasks import gpt_finetune  # noqa: F401
 from t5lite.data.tasks import images  # noqa: F401
 from t5lite.data.tasks import symbolic  # noqa: F401
+from t5lite.data.tasks import listops  # noqa: F401
 from t5lite.data.tasks import control  # noqa: F401
