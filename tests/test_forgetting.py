@@ -174,3 +174,14 @@ def test_an_adapter_run_adds_its_adapters_to_the_base_model(runs):
     assert set(grafted) == set(original) | set(trained)
     for path, value in grafted.items():
         np.testing.assert_array_equal(np.asarray(value), trained[path] if path in trained else original[path])
+
+
+def test_the_base_is_read_from_a_config_gin_that_wraps_a_long_path(tmp_path):
+    # gin's operative config puts a value too long for its line after a backslash continuation.
+    from t5lite.infer import forgetting
+    run = tmp_path / "run"
+    (run / "checkpoints" / "2" / "state").mkdir(parents=True)   # a saved step, as base_of finds its run
+    long_base = "/" + "/".join(["a_rather_long_folder_name"] * 4) + "/base"
+    (run / "config.gin").write_text(f"INITIAL_CHECKPOINT_PATH = \\\n    '{long_base}'\n"
+                                    "train.initial_checkpoint_path = %INITIAL_CHECKPOINT_PATH\n")
+    assert forgetting.base_of(str(run)) == long_base

@@ -19,7 +19,9 @@ from t5lite.errors import CheckpointError
 from t5lite.infer import checkpoint_reader, peft_checkpoint
 from t5lite.run_layout import RunDir
 
-_INITIAL = re.compile(r"^(?:INITIAL_CHECKPOINT_PATH|train\.initial_checkpoint_path)\s*=\s*'([^']+)'\s*$", re.M)
+# gin writes a long value on the next line after a `\`.
+_INITIAL = re.compile(r"^(?:INITIAL_CHECKPOINT_PATH|train\.initial_checkpoint_path)\s*=\s*(?:\\\n\s*)?'([^']+)'\s*$",
+                      re.M)
 BACKBONE = ("backbone",)
 
 
@@ -35,7 +37,7 @@ def base_of(run: str) -> str:
     record = peft_checkpoint.read(run_dir)
     if record is not None:
         return record["base_checkpoint"]
-    config = RunDir(run_dir).path / "config.gin"
+    config = RunDir(run_dir).config_gin
     found = _INITIAL.findall(config.read_text(encoding="utf-8")) if config.exists() else []
     if not found:
         raise CheckpointError(f"{run_dir} names no base (no PEFT record, no INITIAL_CHECKPOINT_PATH in its "

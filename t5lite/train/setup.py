@@ -193,7 +193,7 @@ def _checked_vocabulary(c: TrainConfig, task, model: ModelConfig, embedding_rows
     own = vocab_lib.use_run_vocabulary(c.vocabulary_path, source)
     vocabulary = task.output_features["targets"].vocabulary
     vocab_lib.check_trainable(vocabulary)
-    if model.num_decoder_layers and model.eos_token_id != vocabulary.eos_id:
+    if getattr(model, "num_decoder_layers", 0) and model.eos_token_id != vocabulary.eos_id:   # recurrent: none
         raise ConfigError(f"the model ends its outputs with id {model.eos_token_id} but "
                           f"{vocab_lib.resolved(vocabulary)!r} ends every sequence with {vocabulary.eos_id}, so "
                           f"decoding would never stop; set model_config.eos_token_id = {vocabulary.eos_id}")
