@@ -491,22 +491,29 @@ def write_dev_sets(folder):
     return {"sst2": sst2[:16], "rte": rte[:16]}
 
 
-def _seeds_for_80_percent_power(analysis, effect_size: float) -> int:
-    """statsmodels' seed count at alpha 0.05, at least 2. Its root finder searches above 2 (nan when
-    2 seeds already have the power), and its noncentral t is nan for a large effect over little
-    spread: there 20,000 simulated 2-seed t-tests give the power."""
-    at_two = analysis.power(effect_size, 2, 0.05)
-    if np.isnan(at_two):
-        from scipy import stats as scipy_stats
-        d = np.random.default_rng(0).normal(effect_size, 1.0, (20_000, 2))
-        t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(2))
-        at_two = np.mean(np.abs(t) > scipy_stats.t.ppf(0.975, 1))
-    if at_two >= 0.8:
-        return 2
+def _seeds_for_80_percent_power(analysis, effect_size: float) -> int | None:
+    """The fewest seeds (at least 2) whose paired t-test at alpha 0.05 has 80% power: statsmodels'
+    power for each count, and where its noncentral t is nan (a large effect over little spread)
+    20,000 simulated t-tests of that many seeds. Its `solve_power` is only a starting guess: its
+    root finder gives nan, or a count below the answer, for large effects."""
+    from scipy import stats as scipy_stats
+
+    def power_at(n):
+        p = analysis.power(effect_size, n, 0.05)
+        if np.isnan(p):
+            d = np.random.default_rng(n).normal(effect_size, 1.0, (20_000, n))
+            t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(n))
+            p = np.mean(np.abs(t) > scipy_stats.t.ppf(0.975, n - 1))
+        return p
     solved = analysis.solve_power(effect_size=effect_size, alpha=0.05, power=0.8)
-    if np.isnan(solved):   # the root finder gave up: the first n whose power reaches 0.8, if any
-        return next((n for n in range(3, 10_001) if analysis.power(effect_size, n, 0.05) >= 0.8), None)
-    return int(np.ceil(solved))
+    n = max(2, int(np.ceil(solved)) if np.isfinite(solved) else 2)
+    while n > 2 and power_at(n - 1) >= 0.8:
+        n -= 1
+    while power_at(n) < 0.8:
+        if n >= 10_000:
+            return None
+        n += 1
+    return n
 
 
 def test_a_ci_pilot_prints_the_seeds_each_claim_needs_and_the_sweep_shows_it_first(tmp_path):
