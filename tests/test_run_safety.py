@@ -1,6 +1,7 @@
 """Never lose work, never hang, always say why: signals, damaged checkpoints, the run lock,
 config changes on resume, unwritable directories, a run already at its last step, a diverging
 run, a full disk, transient errors while restoring."""
+import contextlib
 import errno
 import glob
 import json
@@ -77,34 +78,43 @@ class _Received(logging.Handler):
             self.event.set()
 
 
-def _signal_after_logged_step(model_dir, signum, times=1, step=2):
+@contextlib.contextmanager
+def _signals_after_logged_step(model_dir, signum, times=1, step=2):
     """Sends `signum` to this process (`times` times) from a thread once `step` is logged; each
     next one once the handler has run for the one before (signals that arrive while the main
-    thread is inside a computation are merged into one, as the OS delivers them)."""
-    received = _Received()
+    thread is inside a computation are merged into one, as the OS delivers them). Nothing is sent
+    once the block has ended: a late signal would stop whichever test this worker runs next."""
+    received, done = _Received(), threading.Event()
     logger = logging.getLogger("t5lite")
 
     def send():
         while _logged_steps(model_dir) < step:
-            time.sleep(0.05)
+            if done.wait(0.05):
+                return
         logger.addHandler(received)
         try:
             for k in range(times):
+                if done.is_set():
+                    return
                 os.kill(os.getpid(), signum)
-                if k + 1 < times:
-                    received.event.wait(timeout=60)
+                if k + 1 < times and not received.event.wait(timeout=60):
+                    return
         finally:
             logger.removeHandler(received)
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
-    return thread
+    try:
+        yield
+    finally:
+        done.set()
+        received.event.set()   # ends a wait for the handler
+        thread.join()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, micro_config, caplog, signum):
     handler_before = signal.getsignal(signum)
-    _signal_after_logged_step(str(tmp_path), signum)
-    with caplog.at_level(logging.WARNING, logger="t5lite"):
+    with caplog.at_level(logging.WARNING, logger="t5lite"), _signals_after_logged_step(str(tmp_path), signum):
         last = train_tiny(tmp_path, micro_config, 10_000, checkpoint_every=1000)
     reached = max(logged_losses(tmp_path))
     assert 2 <= reached < 10_000 and last  # returned normally, with the last metrics
@@ -115,8 +125,7 @@ def test_a_signal_stops_training_after_the_step_with_its_checkpoint(tmp_path, mi
 
 
 def test_a_second_sigint_aborts_at_once(tmp_path, micro_config):
-    _signal_after_logged_step(str(tmp_path), signal.SIGINT, times=2)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), _signals_after_logged_step(str(tmp_path), signal.SIGINT, times=2):
         train_tiny(tmp_path, micro_config, 10_000, checkpoint_every=1000)
     assert not RunDir(tmp_path).lock.exists()
 
