@@ -19,9 +19,7 @@ from t5lite.data.vocab import DEFAULT_VOCABULARY
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer import decoding
 from t5lite.interop import hf
-from t5lite.interop.hf.gpt2 import GPT2Family
-from t5lite.interop.hf.rules import Rule, norm
-from t5lite.interop.hf.vit import ViTFamily
+from t5lite.interop.hf.vision_encoder_decoder import VisionEncoderDecoderFamily
 from t5lite.models import vision
 
 CONFIG = str(REPO / "configs/local/vit_gpt2_digits_to_words.gin")
@@ -29,29 +27,11 @@ CONFIG = str(REPO / "configs/local/vit_gpt2_digits_to_words.gin")
 WORDS = {0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
 
-def _cross_attention_rules(cfg):
-    """GPT-2's cross-attention (transformers' GPT2Attention with is_cross_attention: Conv1D `q_attn`
-    [d, d], `c_attn` [d, 2d] = key | value, `c_proj`) and its `ln_cross_attn`, per decoder layer."""
-    rules = []
-    for i in range(cfg.num_decoder_layers):
-        hf_name, ours = f"decoder.transformer.h.{i}", f"decoder/layers_{i}/cross_attention"
-        rules += [Rule(f"{hf_name}.crossattention.q_attn.weight", (f"{ours}/query/kernel",), "conv1d"),
-                  Rule(f"{hf_name}.crossattention.q_attn.bias", (f"{ours}/query/bias",), "vector"),
-                  Rule(f"{hf_name}.crossattention.c_attn.weight", (f"{ours}/key/kernel", f"{ours}/value/kernel"),
-                       "conv1d"),
-                  Rule(f"{hf_name}.crossattention.c_attn.bias", (f"{ours}/key/bias", f"{ours}/value/bias"), "vector"),
-                  Rule(f"{hf_name}.crossattention.c_proj.weight", (f"{ours}/out/kernel",), "conv1d", 2),
-                  Rule(f"{hf_name}.crossattention.c_proj.bias", (f"{ours}/out/bias",))]
-        rules += norm(f"{hf_name}.ln_cross_attn", f"decoder/layers_{i}/cross_attention_norm")
-    return rules
-
-
 def _params_from_vision_encoder_decoder(cfg, state):
-    """t5lite params from a VisionEncoderDecoderModel's state dict: ViT's tensors under `encoder.`,
-    GPT-2's under `decoder.` (t5lite's per-family rules with those prefixes), and the cross-attention."""
-    rules = ([Rule(r.hf.replace("vit.", "encoder.", 1), r.ours, r.kind, r.in_ndim) for r in ViTFamily().rules(cfg)]
-             + [Rule(f"decoder.{r.hf}", r.ours, r.kind, r.in_ndim) for r in GPT2Family.rules(cfg)]
-             + _cross_attention_rules(cfg))
+    """t5lite params from a VisionEncoderDecoderModel's state dict by the import's rules (ViT's tensors
+    under `encoder.`, GPT-2's with its cross-attention under `decoder.`; `t5lite convert --from_hf`
+    reads a saved folder with them, tests/test_vision_encoder_decoder_import.py)."""
+    rules = VisionEncoderDecoderFamily.rules(cfg)
     shapes = hf._param_shapes(models.build(cfg))
     flat = {}
     for rule in rules:
@@ -158,6 +138,23 @@ def _cli(capsys, *args):
     return code, capsys.readouterr().err
 
 
+def eval_eight_digits(capsys, run) -> float:
+    """`t5lite eval` of the run on 8 validation digits: their predictions written, and the accuracy
+    (returned) the share of them decoded exactly."""
+    code, err = _cli(capsys, "eval", f"--gin_file={CONFIG}", f"--gin.MODEL_DIR='{run}'", "--gin.eval.max_examples=8",
+                     "--gin.eval.batch_size=8")
+    assert code == 0, err
+    folder = os.path.join(run, "eval", "digits_to_words.validation")
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        metrics = json.loads(f.readline())
+    with open(os.path.join(folder, "predictions.jsonl")) as f:
+        predictions = [json.loads(line) for line in f]
+    assert len(predictions) == 8 and predictions[0]["inputs"].startswith("digit image ")
+    right = sum(p["prediction"] == p["target"] for p in predictions)
+    assert metrics["accuracy"] == pytest.approx(100 * right / 8)
+    return metrics["accuracy"]
+
+
 @pytest.mark.usefixtures("clean_gin_state")
 def test_shipped_config_trains_a_few_steps_and_t5lite_eval_scores_the_decoded_words(tmp_path, capsys):
     run = str(tmp_path / "run")
@@ -169,17 +166,7 @@ def test_shipped_config_trains_a_few_steps_and_t5lite_eval_scores_the_decoded_wo
         records = [json.loads(line) for line in f]
     assert np.isfinite([r["loss"] for r in records if "loss" in r]).all()
     train_time = [r for r in records if "eval_accuracy" in r][-1]
-    code, err = _cli(capsys, "eval", f"--gin_file={CONFIG}", f"--gin.MODEL_DIR='{run}'", "--gin.eval.max_examples=8",
-                     "--gin.eval.batch_size=8")
-    assert code == 0, err
-    folder = os.path.join(run, "eval", "digits_to_words.validation")
-    with open(os.path.join(folder, "metrics.jsonl")) as f:
-        metrics = json.loads(f.readline())
-    with open(os.path.join(folder, "predictions.jsonl")) as f:
-        predictions = [json.loads(line) for line in f]
-    assert len(predictions) == 8 and predictions[0]["inputs"].startswith("digit image ")
-    right = sum(p["prediction"] == p["target"] for p in predictions)
-    assert metrics["accuracy"] == pytest.approx(100 * right / 8) == pytest.approx(train_time["eval_accuracy"])
+    assert eval_eight_digits(capsys, run) == pytest.approx(train_time["eval_accuracy"])
     code, err = _cli(capsys, "infer", f"--gin.CHECKPOINT_PATH='{run}'", "seven")   # texts only
     assert code == 2 and "is an image model" in err and "decoding.greedy" in err, err
 

@@ -364,13 +364,17 @@ def _refuse_unexported_head(step_dir: str, record: dict, config: ModelConfig, me
 
 
 def _dummy_features(config: ModelConfig) -> dict:
+    """Inputs to initialise the model with: token ids, and an image model's images (vision.init_features)."""
     import jax.numpy as jnp
+
+    from t5lite.models import vision
     ones = jnp.ones((1, 4), jnp.int32)
+    images = vision.init_features(config)
     if config.arch == "encoder_decoder":
-        return {"encoder_input_tokens": ones, "decoder_input_tokens": ones}
+        return {"encoder_input_tokens": ones, "decoder_input_tokens": ones, **images}
     if config.arch == "decoder":
         return {"decoder_input_tokens": ones}
-    return {"encoder_input_tokens": ones}
+    return {"encoder_input_tokens": ones, **images}
 
 
 def _maybe_scanned(abstract_params, config: ModelConfig):

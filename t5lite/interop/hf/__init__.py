@@ -1,5 +1,5 @@
 """Hugging Face checkpoints in and out: T5 (v1.0, v1.1, mT5), BERT, RoBERTa, ALBERT, ELECTRA,
-DeBERTa-v2/v3, Longformer, GPT-2, BART and ViT.
+DeBERTa-v2/v3, Longformer, GPT-2, BART, ViT, and VisionEncoderDecoderModel (ViT + GPT-2).
 
     module, variables = load("path/to/hf_folder")      # config.json + model.safetensors / pytorch_model.bin
     save(module_or_config, variables, "out_dir")       # a folder transformers' from_pretrained reads
@@ -32,7 +32,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 from t5lite import models
 from t5lite.errors import first_line
 from t5lite.interop.hf import adapter as adapter_lib
-from t5lite.interop.hf import bart, bert, deberta, files, gpt2, longformer, t5, vit
+from t5lite.interop.hf import bart, bert, deberta, files, gpt2, longformer, t5, vision_encoder_decoder, vit
 from t5lite.interop.hf.fields import HFConversionError
 from t5lite.interop.hf.rules import Rule
 from t5lite.models import heads, vision
@@ -59,6 +59,7 @@ FAMILIES: dict[str, Callable[[], Family]] = {
     "gpt2": gpt2.GPT2Family,
     "bart": bart.BartFamily,
     "vit": vit.ViTFamily,
+    vision_encoder_decoder.MODEL_TYPE: vision_encoder_decoder.VisionEncoderDecoderFamily,
     "longformer": longformer.LongformerFamily,
 }
 
@@ -69,7 +70,7 @@ def model_type_of(cfg: ModelConfig) -> str:
         raise HFConversionError("a shared encoder-decoder (share_encoder_decoder=True) has no Hugging Face "
                           "architecture; it stays a t5lite run")
     if cfg.image_size:
-        return "vit"
+        return vision_encoder_decoder.MODEL_TYPE if cfg.arch == "encoder_decoder" else "vit"
     if cfg.attention_window is not None:
         return "longformer"
     if cfg.arch == "decoder":

@@ -1,4 +1,7 @@
-"""GPT-2 (GPT2LMHeadModel, GPT2Model): Conv1D weights, and q, k, v fused in one c_attn tensor."""
+"""GPT-2 (GPT2LMHeadModel, GPT2Model): Conv1D weights, and q, k, v fused in one c_attn tensor. As the
+decoder of an encoder-decoder (t5lite's arch="encoder_decoder"; transformers' add_cross_attention,
+vision_encoder_decoder.py) each layer also has a `crossattention` (Conv1D `q_attn`, `c_attn` =
+key | value, `c_proj`) and its `ln_cross_attn`."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,4 +61,18 @@ class GPT2Family:
                       Rule(f"{hf}.mlp.c_proj.weight", (f"{ours}/mlp/wo/kernel",), "conv1d"),
                       Rule(f"{hf}.mlp.c_proj.bias", (f"{ours}/mlp/wo/bias",))]
             rules += norm(f"{hf}.ln_1", f"{ours}/self_attention_norm") + norm(f"{hf}.ln_2", f"{ours}/mlp_norm")
+            if cfg.arch == "encoder_decoder":
+                rules += _cross_attention(f"{hf}.crossattention", f"{ours}/cross_attention")
+                rules += norm(f"{hf}.ln_cross_attn", f"{ours}/cross_attention_norm")
         return rules + norm("transformer.ln_f", "decoder/final_norm")
+
+
+def _cross_attention(hf: str, ours: str) -> list[Rule]:
+    """GPT2Attention with is_cross_attention: the query from the decoder (`q_attn`), key and value
+    from the encoder's states fused in `c_attn`."""
+    return [Rule(f"{hf}.q_attn.weight", (f"{ours}/query/kernel",), "conv1d"),
+            Rule(f"{hf}.q_attn.bias", (f"{ours}/query/bias",), "vector"),
+            Rule(f"{hf}.c_attn.weight", (f"{ours}/key/kernel", f"{ours}/value/kernel"), "conv1d"),
+            Rule(f"{hf}.c_attn.bias", (f"{ours}/key/bias", f"{ours}/value/bias"), "vector"),
+            Rule(f"{hf}.c_proj.weight", (f"{ours}/out/kernel",), "conv1d", 2),
+            Rule(f"{hf}.c_proj.bias", (f"{ours}/out/bias",))]

@@ -58,6 +58,12 @@ _CONV2D_TO_HF = (3, 2, 0, 1)     # [kh, kw, in, out] -> [out, in, kh, kw]
 _CONV2D_FROM_HF = (2, 3, 1, 0)
 
 
+def prefixed(rules: list[Rule], old: str, new: str) -> list[Rule]:
+    """The rules with each HF name's leading `old` replaced by `new`: a model's tensors held inside a
+    composite one (VisionEncoderDecoderModel keeps ViT's `vit.*` as `encoder.*`, GPT-2's under `decoder.`)."""
+    return [dataclasses.replace(r, hf=new + r.hf.removeprefix(old)) for r in rules]
+
+
 def dense(hf: str, ours: str, bias: bool = True, in_ndim: int = 1) -> list[Rule]:
     rules = [Rule(f"{hf}.weight", (f"{ours}/kernel",), "linear", in_ndim)]
     return rules + ([Rule(f"{hf}.bias", (f"{ours}/bias",), "vector")] if bias else [])
