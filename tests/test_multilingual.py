@@ -245,6 +245,54 @@ def test_tlm_masking_is_xlms_mask_out(seed):
     np.testing.assert_array_equal(chosen, pred_mask[:, 0])
 
 
+def test_tlm_evaluation_reads_xlms_reset_positions(clean_gin_state):
+    """XLM scores a held-out TLM stream (xlm/evaluation/evaluator.py, `Evaluator.evaluate_mlm`) laid out
+    by the same `concat_batches(..., reset_positions=True)` as its training batches (xlm/trainer.py,
+    `Trainer.generate_batch`), positions passed to the model: the TLM config's evaluation batches
+    (`t5lite eval` and the trainer's validation) carry those positions, as its training rows do."""
+    import gin
+    from t5lite import cli
+    from t5lite.data.converter_registry import get_feature_converter
+    from t5lite.data.corruption.translation_lm import tlm_pairs, translation_lm_mask
+    from t5lite.data.tasks.pretraining import FEATURES
+    from t5lite.infer.evaluation import evaluate
+    from t5lite.objectives.encoder import MlmObjective
+    pairs = [{"en": "A dog runs across the green field.", "de": "Ein Hund rennt über das grüne Feld."},
+             {"en": "Two men play chess.", "de": "Zwei Männer spielen Schach."}]
+    task = TaskRegistry.add("tiny_tlm", FunctionSource(lambda split: pairs, splits=("train", "validation")),
+                            [tlm_pairs, translation_lm_mask], FEATURES)
+    try:
+        cli.parse_gin(["configs/local/bert_tiny_tlm_multi30k.gin"], ["CHECKPOINT_PATH = '/tmp/x'"], required_macros=(),
+                      entry=("eval", evaluate), base_file="gin/eval.gin")
+        lengths = gin.query_parameter("%TASK_FEATURE_LENGTHS")
+        training = get_feature_converter(gin.query_parameter("train.feature_converter"))
+        train_rows = list(training.convert(task.get_dataset("train", lengths, shuffle=False), lengths))
+        batch = MlmObjective().evaluators(task, "validation", lengths)["tiny_tlm"].batches[0]
+    finally:
+        TaskRegistry.remove("tiny_tlm")
+    vocabulary = FEATURES["inputs"].vocabulary
+    for i, pair in enumerate(pairs):
+        (x1, len1), (x2, len2) = (xlm_batch_sentences([vocabulary.encode(pair[lang])], 0, vocabulary.eos_id)
+                                  for lang in ("en", "de"))
+        _, length, positions, langs = xlm_concat_batches(x1, len1, 0, x2, len2, 1, 0, vocabulary.eos_id, True)
+        n = int(length[0])
+        np.testing.assert_array_equal(batch["encoder_positions"][i, :n], positions[:n, 0])
+        np.testing.assert_array_equal(train_rows[i]["encoder_positions"][:n], positions[:n, 0])
+        np.testing.assert_array_equal(batch["token_type_ids"][i, :n], langs[:n, 0])
+
+
+def test_mlm_objective_refuses_positions_its_evaluation_would_not_read():
+    from t5lite.objectives.encoder import MlmObjective
+    own = {"encoder_input_tokens": 8, "encoder_positions": 8}          # the encoder_positions converter, unpacked
+    packed = {**own, "encoder_segment_ids": 8}                          # positions that packing numbers
+    with pytest.raises(ConfigError, match="MlmObjective.converter = 'encoder_positions'"):
+        MlmObjective().init_features(own)
+    with pytest.raises(ConfigError, match="train.feature_converter = 'encoder_positions'"):
+        MlmObjective("encoder_positions").init_features({"encoder_input_tokens": 8})
+    assert set(MlmObjective().init_features(packed)) == set(packed)
+    assert set(MlmObjective("encoder_positions").init_features(own)) == set(own)
+
+
 def test_tlm_masks_about_word_pred_of_both_sides():
     from t5lite.data.corruption.translation_lm import tlm_pairs, translation_lm_mask
     from t5lite.data.tasks.pretraining import FEATURES

@@ -17,6 +17,7 @@ import gin
 import jax.numpy as jnp
 
 from t5lite import models
+from t5lite.data import converter_registry
 from t5lite.errors import ConfigError
 from t5lite.models.config import ModelConfig
 from t5lite.models.heads import SpanBoundaryHead
@@ -39,6 +40,26 @@ class MlmObjective(Objective):
     converter = "encoder"           # the feature converter its training and evaluation read
     produces_text = False
     loss_label = "cross entropy per masked token"
+
+    def __init__(self, converter: str | None = None):
+        """`converter`: the one training reads when it is not the class's (XLM's TLM and Fake-English
+        train with 'encoder_positions'), so that evaluation reads the same positions."""
+        if converter is not None:
+            self.converter = converter
+
+    def init_features(self, feature_lengths):
+        """Refuses training batches whose positions evaluation would not read, or the reverse: the
+        held-out loss would be of another model input than the one trained."""
+        # Positions without packing's segment ids are the examples' own (packing numbers its own).
+        trained = "encoder_positions" in feature_lengths and "encoder_segment_ids" not in feature_lengths
+        if trained != ("encoder_positions" in converter_registry.get_feature_converter(self.converter).FEATURES):
+            name = type(self).__name__
+            raise ConfigError(
+                f"train.feature_converter keeps the examples' own positions but {name} evaluates with the "
+                f"{self.converter!r} converter, which drops them: set {name}.converter = 'encoder_positions'" if trained
+                else f"{name} evaluates with the {self.converter!r} converter but training reads no example positions: "
+                     "set train.feature_converter = 'encoder_positions'")
+        return super().init_features(feature_lengths)
 
     def build_model(self, config: ModelConfig) -> nn.Module:
         """The encoder with this objective's heads added (NSP/SOP: pooler and sentence head; SBO)."""
