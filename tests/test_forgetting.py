@@ -185,3 +185,65 @@ def test_the_base_is_read_from_a_config_gin_that_wraps_a_long_path(tmp_path):
     (run / "config.gin").write_text(f"INITIAL_CHECKPOINT_PATH = \\\n    '{long_base}'\n"
                                     "train.initial_checkpoint_path = %INITIAL_CHECKPOINT_PATH\n")
     assert forgetting.base_of(str(run)) == long_base
+
+
+def _hf_masked_lm_loss(config, params, batch, out_dir) -> tuple[float, np.ndarray]:
+    """BERT's masked-LM loss as transformers computes it (`BertForMaskedLM.forward`: CrossEntropyLoss
+    over the tokens whose label is not -100, a mean over those) on `params` exported by
+    t5lite.interop.hf, for the evaluation's batch: labels are its targets where its loss weight is 1."""
+    torch = pytest.importorskip("torch", reason="the transformers reference runs on torch")
+    transformers = pytest.importorskip("transformers", reason="the reference is transformers' BertForMaskedLM")
+    from t5lite.interop import hf
+    model = transformers.BertForMaskedLM.from_pretrained(hf.save(config, {"params": params}, out_dir)).eval()
+    tokens, weights = batch["encoder_input_tokens"], batch["encoder_loss_weights"]
+    labels = np.where(weights > 0, batch["encoder_target_tokens"], -100)
+    with torch.no_grad():
+        out = model(input_ids=torch.as_tensor(tokens, dtype=torch.long),
+                    attention_mask=torch.as_tensor(tokens != 0, dtype=torch.long),
+                    token_type_ids=torch.as_tensor(batch["token_type_ids"], dtype=torch.long),
+                    labels=torch.as_tensor(labels, dtype=torch.long))
+    return float(out.loss), out.logits.numpy()
+
+
+TOLERANCE = 2e-6   # float32 logits of XLA and torch: the losses agreed to 1.5e-7 (relative)
+
+
+def test_forgetting_mlm_losses_are_transformers_masked_lm_loss(runs, tmp_path):
+    """Both MLM losses `eval --forgetting` reports, re-derived outside t5lite: the held-out batch it
+    scores through transformers' BertForMaskedLM holding the base's weights and the grafted run's."""
+    from t5lite import cli
+    from t5lite.cli.gin_flags import parse_gin
+    from t5lite.data import catalog
+    from t5lite.infer import forgetting, predict
+    from t5lite.infer.evaluation import evaluate
+    from t5lite.objectives.encoder import MlmObjective
+    base, full = runs[:2]
+    gin.clear_config()
+    cli.main(["eval", "--forgetting", *(f"--gin_file={f}" for f in MLM), f"--gin.CHECKPOINT_PATH='{full}'",
+              "--gin.eval.max_examples=8"])
+    report = json.loads((Path(full) / "eval" / "forgetting.json").read_text())
+    gin.clear_config()
+    parse_gin(MLM, [f"CHECKPOINT_PATH = '{base}'"], required_macros=(), entry=("eval", evaluate),
+              base_file="gin/eval.gin")
+    task = catalog.get_task_or_mixture(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
+    evaluator = MlmObjective().evaluators(task, "validation", gin.query_parameter("%TASK_FEATURE_LENGTHS"),
+                                          max_examples=8)[task.name]
+    gin.clear_config()
+    (batch,) = evaluator.batches   # the 8 examples in one batch of 32
+    config = predict.model_config_of(base, None)
+    params = {"base": _base_params(base)}
+    params["run"] = forgetting.grafted(params["base"], full)
+    weights = batch["encoder_loss_weights"] > 0
+    for name, reported in (("base", report["base_metrics"]), ("run", report["run_metrics"])):
+        loss, logits = _hf_masked_lm_loss(config, params[name], batch, str(tmp_path / name))
+        assert reported["mlm_loss"] == pytest.approx(loss, rel=TOLERANCE)
+        hits = logits.argmax(-1)[weights] == batch["encoder_target_tokens"][weights]
+        assert reported["mlm_accuracy"] == pytest.approx(hits.mean(), abs=1e-9)
+        # The tolerance tells the masked tokens' mean from the mean over every real token, or of rows.
+        log_p = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+        token_loss = -np.take_along_axis(log_p, batch["encoder_target_tokens"][..., None], -1)[..., 0]
+        assert np.mean(token_loss[weights]) == pytest.approx(loss, rel=TOLERANCE)
+        real = batch["encoder_input_tokens"] != 0
+        per_row = np.sum(token_loss * weights, 1) / np.maximum(np.sum(weights, 1), 1)
+        for wrong in (np.mean(token_loss[real]), np.mean(per_row[weights.any(1)])):
+            assert abs(wrong - loss) > 50 * TOLERANCE * loss
