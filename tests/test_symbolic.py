@@ -422,6 +422,46 @@ def test_a_generator_without_enough_distinct_questions_fails_instead_of_hanging(
         [split[i] for i in range(200)]
 
 
+def test_a_pass_keeps_each_pair_once_as_the_readmes_awk_counts_lines():
+    """The README's `awk '{c[$0]++}'` over the lines a pass yields counts each once, and the pass
+    dropped only repeats (every line drawn is still there, first draws in order); `window` bounds
+    what it remembers, so a pair comes back only after `window` others."""
+    raw = [tasks.GeneratedSplit(toy_draw, "train")[i] for i in range(3000)]
+    kept = list(tasks.distinct_pairs(iter(raw)))
+    assert len(kept) < 0.7 * len(raw)
+    assert all(line.startswith("1|") for line in reference_counts(lines(kept, len(kept))))
+    assert lines(kept, len(kept)) == list(dict.fromkeys(lines(raw, len(raw))))
+    bounded = list(tasks.distinct_pairs(iter(raw), window=50))
+    bounded = lines(bounded, len(bounded))
+    assert len(bounded) > len(kept)   # a pair comes back once 50 others were yielded after it
+    assert all(len(set(bounded[i:i + 50])) == len(bounded[i:i + 50]) for i in range(len(bounded)))
+
+
+def test_training_blocks_hold_no_repeated_pair_and_resume_exactly():
+    """Through the loader: each block of a task's training stream has every pair once (the awk count),
+    and a loader restored from a checkpointed position gives the batches the first one went on to."""
+    from t5lite.data.loader import Loader
+    task, lengths = get_task("bytecode_to_source"), {"inputs": 48, "targets": 48}
+
+    def loader():
+        return Loader(task, "train", lengths, 8, pack=False, seed=3, shard_index=0, shard_count=1, block_size=256)
+    block = loader().source.blocks[0]   # the first 256 records of the shuffled stream, preprocessed
+    pairs = [f"{ex['inputs_pretokenized']}\t{ex['targets_pretokenized']}" for ex in block]
+    assert all(line.startswith("1|") for line in reference_counts(pairs))
+    assert len(block) < 256   # bytecode's small listings repeat within a block: some were dropped
+    whole, resumed = loader(), loader()
+    batches = [b for _, b in zip(range(40), whole)]
+    for _, _ in zip(range(30), resumed):   # 240 examples: into the second block
+        pass
+    state = resumed.state()
+    again = loader()
+    again.restore(state)
+    for expected, got in zip(batches[30:], again):
+        assert expected.keys() == got.keys()
+        for key in expected:
+            np.testing.assert_array_equal(expected[key], got[key])
+
+
 @pytest.mark.parametrize("name", ["symbolic_derivative", "bytecode_to_source"])
 def test_the_tasks_held_out_splits_are_distinct_and_never_in_train(name):
     assert_split_as_lample_and_charton(tasks.GENERATORS[name][0], 20, 300)

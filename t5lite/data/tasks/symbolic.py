@@ -15,16 +15,20 @@ duplicates" and `split_data.py`): a hash of the question sends one question in H
 `validation`, one to `test` and the rest to `train`, so no held-out question is ever trained on;
 the held-out splits hold distinct questions (`HeldOutSplit`, their deduplication). `train` is drawn
 on the fly, a pure function of (seed, index): example i comes from a generator seeded with
-(SEED, split, i), redrawn until valid and in its split.
+(SEED, split, i), redrawn until valid and in its split. Their training file holds each
+(question, answer) line once (the README's `awk '{c[$0]++}'`); a stream cannot hold all it has
+drawn, so `distinct_pairs` drops a repeated pair within one preprocessing pass (a loader block of
+`train.data_block_size` records), remembering at most WINDOW pairs.
 `VERIFIERS` check a prediction against the question alone, for beam search with verification
 (t5lite.infer.verified).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import zlib
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -38,6 +42,7 @@ HELD_OUT = ("validation", "test")
 HELD_OUT_EVERY = 10
 MAX_DRAWS = 1000   # per distinct held-out question: a generator with too few fails, not hangs
 MAX_OPS = 5
+WINDOW = 100_000   # pairs `distinct_pairs` remembers: a pass over a split read as one stream
 VOCABULARY = WordVocabulary([*SPECIALS, *dict.fromkeys((*symbolic.TOKENS, *bytecode.TOKENS))])
 FEATURES = {"inputs": Feature(VOCABULARY), "targets": Feature(VOCABULARY)}
 Draw = Callable[[np.random.Generator, int], "tuple[str, str] | None"]
@@ -107,6 +112,24 @@ def held_out(draw: Draw, split: str, seed: int, max_ops: int) -> HeldOutSplit:
     return HeldOutSplit(draw, split, seed, max_ops)
 
 
+def distinct_pairs(dataset: Iterable[dict[str, str]], window: int | None = None) -> Iterator[dict[str, str]]:
+    """Each (question, answer) pair once, in order of first draw, as Lample & Charton's README
+    deduplicates whole lines (a question with two answers keeps both); only the last `window`
+    (default WINDOW) pairs yielded are remembered, so memory stays bounded on an endless stream. A
+    pure function of the records it is given, so a loader block (`train.data_block_size` records,
+    the window in training) gives the same examples when a run resumes."""
+    window = WINDOW if window is None else window
+    recent: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+    for example in dataset:
+        pair = (example["inputs"], example["targets"])
+        if pair in recent:
+            continue
+        recent[pair] = None
+        if len(recent) > window:
+            recent.popitem(last=False)
+        yield example
+
+
 def accuracy_of(name: str, is_right: Callable[[str, str], bool]):
     """A metric fn: the percentage of predictions `is_right(prediction, target)` accepts."""
     def metric(targets, predictions) -> dict[str, float]:
@@ -132,7 +155,7 @@ for _name, (_draw, _equivalent) in GENERATORS.items():
     TaskRegistry.add(
         _name,
         source=FunctionSource(lambda split, draw=_draw: GeneratedSplit(draw, split), splits=tuple(SIZES)),
-        preprocessors=[P.tokenize, P.append_eos_after_trim],
+        preprocessors=[distinct_pairs, P.tokenize, P.append_eos_after_trim],
         output_features=FEATURES,
         metric_fns=[accuracy_of("accuracy", exact), accuracy_of("equivalence", _equivalent)],
     )
