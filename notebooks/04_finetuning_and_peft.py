@@ -27,9 +27,9 @@
 # sentences) the three ways, 300 steps each, and compares dev accuracy with what each trains.
 #
 # SST-2 is read from `data/glue` (or the folder in the `GLUE_DIR` environment variable); when it is
-# not there, the notebook downloads GLUE's `SST-2.zip` (7 MB) as the data guide does. Runs in 6 to
-# 7 CPU-minutes on a 2-core CPU (up to 20 minutes of wall-clock time on a busy machine), most of it
-# the pre-training.
+# not there, the notebook downloads GLUE's `SST-2.zip` (7 MB) as the data guide does. Runs in about
+# 3 CPU-minutes on a 2-core CPU (5 to 7 minutes of wall-clock time on a busy machine), most of it the
+# pre-training.
 
 # %%
 # %pip install -q "t5lite[notebooks]" --find-links .
@@ -66,7 +66,7 @@ def train(*flags):
     run again, it finds its checkpoint and stops."""
     run = subprocess.run([sys.executable, "-m", "t5lite.cli", "train", *flags], capture_output=True, text=True)
     print("\n".join(line for line in (run.stderr + run.stdout).splitlines()
-                    if "trainable params" in line or line.startswith("final:"))[-600:])
+                    if "trainable params" in line or "nothing to do" in line or line.startswith("final:")))
     assert run.returncode == 0, run.stderr
 
 
@@ -166,6 +166,7 @@ for name in runs:
     right.plot([row["step"] for row in rows], [row["loss"] for row in rows], label=name)
 left.axhline(majority, color="grey", linestyle="--", label="majority class")
 left.set_xscale("log")
+left.margins(x=0.25, y=0.15)   # room for the labels of the outermost points
 left.set_xlabel("trained parameters")
 left.set_ylabel("SST-2 dev accuracy (%)")
 left.legend(loc="lower right")

@@ -30,8 +30,9 @@
 # ELMo weights are read from `models/elmo` (or the files in `ELMO_OPTIONS` and `ELMO_WEIGHTS`) and
 # downloaded there when missing: the released model (93.6M parameters, 357 MB). The run time below
 # is measured with allennlp's small test biLM of the same architecture (LSTMs of 64 cells
-# projected to 16); the released model is slower. With the small biLM, about 1.5 CPU-minutes on a
-# 2-core CPU if the fine-tuning notebook's base is there, 6 otherwise (the base's pre-training).
+# projected to 16); the released model is slower. With the small biLM, about 3 CPU-minutes on a
+# 2-core CPU (4 to 7 minutes of wall-clock time on a busy machine), most of it the base's pre-training,
+# which it skips when the fine-tuning notebook has left the base there.
 
 # %%
 # %pip install -q "t5lite[notebooks]" --find-links .
@@ -46,6 +47,7 @@ import urllib.request
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import Image, display
 
 from t5lite.analysis import linear, words
 from t5lite.interop import elmo
@@ -226,8 +228,4 @@ for relation in ("det", "amod", "nsubj", "obj"):
 for relation in ("det", "amod"):
     assert attention["relations"][relation]["baseline_accuracy"] > attention["relations"][relation]["accuracy"] + 0.2
 
-image = plt.imread(os.path.join(out, "attention_heads.png"))
-fig, ax = plt.subplots(figsize=(9, 5))
-ax.imshow(image)
-ax.axis("off")
-plt.show()
+display(Image(filename=os.path.join(out, "attention_heads.png")))   # the figure `t5lite attention` wrote

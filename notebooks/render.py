@@ -7,12 +7,16 @@ writes docs/notebooks/NAME.md: the text cells as they are, each code cell in a p
 printed output in a text block, its figures as PNG files beside the page. The docs build reads
 the pages as committed and runs nothing; tests/test_notebooks.py checks that each page's code is
 its notebook's code, so a notebook edited without re-rendering fails the fast suite.
+
+The scratch folder is also the kernel's temporary folder: the runs a notebook leaves there for the
+next notebook to reuse are trained afresh, so each page shows its own training log.
 """
 from __future__ import annotations
 
 import argparse
 import base64
 import datetime
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -23,6 +27,9 @@ import nbclient
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "docs" / "notebooks"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")   # terminal colours (pip's warnings), which a page cannot show
+# tqdm.auto, imported by t5lite's progress bars, warns in a kernel without ipywidgets (Colab has them)
+# that it falls back to text bars; that one warning is left off the pages.
+NO_WIDGETS_WARNING = "ignore:IProgress not found"
 
 
 def _outputs(cell, name: str, figures: list[Path]) -> list[str]:
@@ -42,12 +49,23 @@ def _outputs(cell, name: str, figures: list[Path]) -> list[str]:
     return parts
 
 
+def _kernel_env(scratch: str) -> dict[str, str]:
+    """The kernel's environment: this one, with the scratch folder as its temporary folder, the CPU as
+    JAX's platform unless JAX_PLATFORMS says otherwise (the pages are CPU runs; an installed libtpu
+    would otherwise print its failed TPU search into the first cell that uses JAX) and tqdm's
+    no-widgets warning filtered."""
+    warnings = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), NO_WIDGETS_WARNING]))
+    return {**os.environ, "TMPDIR": scratch, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+            "PYTHONWARNINGS": warnings}
+
+
 def render(name: str) -> Path:
     """Execute notebooks/NAME.py and write docs/notebooks/NAME.md; returns the page."""
     notebook = jupytext.read(ROOT / "notebooks" / f"{name}.py")
     with tempfile.TemporaryDirectory() as scratch:
-        nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3",
-                                resources={"metadata": {"path": scratch}}).execute()
+        # coalesce_streams: a cell's printed lines in one block, not cut where the kernel flushed them.
+        nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3", coalesce_streams=True,
+                                resources={"metadata": {"path": scratch}}).execute(env=_kernel_env(scratch))
     PAGES.mkdir(parents=True, exist_ok=True)
     for old in PAGES.glob(f"{name}_*.png"):
         old.unlink()

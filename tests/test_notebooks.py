@@ -54,6 +54,15 @@ def test_rendered_page_is_its_notebook(page):
     assert figures and all((page.parent / f).is_file() for f in figures), "a page shows its notebook's figures"
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_rendered_page_shows_no_warnings(page):
+    """What a page shows a student printed is the notebook's own output: no warning, error or
+    traceback of the machine that rendered it (a stale install, a TPU search, a missing widget)."""
+    outputs = "\n".join(re.findall(r"^```text\n(.*?)\n```$", page.read_text(), flags=re.S | re.M))
+    noise = re.findall(r"^.*(?:Warning|WARNING|Traceback|\bE0000\b).*$", outputs, flags=re.M)
+    assert not noise, f"render it again with a clean environment: python notebooks/render.py {page.stem}: {noise[:3]}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
