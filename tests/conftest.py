@@ -73,6 +73,20 @@ def assert_embed_reads_run(run, config: str, tmp_path: Path, dim: int) -> None:
     assert not np.allclose(with_config[0], with_config[1])
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs_after_each_file():
+    """Each pytest worker runs a thousand tests; the XLA programs JAX keeps in memory for every
+    jitted function grew a worker past 7 GB, and two such workers with their training subprocesses
+    crowd a 24 GiB machine. A later file rarely reuses an earlier file's programs, and the on-disk
+    compilation cache above serves those it does."""
+    yield
+    import gc
+
+    import jax
+    jax.clear_caches()
+    gc.collect()
+
+
 @pytest.fixture
 def clean_gin_state():
     """No gin bindings or default vocabulary left over from another test, nor left behind."""
