@@ -281,16 +281,19 @@ def test_tlm_evaluation_reads_xlms_reset_positions(clean_gin_state):
         np.testing.assert_array_equal(batch["token_type_ids"][i, :n], langs[:n, 0])
 
 
-def test_mlm_objective_refuses_positions_its_evaluation_would_not_read():
-    from t5lite.objectives.encoder import MlmObjective
+@pytest.mark.parametrize("name", ["MlmObjective", "ElectraObjective"])
+def test_encoder_objective_refuses_positions_its_evaluation_would_not_read(name):
+    from t5lite.objectives import electra, encoder
+    objective = {"MlmObjective": encoder.MlmObjective, "ElectraObjective": electra.ElectraObjective}[name]
     own = {"encoder_input_tokens": 8, "encoder_positions": 8}          # the encoder_positions converter, unpacked
     packed = {**own, "encoder_segment_ids": 8}                          # positions that packing numbers
-    with pytest.raises(ConfigError, match="MlmObjective.converter = 'encoder_positions'"):
-        MlmObjective().init_features(own)
+    with pytest.raises(ConfigError, match=f"{name}.converter = 'encoder_positions'"):
+        objective().init_features(own)
     with pytest.raises(ConfigError, match="train.feature_converter = 'encoder_positions'"):
-        MlmObjective("encoder_positions").init_features({"encoder_input_tokens": 8})
-    assert set(MlmObjective().init_features(packed)) == set(packed)
-    assert set(MlmObjective("encoder_positions").init_features(own)) == set(own)
+        objective(converter="encoder_positions").init_features({"encoder_input_tokens": 8})
+    assert set(objective().init_features(packed)) == set(packed)
+    assert set(objective(converter="encoder_positions").init_features(own)) == set(own)
+    assert objective(converter="encoder_positions").converter == "encoder_positions"   # what evaluation reads
 
 
 def test_tlm_masks_about_word_pred_of_both_sides():

@@ -30,6 +30,7 @@ from t5lite.models import flops
 from t5lite.models.config import ModelConfig
 from t5lite.objectives import losses
 from t5lite.objectives.base import LossConfig, Objective, dropout, target_segment_ids, token_metrics
+from t5lite.objectives.encoder import ReadsTrainingPositions
 from t5lite.objectives.heldout import LossEvaluator
 
 # Param paths (inside an Encoder) the generator takes from the discriminator.
@@ -150,16 +151,17 @@ def roc_auc_counts(scores, labels, weights):
 
 
 @gin.configurable
-class ElectraObjective(Objective):
+class ElectraObjective(ReadsTrainingPositions, Objective):
     """ELECTRA's joint loss. `generator`: the generator's preset (its vocabulary, positions and token
     types follow the discriminator, which is the run's model); `disc_weight`: the RTD weight (50
-    in the paper). The MLM part uses the run's z-loss, label smoothing and normalizing factor."""
-    converter = "encoder"   # the feature converter its training and evaluation read
+    in the paper); `converter`: as `MlmObjective`'s. The MLM part uses the run's z-loss, label
+    smoothing and normalizing factor."""
     produces_text = False
     loss_label = "MLM per masked token + disc_weight x RTD per token"
 
     def __init__(self, generator: str | ModelConfig = "electra_small_generator", disc_weight: float = 50.0,
-                 generator_overrides: Mapping[str, Any] | None = None):
+                 generator_overrides: Mapping[str, Any] | None = None, converter: str | None = None):
+        super().__init__(converter)
         try:
             self.generator = models.get_config(generator) if isinstance(generator, str) else generator
             self.generator = self.generator.replace(**dict(generator_overrides or {}))

@@ -32,18 +32,13 @@ def _count(weights) -> jnp.ndarray:
     return jnp.where(total > 0, total, 1.0)
 
 
-@gin.configurable
-class MlmObjective(Objective):
-    """Masked LM alone (RoBERTa; BERT without NSP): cross entropy on the masked tokens. Evaluated by
-    its own loss and accuracy on the split (t5lite.objectives.heldout): an encoder generates no text."""
-    heads: Mapping[str, Any] = {}   # config fields of the pre-training heads this objective trains
-    converter = "encoder"           # the feature converter its training and evaluation read
-    produces_text = False
-    loss_label = "cross entropy per masked token"
+class ReadsTrainingPositions:
+    """An encoder objective whose held-out evaluation reads the converter training reads: `converter`
+    is the one training reads when it is not the class's (XLM's TLM and Fake-English train with
+    'encoder_positions'), so that evaluation reads the same positions."""
+    converter = "encoder"   # the feature converter its training and evaluation read
 
     def __init__(self, converter: str | None = None):
-        """`converter`: the one training reads when it is not the class's (XLM's TLM and Fake-English
-        train with 'encoder_positions'), so that evaluation reads the same positions."""
         if converter is not None:
             self.converter = converter
 
@@ -60,6 +55,15 @@ class MlmObjective(Objective):
                 else f"{name} evaluates with the {self.converter!r} converter but training reads no example positions: "
                      "set train.feature_converter = 'encoder_positions'")
         return super().init_features(feature_lengths)
+
+
+@gin.configurable
+class MlmObjective(ReadsTrainingPositions, Objective):
+    """Masked LM alone (RoBERTa; BERT without NSP): cross entropy on the masked tokens. Evaluated by
+    its own loss and accuracy on the split (t5lite.objectives.heldout): an encoder generates no text."""
+    heads: Mapping[str, Any] = {}   # config fields of the pre-training heads this objective trains
+    produces_text = False
+    loss_label = "cross entropy per masked token"
 
     def build_model(self, config: ModelConfig) -> nn.Module:
         """The encoder with this objective's heads added (NSP/SOP: pooler and sentence head; SBO)."""
