@@ -25,6 +25,11 @@ ENCODER = dict(image_size=8, patch_size=2, num_channels=1, hidden_size=64, num_h
                intermediate_size=128, hidden_act="gelu", layer_norm_eps=1e-12)
 DECODER = dict(vocab_size=2176, n_positions=17, n_embd=64, n_layer=2, n_head=4, n_inner=128,
                activation_function="gelu", layer_norm_epsilon=1e-12)
+# Released pairings (nlpconnect/vit-gpt2-image-captioning) keep each half's own settings: ViT's erf
+# GELU and 1e-12 epsilon over its patches, GPT-2's tanh GELU and 1e-5 over its own position table.
+PAIRINGS = {"one setting": {},
+            "each half its own": dict(decoder=transformers.GPT2Config(**{**DECODER, "activation_function": "gelu_new",
+                                                                         "layer_norm_epsilon": 1e-5, "n_positions": 64}))}
 
 
 def _folder(path, encoder=None, decoder=None, **encoder_decoder):
@@ -83,9 +88,10 @@ def _logits(module, params, pixels, tokens):
                         decoder_input_tokens=tokens)
 
 
+@pytest.mark.parametrize("pairing", list(PAIRINGS))
 @pytest.mark.usefixtures("clean_gin_state")
-def test_imported_run_gives_transformers_logits_and_greedy_tokens(tmp_path, capsys):
-    reference, _, module, params = _imported(tmp_path, capsys)
+def test_imported_run_gives_transformers_logits_and_greedy_tokens(tmp_path, capsys, pairing):
+    reference, _, module, params = _imported(tmp_path, capsys, **PAIRINGS[pairing])
     pixels, tokens = _inputs()
     want = _hf_logits(reference, pixels, tokens)
     assert_close(_logits(module, params, pixels, tokens), want, rtol=1e-4)
@@ -107,15 +113,20 @@ def test_t5lite_eval_scores_the_imported_run_on_digits_to_words(tmp_path, capsys
     eval_eight_digits(capsys, run)
 
 
+@pytest.mark.parametrize("pairing", list(PAIRINGS))
 @pytest.mark.usefixtures("clean_gin_state")
-def test_to_hf_writes_a_folder_transformers_reads_back_to_the_same_logits(tmp_path, capsys):
-    reference, run, _, _ = _imported(tmp_path, capsys)
+def test_to_hf_writes_a_folder_transformers_reads_back_to_the_same_logits(tmp_path, capsys, pairing):
+    reference, run, _, _ = _imported(tmp_path, capsys, **PAIRINGS[pairing])
     code, out, err = _cli(capsys, "convert", "--to_hf", run, "--out", str(tmp_path / "back"))
     assert code == 0 and out.strip() == f"wrote Hugging Face folder {tmp_path / 'back'}", err
     back = transformers.VisionEncoderDecoderModel.from_pretrained(str(tmp_path / "back")).eval()
     pixels, tokens = _inputs()
     np.testing.assert_array_equal(_hf_logits(back, pixels, tokens), _hf_logits(reference, pixels, tokens))
     assert (back.config.decoder_start_token_id, back.config.pad_token_id, back.config.eos_token_id) == (0, 0, 1)
+    for half, fields in {"encoder": ("hidden_act", "layer_norm_eps", "image_size", "patch_size"),
+                         "decoder": ("activation_function", "layer_norm_epsilon", "n_positions")}.items():
+        got, want = back.config.to_dict()[half], reference.config.to_dict()[half]
+        assert {f: got[f] for f in fields} == {f: want[f] for f in fields}
 
 
 REFUSED = {
@@ -125,10 +136,8 @@ REFUSED = {
                           "decoder.model_type='bert'"),
     "another width": (dict(decoder=transformers.GPT2Config(**{**DECODER, "n_embd": 32})),
                       "decoder.n_embd=32 differs from encoder.hidden_size=64"),
-    "another activation": (dict(decoder=transformers.GPT2Config(**{**DECODER, "activation_function": "gelu_new"})),
-                           "decoder.activation_function='gelu_new' differs from encoder.hidden_act='gelu'"),
-    "another position table": (dict(decoder=transformers.GPT2Config(**{**DECODER, "n_positions": 64})),
-                               "decoder.n_positions=64 differs from the encoder's positions (patches + [CLS])=17"),
+    "another MLP width": (dict(decoder=transformers.GPT2Config(**{**DECODER, "n_inner": 96})),
+                          "decoder.n_inner=96 differs from encoder.intermediate_size=128"),
     "unscaled attention": (dict(decoder=transformers.GPT2Config(**{**DECODER, "scale_attn_weights": False})),
                            "decoder.scale_attn_weights=False differs"),
 }
@@ -158,3 +167,20 @@ def test_a_vit_run_goes_out_with_to_hf_too(tmp_path, capsys):
     with torch.no_grad():
         np.testing.assert_array_equal(transformers.ViTModel.from_pretrained(back).eval()(pixels).last_hidden_state,
                                       model(pixels).last_hidden_state)
+
+
+def test_decoder_overrides_are_refused_where_they_cannot_apply_and_survive_a_saved_config(tmp_path):
+    from t5lite.errors import ConfigError
+    from t5lite.models.config import get_config, save_config
+    with pytest.raises(ConfigError, match="a decoder may differ from its encoder in"):
+        get_config("vit_gpt2_tiny", decoder_overrides=(("d_model", 32),))          # a width: another shape
+    with pytest.raises(ConfigError, match="arch='encoder_decoder'"):
+        get_config("gpt2_tiny", decoder_overrides=(("layer_norm_epsilon", 1e-5),))
+    with pytest.raises(ConfigError, match="give a tuple of 1"):
+        get_config("vit_gpt2_tiny", decoder_overrides=(("mlp_activations", ("gelu", "linear")),))
+    config = get_config("vit_gpt2_tiny", decoder_overrides=(("mlp_activations", ("gelu",)), ("max_position_embeddings", 64)))
+    save_config(config, str(tmp_path / "model_config.json"))
+    assert load_config(str(tmp_path / "model_config.json")) == config
+    decoder = config.decoder_config()
+    assert (decoder.mlp_activations, decoder.max_position_embeddings, decoder.image_size) == (("gelu",), 64, 0)
+    assert config.decoder_config().layer_norm_epsilon == config.layer_norm_epsilon

@@ -98,6 +98,7 @@ def _batch_axes(make_cache: Callable[[int], Any]) -> Any:
 
 def _check_positions(config: ModelConfig, length: int, what: str):
     """A learned position table silently clamps positions past its end: refuse instead."""
+    config = config.decoder_config() if config.arch == "encoder_decoder" else config
     if config.position_encoding == "learned" and length > config.max_position_embeddings:
         raise ConfigError(f"{what} = {length} decoder positions, but the model has max_position_embeddings="
                           f"{config.max_position_embeddings}; shorten the prompt or max_decode_length")

@@ -26,6 +26,9 @@ from t5lite.models.static_config import STATIC_PRESETS, Word2VecConfig
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 POSITION_ENCODINGS = ("none", "learned", "sinusoidal", "t5_relative", "shaw_relative", "rotary", "disentangled")
 ENCODER_HEADS = ("mlm", "discriminator", "none")
+# The fields an encoder-decoder's decoder may read with its own values (`decoder_overrides`): those
+# that change no parameter's shape but the position table's, and no layer's structure.
+DECODER_FIELDS = ("mlp_activations", "layer_norm_epsilon", "max_position_embeddings")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +106,11 @@ class ModelConfig(Replaceable):
     # T5 Table 2's "enc-dec, shared": the encoder runs the decoder's layers (their self-attention,
     # MLP, norms, relative-position table), bidirectionally and without cross-attention.
     share_encoder_decoder: bool = False
+    # (field, value) pairs of DECODER_FIELDS the decoder stack and the LM head read instead of the
+    # encoder's: an image-to-text model joins two released halves (ViT's erf GELU and 1e-12 epsilon
+    # over 197 positions, GPT-2's tanh GELU and 1e-5 over 1024), as Hugging Face's
+    # VisionEncoderDecoderModel keeps each half's config.
+    decoder_overrides: tuple[tuple[str, object], ...] = ()
 
     # Output heads.
     tie_embeddings: bool = True       # LM / MLM output projection reuses the token embedding
@@ -148,6 +156,30 @@ class ModelConfig(Replaceable):
                              "encoder_head='mlm'")
         if self.image_size:
             self._check_image_fields()
+        if self.decoder_overrides:
+            self._check_decoder_overrides()
+
+    def _check_decoder_overrides(self):
+        fields = dict(self.decoder_overrides)
+        if self.arch != "encoder_decoder" or self.share_encoder_decoder:
+            raise ConfigError(f"decoder_overrides={self.decoder_overrides!r} needs a decoder of its own: "
+                              "arch='encoder_decoder' with share_encoder_decoder=False")
+        unknown = sorted(set(fields) - set(DECODER_FIELDS))
+        if unknown or len(fields) != len(self.decoder_overrides):
+            raise ConfigError(f"decoder_overrides names {unknown or 'a field twice'}: a decoder may differ from "
+                              f"its encoder in {', '.join(DECODER_FIELDS)}, each named once")
+        activations = fields.get("mlp_activations", self.mlp_activations)
+        if not isinstance(activations, tuple) or len(activations) != len(self.mlp_activations):
+            raise ConfigError(f"decoder_overrides mlp_activations={activations!r}: give a tuple of "
+                              f"{len(self.mlp_activations)} like the encoder's {self.mlp_activations!r} (a gated "
+                              "and a plain MLP differ in their parameters)")
+
+    def decoder_config(self) -> "ModelConfig":
+        """The config the decoder stack and the LM head read: this one with `decoder_overrides` applied
+        (its image fields dropped: the decoder reads tokens)."""
+        if not self.decoder_overrides:
+            return self
+        return self.replace(decoder_overrides=(), image_size=0, **dict(self.decoder_overrides))
 
     def _check_image_fields(self):
         if self.image_size % self.patch_size or self.arch == "decoder":

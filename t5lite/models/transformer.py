@@ -422,8 +422,9 @@ class EncoderDecoder(nn.Module):
         self.token_embedder = make_token_embedder(cfg)
         if not cfg.share_encoder_decoder:   # shared: the decoder's params serve both (no "encoder")
             self.encoder = Stack(cfg, self.token_embedder, cfg.num_encoder_layers)
-        self.decoder = Stack(cfg, self.token_embedder, cfg.num_decoder_layers, causal=True, cross=True)
-        self.lm_head = H.LmHead(cfg, self.token_embedder)
+        self.decoder = Stack(cfg.decoder_config(), self.token_embedder, cfg.num_decoder_layers, causal=True,
+                             cross=True)
+        self.lm_head = H.LmHead(cfg.decoder_config(), self.token_embedder)
 
     def encode(self, encoder_input_tokens=None, encoder_segment_ids=None, encoder_positions=None,
                enable_dropout=False, encoder_global_attention_mask=None, encoder_input_images=None,

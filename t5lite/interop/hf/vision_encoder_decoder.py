@@ -1,9 +1,10 @@
 """Hugging Face's VisionEncoderDecoderModel of a ViT encoder and a GPT-2 decoder with cross-attention
 (transformers' vision_encoder_decoder): t5lite's image encoder-decoder (`vit_gpt2_tiny`). The ViT
 and GPT-2 families translate the two halves of config.json and map their tensors under `encoder.`
-and `decoder.`. t5lite's model has one width, head count, MLP, LayerNorm epsilon and position table
-for both stacks, so a folder whose halves differ there (Hugging Face then projects the encoder's
-states with `enc_to_dec_proj`) is refused, naming the two fields."""
+and `decoder.`. The halves' activations, LayerNorm epsilons and position counts may differ (the
+decoder's go to `ModelConfig.decoder_overrides`); t5lite's model has one width, head count and MLP
+width for both stacks, so a folder whose halves differ there (Hugging Face then projects the
+encoder's states with `enc_to_dec_proj`) is refused, naming the two fields."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,17 +13,14 @@ from t5lite.interop.hf import vit
 from t5lite.interop.hf.fields import HFConversionError, special_ids
 from t5lite.interop.hf.gpt2 import GPT2Family
 from t5lite.interop.hf.rules import Rule, prefixed
-from t5lite.models.config import ModelConfig
+from t5lite.models.config import DECODER_FIELDS, ModelConfig
 
 MODEL_TYPE = "vision-encoder-decoder"
 PARTS = {"encoder": "vit", "decoder": "gpt2"}    # the model_type each half must have
 # Fields both stacks share in t5lite -> (the encoder's config.json name, or what ViT fixes, in words;
-# the decoder's name).
+# the decoder's name). The others of DECODER_FIELDS the decoder keeps as its own.
 SHARED = {"d_model": ("hidden_size", "n_embd"), "num_heads": ("num_attention_heads", "n_head"),
-          "d_ff": ("intermediate_size", "n_inner"), "mlp_activations": ("hidden_act", "activation_function"),
-          "layer_norm_epsilon": ("layer_norm_eps", "layer_norm_epsilon"),
-          "scale_attention": ("the encoder's scaled attention", "scale_attn_weights"),
-          "max_position_embeddings": ("the encoder's positions (patches + [CLS])", "n_positions")}
+          "d_ff": ("intermediate_size", "n_inner"), "scale_attention": ("the encoder's scaled attention", "scale_attn_weights")}
 
 
 def _part(c: dict, name: str) -> dict:
@@ -66,6 +64,8 @@ class VisionEncoderDecoderFamily:
                                     "head to the token embedding (needs true)")
         image = _translate("encoder", vit.ViTFamily().from_hf, encoder)
         text = _translate("decoder", GPT2Family.from_hf, {**decoder, "add_cross_attention": False})
+        own = tuple((field, getattr(text, field)) for field in DECODER_FIELDS
+                    if getattr(image, field) != getattr(text, field))
         for field, (encoder_name, decoder_name) in SHARED.items():
             if getattr(image, field) != getattr(text, field):
                 raise HFConversionError(
@@ -74,14 +74,14 @@ class VisionEncoderDecoderFamily:
                     f"model has one {field} for both stacks (needs equal values)")
         pad = c.get("pad_token_id")
         return image.replace(arch="encoder_decoder", vocab_size=text.vocab_size, pooler=False,
-                             num_decoder_layers=text.num_decoder_layers,
+                             num_decoder_layers=text.num_decoder_layers, decoder_overrides=own,
                              pad_token_id=text.pad_token_id if pad is None else pad,
                              **special_ids(c, start=text.decoder_start_token_id, eos=text.eos_token_id))
 
     @staticmethod
     def to_hf(cfg: ModelConfig) -> dict:
-        encoder = vit.ViTFamily().to_hf(cfg.replace(arch="encoder", num_decoder_layers=0))
-        decoder = GPT2Family.to_hf(cfg.replace(arch="decoder", num_encoder_layers=0, image_size=0))
+        encoder = vit.ViTFamily().to_hf(cfg.replace(arch="encoder", num_decoder_layers=0, decoder_overrides=()))
+        decoder = GPT2Family.to_hf(cfg.decoder_config().replace(arch="decoder", num_encoder_layers=0, image_size=0))
         return dict(model_type=MODEL_TYPE, architectures=["VisionEncoderDecoderModel"], is_encoder_decoder=True,
                     encoder=encoder, decoder={**decoder, "add_cross_attention": True, "is_decoder": True},
                     decoder_start_token_id=cfg.decoder_start_token_id, eos_token_id=cfg.eos_token_id,
@@ -90,4 +90,4 @@ class VisionEncoderDecoderFamily:
     @staticmethod
     def rules(cfg: ModelConfig) -> list[Rule]:
         return (prefixed(vit.ViTFamily().rules(cfg), f"{vit.PREFIX}.", "encoder.")
-                + prefixed(GPT2Family.rules(cfg), "", "decoder."))
+                + prefixed(GPT2Family.rules(cfg.decoder_config()), "", "decoder."))
