@@ -92,6 +92,11 @@ def test_shipped_config_trains_a_few_steps_end_to_end_and_t5lite_eval_scores_the
                      "--gin.train.checkpoint_every=4", "--gin.train.eval_max_examples=16",
                      "--gin.train.eval_batch_size=16")
     assert np.isfinite([r["loss"] for r in records if "loss" in r][-1])
+    # Throughput counts an image's tokens as ViT does, its patches and [CLS]: (8 / 2)^2 + 1 = 17 each.
+    speeds = [r for r in records if "tokens_per_sec" in r][-1]
+    assert speeds["tokens_per_sec"] == pytest.approx(17 * speeds["rows_per_sec"], rel=1e-6)
+    assert speeds["real_tokens_per_sec"] == pytest.approx(speeds["tokens_per_sec"], rel=1e-6)
+    assert speeds["mfu"] == pytest.approx(speeds["padded_mfu"], rel=1e-6) and speeds["mfu"] > 0
     cli.main(["eval", f"--gin_file={CONFIG}", f"--gin.MODEL_DIR='{run}'", "--gin.eval.max_examples=16"])
     with open(os.path.join(run, "eval", "digits.validation", "metrics.jsonl")) as f:
         assert json.loads(f.readline())["accuracy"] == _dev_accuracy(records)   # the same 16 digits, same params

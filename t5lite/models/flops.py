@@ -164,14 +164,15 @@ def conditioned_decoder_train_flops_per_example(cfg: ModelConfig, num_layers: in
     return 3 * 2 * (_stack_macs(cfg, num_layers, length, True, memory_length) + cfg.d_model * cfg.vocab_size * length)
 
 
-def real_counts(batch) -> tuple[int, int]:
+def real_counts(batch, image_tokens: int = 0) -> tuple[int, int]:
     """(non-pad tokens, examples) of a host batch of model features.
 
     A token is real where its `*_segment_ids` is > 0 (packed), else where `encoder_input_tokens`
     / `decoder_target_tokens` / a bi-encoder's `text<i>_input_tokens` is not 0 (decoder inputs
-    start with a 0 BOS, their targets do not);
+    start with a 0 BOS, their targets do not); each of `encoder_input_images` is `image_tokens`
+    (the encoder's positions: its patches and [CLS], which the FLOPs count as its tokens);
     examples are the filled `label_weights` slots, else each row's segments, else the rows."""
-    tokens = 0
+    tokens = image_tokens * len(batch["encoder_input_images"]) if "encoder_input_images" in batch else 0
     for prefix, unpacked in (("encoder", "encoder_input_tokens"), ("decoder", "decoder_target_tokens")):
         segments = batch.get(f"{prefix}_segment_ids")
         source = segments if segments is not None else batch.get(unpacked)

@@ -122,6 +122,7 @@ class Run:
     meter: cost.CostMeter
     flops_per_step: float
     tokens_per_step: int                       # padded input tokens of one global batch
+    image_tokens: int                          # an input image's tokens (patches and [CLS]); 0: text
     peak_flops: float                          # of all devices
     host_scale: int                            # global batch / this host's batch
     every_log: dict                            # metrics added to every log line (a pruned run's sparsity)
@@ -162,6 +163,7 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
     run_dir.record_config(c.model_dir, model, gin.config_str(), start, vocabulary)
     peak, peak_source = mfu.peak_flops_per_device(c.peak_flops_per_device)
     flops_per_step = trainer.flops_per_step(c.batch_size)
+    image_tokens = model.image_positions if "encoder_input_images" in feature_lengths else 0
     log.info("model %s: %.1fM params; %.3g FLOPs/step; peak %.3g FLOP/s/device (%s); mesh %s",
              type(trainer.model).__name__, trainer.num_base_params / 1e6, flops_per_step, peak, peak_source,
              dict(partitioner.mesh.shape))
@@ -178,7 +180,9 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
         reference_models=trainer.objective.reference_models(teacher) if evaluators and not start else {},
         checkpointer=ckpt, writer=summaries.MetricsWriter(c.model_dir, resume_step=start), meter=meter,
         flops_per_step=flops_per_step,
-        tokens_per_step=c.batch_size * sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens")),
+        tokens_per_step=c.batch_size * (sum(v for k, v in feature_lengths.items() if k.endswith("_input_tokens"))
+                                        + image_tokens),
+        image_tokens=image_tokens,
         peak_flops=peak * jax.device_count(), host_scale=c.batch_size // loader.local_batch_size,
         every_log=every_log, first_log=first_log)
 

@@ -183,7 +183,8 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
         with run.trainer.mesh_context():
             for step in range(run.start + 1, c.train_steps + 1):
                 batch, data_state = next(run.batches)
-                since.real = [total + n * run.host_scale for total, n in zip(since.real, flops.real_counts(batch))]
+                counts = flops.real_counts(batch, run.image_tokens)
+                since.real = [total + n * run.host_scale for total, n in zip(since.real, counts)]
                 state, metrics = run.step(state, run.trainer.partitioner.shard_batch(batch))
                 finite = metrics.pop(FINITE)
                 since.pending.append(metrics)
