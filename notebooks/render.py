@@ -30,10 +30,14 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")   # terminal colours (pip's warnings), whic
 # tqdm.auto, imported by t5lite's progress bars, warns in a kernel without ipywidgets (Colab has them)
 # that it falls back to text bars; that one warning is left off the pages.
 NO_WIDGETS_WARNING = "ignore:IProgress not found"
+# IPython's %pip prints this after every install, whether or not the kernel had imported the package;
+# the install cell runs before anything is imported, so no restart is needed and the line is left off.
+RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
 
 
-def _outputs(cell, name: str, figures: list[Path]) -> list[str]:
-    """A code cell's outputs as markdown: text blocks and figure links (the PNGs written)."""
+def _outputs(cell, name: str, figures: list[Path], scratch: str) -> list[str]:
+    """A code cell's outputs as markdown: text blocks and figure links (the PNGs written). Paths in the
+    scratch folder read `$TMPDIR/...`, the kernel's temporary folder, not one render's random name."""
     parts = []
     for output in cell.get("outputs", []):
         data = output.get("data", {})
@@ -44,6 +48,7 @@ def _outputs(cell, name: str, figures: list[Path]) -> list[str]:
             parts.append(f"![figure {len(figures)} of {name}]({figure.name})")
         else:
             text = ANSI.sub("", output.get("text") or data.get("text/plain", ""))
+            text = text.replace(RESTART_NOTE, "").replace(scratch, "$TMPDIR")
             if text.strip():
                 parts.append(f"```text\n{text.rstrip()}\n```")
     return parts
@@ -79,7 +84,7 @@ def render(name: str) -> Path:
             parts.append(cell.source)
         else:
             parts.append(f"```python\n{cell.source}\n```")
-            parts.extend(_outputs(cell, name, figures))
+            parts.extend(_outputs(cell, name, figures, scratch))
     page = PAGES / f"{name}.md"
     page.write_text("\n\n".join(parts) + "\n")
     return page
