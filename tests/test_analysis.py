@@ -607,6 +607,24 @@ def test_a_fine_tuned_run_loads_its_backbone_without_the_head(tmp_path):
     np.testing.assert_array_equal(forward.run(tuned, encoded)[0][0], forward.run(hf_model, encoded)[0][0])
 
 
+def test_a_trained_classifier_run_loads_the_backbone_it_trained(bert_tiny_sst2_run):
+    """A real `bert_tiny_finetune_sst2.gin` run: its model config still names BERT's MLM head, which
+    the classifier's backbone never created; the analysis reads the layers the run trained."""
+    import jax
+    from flax.traverse_util import flatten_dict
+
+    from t5lite.analysis import forward, loading
+    from t5lite.infer import checkpoint_reader
+    step = checkpoint_reader.step_directory(bert_tiny_sst2_run)
+    everything = checkpoint_reader.restore_params(step, jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), checkpoint_reader.stored_params(step)))
+    tuned = loading.load(bert_tiny_sst2_run)
+    got, want = flatten_dict(tuned.variables["params"]), flatten_dict(everything["backbone"])
+    assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    (states,), _ = forward.run(tuned, [words.encode(tuned.vocabulary, ("a", "play", "."), "encoder")])
+    assert np.isfinite(states).all()
+
+
 def _cli(capsys, *args) -> tuple[int, str]:
     """(exit code, stderr) of `t5lite ARGS`, run in this process."""
     from t5lite import cli

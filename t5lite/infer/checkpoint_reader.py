@@ -161,12 +161,15 @@ def stored_param_names(path: str) -> set[str]:
 
 def restore_model(path: str, abstract_params: Any) -> Any:
     """`restore_params` of the model a run's commands read: of a task-head run its backbone (not
-    the head), of an ELECTRA run the discriminator (not the generator), else the params."""
-    names = stored_param_names(path)
-    part = next((p for p in ("backbone", "discriminator") if p in names), None)
+    the head), of an ELECTRA run the discriminator (not the generator), else the params. A module
+    the part never created is left out (a fine-tuned BERT's backbone has no MLM head, which its
+    config still names): the commands that read a backbone read its layers, not its pre-training heads."""
+    stored = stored_params(path)
+    part = next((p for p in ("backbone", "discriminator") if p in stored), None)
     if part is None:
         return restore_params(path, abstract_params)
-    return restore_params(path, {part: abstract_params})[part]
+    held = {name: tree for name, tree in abstract_params.items() if name in stored[part]}
+    return restore_params(path, {part: held})[part]
 
 
 def restore_state(path: str, abstract_state: Any) -> Any:
