@@ -7,7 +7,10 @@ against SST-2 dev accuracy (fit). With `--ud`, a second lens: `t5lite probe`'s P
 on each run (UD English-EWT), the change of its accuracy at the last layer. Finished runs and probes
 are reused; a rerun only adds what is missing.
     python benchmarks/forgetting.py --base runs/bert_tiny_mlm --data_dir data/glue --out runs/forgetting \
-      [--steps 200] [--seeds 0] [--eval_examples 256] [--methods full,full_low,ulmfit,lora,adapters] [--ud data/ud]
+      [--steps 200] [--seeds 0] [--eval_examples 256] [--methods full,full_low,ulmfit,lora,adapters] [--ud data/ud] \
+      [--rates lora=1e-2,adapters=1e-2]
+`--rates` gives methods another peak learning rate (PEFT methods usually want 10-30x full
+fine-tuning's); the runs go to their own folders (`lora_1e-2__seed0`), so runs at two rates coexist.
 """
 from __future__ import annotations
 
@@ -48,12 +51,37 @@ def probe_accuracy(model: str, out: Path, ud: str) -> tuple[float, float]:
     return accuracy, cpu
 
 
+def rate_flags(method: str, rate: str | None) -> list[str]:
+    """The gin flag that sets `method`'s peak rate to `rate` (ULMFiT's schedule names it its own way)."""
+    if rate is None:
+        return []
+    return [f"--gin.slanted_triangular.max_learning_rate={rate}" if method == "ulmfit"
+            else f"--gin.warmup_cosine.peak_learning_rate={rate}"]
+
+
+def parse_rates(text: str | None) -> dict[str, str]:
+    """`lora=1e-2,adapters=1e-2` -> {method: rate}; an unknown method or a rate that is not a positive
+    number is refused, naming it."""
+    rates = dict(item.split("=", 1) if "=" in item else (item, "") for item in (text or "").split(",") if item)
+    for method, rate in rates.items():
+        try:
+            ok = method in METHODS and float(rate) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SystemExit(f"--rates {method}={rate}: expected METHOD=RATE with METHOD one of {', '.join(METHODS)} "
+                             "and RATE a positive number, e.g. lora=1e-2")
+    return rates
+
+
 def run(method: str, seed: int, args, base_probe: float | None) -> dict:
     """One fine-tuning and its forgetting measurement (each skipped when already written)."""
-    folder = Path(args.out) / f"{method}__seed{seed}"
+    rate = args.rates.get(method)
+    folder = Path(args.out) / (f"{method}__seed{seed}" if rate is None else f"{method}_{rate}__seed{seed}")
     cpu = 0.0
     if not (folder / "checkpoints" / str(args.steps)).is_dir():
-        cpu += t5lite("train", f"--gin_file={FINETUNE}", *METHODS[method], f"--gin.MODEL_DIR='{folder}'",
+        cpu += t5lite("train", f"--gin_file={FINETUNE}", *METHODS[method], *rate_flags(method, rate),
+                      f"--gin.MODEL_DIR='{folder}'",
                       f"--gin.INITIAL_CHECKPOINT_PATH='{args.base}'", f"--gin.DATA_DIR='{args.data_dir}'",
                       f"--gin.train.seed={seed}", f"--gin.TRAIN_STEPS={args.steps}", f"--gin.EVAL_EVERY={args.steps}",
                       f"--gin.train.checkpoint_every={args.steps}")
@@ -85,6 +113,7 @@ def main() -> None:
     parser.add_argument("--eval_examples", type=int, default=256, help="held-out MLM examples scored")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--ud", default=None, help="the UD folder (en_ewt/): also measure the POS probe's change")
+    parser.add_argument("--rates", type=parse_rates, default={}, help="METHOD=RATE,...: other peak learning rates")
     args = parser.parse_args()
     started = time.time()
     base_probe, cpu = probe_accuracy(args.base, Path(args.out) / "base_probe", args.ud) if args.ud else (None, 0.0)
@@ -94,7 +123,8 @@ def main() -> None:
     out = Path(args.out)
     (out / "forgetting.json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=1))
     forgetting.plot(summary, str(out / "forgetting_frontier.png"),
-                    f"bert_tiny MLM base fine-tuned on SST-2, {args.steps} steps, seed(s) {args.seeds}")
+                    f"bert_tiny MLM base fine-tuned on SST-2, {args.steps} steps, seed(s) {args.seeds}"
+                    + "".join(f", {m} at {r}" for m, r in args.rates.items()))
     probe = {m: t_interval([100 * r["probe_change"] for r in rows if r["method"] == m]) for m in summary} \
         if args.ud else {}
     print("| method | seeds | MLM loss increase (95% CI) | SST-2 dev accuracy (95% CI) | frontier |"

@@ -247,3 +247,33 @@ def test_forgetting_mlm_losses_are_transformers_masked_lm_loss(runs, tmp_path):
         per_row = np.sum(token_loss * weights, 1) / np.maximum(np.sum(weights, 1), 1)
         for wrong in (np.mean(token_loss[real]), np.mean(per_row[weights.any(1)])):
             assert abs(wrong - loss) > 50 * TOLERANCE * loss
+
+
+@pytest.mark.parametrize("method, name", [("lora", "warmup_cosine.peak_learning_rate"),
+                                          ("full_low", "warmup_cosine.peak_learning_rate"),
+                                          ("ulmfit", "slanted_triangular.max_learning_rate")])
+def test_benchmark_rates_reach_the_rate_the_run_trains_with(method, name):
+    """`benchmarks/forgetting.py --rates METHOD=RATE`: the flags it adds after the method's own win,
+    as gin reads the command line the fine-tuning gets."""
+    from conftest import load_benchmark
+
+    from t5lite import cli
+    from t5lite.train import trainer
+    bench = load_benchmark("forgetting")
+    flags = [*bench.METHODS[method], *bench.rate_flags(method, bench.parse_rates(f"{method}=2e-2")[method])]
+    files = [bench.FINETUNE, *(f.split("=", 1)[1] for f in flags if f.startswith("--gin_file="))]
+    bindings = ["MODEL_DIR = 'run'", "INITIAL_CHECKPOINT_PATH = None", "DATA_DIR = 'data'",
+                *(f[len("--gin."):] for f in flags if f.startswith("--gin.") and not f.startswith("--gin_file"))]
+    gin.clear_config()
+    try:
+        cli.parse_gin([str(REPO / f) for f in files], bindings, entry=("train", trainer.train))
+        assert gin.query_parameter(name) == 2e-2
+    finally:
+        gin.clear_config()
+
+
+@pytest.mark.parametrize("text", ["lora=fast", "lora=-1e-3", "laura=1e-2", "lora"])
+def test_benchmark_refuses_a_rate_it_cannot_use_naming_it(text):
+    from conftest import load_benchmark
+    with pytest.raises(SystemExit, match=f"--rates {text.split('=')[0]}"):
+        load_benchmark("forgetting").parse_rates(text)
