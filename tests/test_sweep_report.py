@@ -38,7 +38,7 @@ NARROW = {"sst2": [80.0, 82.0], "cola": [30.0, 32.0]}
 
 def test_intervals_past_the_metric_range_are_clipped_in_the_table_and_figure_and_kept_in_the_json(tmp_path, monkeypatch):
     built = sweep_report(wide=cell(WIDE), narrow=cell(NARROW))
-    monkeypatch.setattr(report, "build", lambda spec, out: built)
+    monkeypatch.setattr(report, "build", lambda spec, out, results: built)
     report.write(None, tmp_path)
 
     raw = json.loads((tmp_path / "report.json").read_text())["cells"]["wide"]["summary"]

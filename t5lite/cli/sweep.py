@@ -24,6 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--pilot", action="store_true",
                         help="run the sweep's pilot instead (OUT/pilot: the claims' cells, the scale's `pilot` "
                              "seeds) and print the seeds each claim needs, per task")
+    parser.add_argument("--rebuild", metavar="REPORT.json", type=Path, default=None,
+                        help="train nothing: rebuild OUT's report from the per-seed results a report.json keeps, "
+                             "judged with this version's statistics and the gin's claims")
     parser.set_defaults(fn=cmd_sweep)
 
 
@@ -38,8 +41,9 @@ def comma_separated(text: str) -> list[str]:
 def cmd_sweep(args, gin_files, gin_bindings) -> None:
     """Runs a sweep's unfinished cells (t5lite.experiments), then writes OUT/report.md and report.json;
     with --pilot, its pilot's in OUT/pilot, and prints what the pilot measured. A sweep whose pilot has
-    run prints that first."""
-    from t5lite.experiments import report, runner, spec
+    run prints that first. With --rebuild, writes the report from a report.json's seeds instead and
+    prints each claim's verdict."""
+    from t5lite.experiments import rebuild, report, runner, spec
     from t5lite.train.run_dir import RunLock
     sweep = spec.load(gin_files, gin_bindings, (os.getcwd(), str(REPO_ROOT)))
     if args.cells is not None:
@@ -48,11 +52,19 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
         sweep = spec.pilot(sweep)
     out = Path(args.out)
     runs = out / "pilot" if args.pilot else out
+    stored = None if args.rebuild is None else rebuild.stored_results(sweep, args.rebuild)   # refused before OUT exists
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out {out}: {e.strerror}; choose a folder that can be written") from None
     with RunLock(str(out), flag="--out"):   # a second sweep on the folder would rerun its cells
+        if stored is not None:
+            runs.mkdir(exist_ok=True)
+            made = report.write(sweep, runs, stored)
+            print("\n".join([f"rebuilt {sweep.name} ({sweep.scale}, seeds {list(sweep.seeds)}) from {args.rebuild}:",
+                             *(f"  {c['claim']}: {c['verdict']}" for c in made["claims"]),
+                             f"wrote {runs / 'report.md'} and report.json"]))
+            return
         if not args.pilot and isinstance(pilot := runner.read_json(out / "pilot" / "report.json"), dict):
             print("\n".join(["the pilot measured:", *report.plan(pilot), f"this sweep runs seeds {list(sweep.seeds)}"]),
                   flush=True)

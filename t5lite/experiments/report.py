@@ -148,11 +148,10 @@ def _summary(values: list[float]) -> dict:
     return {"mean": mean, "low": low, "high": high}
 
 
-def build(spec: Spec, out: Path) -> dict:
-    """report.json's content: per cell its seeds' results, summaries and at-chance marks, per
-    claim a verdict on each task."""
-    baseline, baseline_note = baselines(spec)
-    cells = {}
+def run_results(spec: Spec, out: Path) -> dict[str, tuple[dict, list]]:
+    """Per cell, its finished seeds' results ({seed: seed_result}) and its failed seeds' errors, read
+    from the run directories in `out`."""
+    results = {}
     for cell in spec.cells:
         seeds, errors = {}, []
         for seed in spec.seeds:
@@ -161,6 +160,19 @@ def build(spec: Spec, out: Path) -> dict:
                 seeds[seed] = seed_result(spec, folder, done)
             elif isinstance(error := read_json(folder / "error.json"), dict):
                 errors.append({"seed": seed, **error})
+        results[cell.name] = seeds, errors
+    return results
+
+
+def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
+    """report.json's content: per cell its seeds' results, summaries and at-chance marks, per
+    claim a verdict on each task; from `results` (run_results' shape: a stored report's, to
+    rebuild it) where given, else from the run directories in `out`."""
+    results = run_results(spec, out) if results is None else results
+    baseline, baseline_note = baselines(spec)
+    cells = {}
+    for cell in spec.cells:
+        seeds, errors = results[cell.name]
         summary = {task: _summary([r["scores"][task] for r in seeds.values()]) for task in spec.tasks}
         cost = {k: statistics.fmean(r["cost"][k] for r in seeds.values() if k in r["cost"])   # over the seeds that log it
                 for k in dict.fromkeys(k for r in seeds.values() for k in r["cost"])}
@@ -175,7 +187,8 @@ def build(spec: Spec, out: Path) -> dict:
         cell["summary"]["glue_average"] = _summary([r["scores"]["glue_average"] for r in cell["seeds"].values()])
     return {"sweep": spec.name, "scale": spec.scale, "tasks": dict(spec.tasks), "seeds": list(spec.seeds),
             "pretrain_tokens_budget": spec.pretrain_tokens, "batch_size": spec.batch_size,
-            "finetune_steps": spec.finetune_steps, "baselines": baseline, "baseline_note": baseline_note,
+            "finetune_steps": spec.finetune_steps, "eval_max_examples": spec.eval_max_examples,
+            "baselines": baseline, "baseline_note": baseline_note,
             "average_tasks": averaged, "cells": cells, "claims": [judge(claim, cells, spec.tasks) for claim in spec.claims]}
 
 
@@ -403,10 +416,10 @@ def table_figure(report: dict):
     return fig
 
 
-def write(spec: Spec, out: Path) -> dict:
-    """report.json, report.md and the PNGs in `out`; the report carries its pilot's comparisons
-    where `out/pilot` holds one."""
-    report = build(spec, out)
+def write(spec: Spec, out: Path, results: dict | None = None) -> dict:
+    """report.json, report.md and the PNGs in `out` (from `results` as `build` reads them); the
+    report carries its pilot's comparisons where `out/pilot` holds one."""
+    report = build(spec, out, results)
     if isinstance(pilot := read_json(out / "pilot" / "report.json"), dict):
         report["pilot"] = {"scale": pilot["scale"], "seeds": pilot["seeds"], "baselines": pilot["baselines"],
                            "claims": pilot["claims"], "cells": {name: {key: cell[key] for key in ("summary", "at_chance")}
