@@ -83,7 +83,7 @@ def test_a_rebuilt_report_judges_the_stored_seeds_against_scipy_statsmodels_and_
         labels = tsv_labels(task)
         baselines[task] = 100 * dummy.DummyClassifier(strategy="most_frequent").fit(x.repeat(len(labels), 0), labels).score(
             x.repeat(len(labels), 0), labels)
-    assert built["baselines"] == pytest.approx(baselines, rel=1e-12)
+    assert built["baselines"] == pytest.approx(baselines, rel=1e-12) and built["eval_max_examples"] is None
     assert {name: cell["at_chance"] for name, cell in built["cells"].items()} == {
         name: {task: bool(interval_low(v) <= baselines[task]) for task, v in scores.items()} for name, scores in SCORES.items()}
     for claim, (_, better, worse, column, *options) in zip(built["claims"], CLAIMS):
@@ -116,8 +116,12 @@ def damaged(case, path):
         del report["cells"]["c"]
     elif case == "a score missing":
         del report["cells"]["b"]["seeds"]["1"]["scores"]["rte"]
+    elif case == "cells not an object":
+        report["cells"] = list(report["cells"])
     elif case == "another scale":
         report["finetune_steps"] = 300
+    elif case == "other dev examples":
+        report["eval_max_examples"] = 16
     if case != "cut short":
         path.write_text(json.dumps(report))
 
@@ -128,7 +132,9 @@ def damaged(case, path):
     ("a cell the gin lacks", "has cell(s) d that sweep 'toy' does not; pass the --gin_file it was made with"),
     ("a cell missing", "has no cell c; pass --cells a,b (the cells it holds)"),
     ("a score missing", "cell 'b' seed 1 has no number for rte"),
+    ("cells not an object", "has no cells: not a sweep's report.json"),
     ("another scale", "was made with finetune_steps 300, the gin's 'ci' scale has 4"),
+    ("other dev examples", "was made with eval_max_examples 16, the gin's 'ci' scale has None"),
 ])
 def test_a_damaged_or_foreign_report_json_is_one_line_and_writes_nothing(files, tmp_path, capsys, case, message):
     gin_file, stored = files

@@ -12,7 +12,8 @@ from t5lite.experiments.runner import read_json
 from t5lite.experiments.spec import Spec
 
 # What a report.json must hold to be rebuilt, and the sizes that must be the gin scale's (report key -> Spec field).
-FIELDS = ("sweep", "tasks", "seeds", "pretrain_tokens_budget", "batch_size", "finetune_steps", "cells")
+FIELDS = {"sweep": str, "tasks": dict, "seeds": list, "pretrain_tokens_budget": int, "batch_size": int,
+          "finetune_steps": int, "cells": dict}
 SIZES = {"pretrain_tokens_budget": "pretrain_tokens", "batch_size": "batch_size", "finetune_steps": "finetune_steps",
          "eval_max_examples": "eval_max_examples"}   # eval_max_examples: only where the report records it
 SEED_FIELDS = {"scores": dict, "cost": dict, "curve": list}
@@ -26,7 +27,7 @@ def stored_results(spec: Spec, path: Path) -> dict[str, tuple[dict, list]]:
     if stored is None:
         why = "is cut short or not JSON" if path.is_file() else "is not a file"
         raise DataError(f"{where} {why}; give the report.json a `t5lite sweep` wrote")
-    missing = [key for key in FIELDS if not isinstance(stored, dict) or key not in stored]
+    missing = [key for key, kind in FIELDS.items() if not isinstance(stored, dict) or not isinstance(stored.get(key), kind)]
     if missing:
         raise DataError(f"{where} has no {', '.join(missing)}: not a sweep's report.json; give the one "
                         "`t5lite sweep` wrote")
