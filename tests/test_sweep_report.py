@@ -68,6 +68,23 @@ def test_a_table_within_range_says_nothing_of_clipping(tmp_path):
     assert "clipped" not in report.table_figure(within).axes[0].get_xlabel()
 
 
+def test_a_figure_without_an_average_names_every_cell_and_says_why():
+    """A GLUE average over no task (every task has a cell at chance) is NaN in every row."""
+    nan = {"mean": np.nan, "low": np.nan, "high": np.nan}
+    built = sweep_report(narrow=cell(NARROW), wide=cell(WIDE)) | {"average_tasks": []}
+    for c in built["cells"].values():
+        c["summary"]["glue_average"] = nan
+    fig = report.table_figure(built)
+    ax, = fig.axes
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["narrow", "wide"]
+    assert [t.get_text() for t in ax.texts] == ["no GLUE average: every task has a cell at chance"]
+    assert not len(ax.get_xticks())   # no scale to read
+    del built["average_tasks"]   # an average over every task, and still none: no seed finished
+    assert [t.get_text() for t in report.table_figure(built).axes[0].texts] == ["no GLUE average: no cell finished a seed"]
+    assert not report.table_figure(sweep_report(narrow=cell(NARROW))).axes[0].texts   # with an average: no note
+
+
 def test_metric_ranges_follow_the_metrics_scale():
     assert report.metric_range("accuracy") == report.metric_range("f1") == (0.0, 100.0)
     assert report.metric_range("spearman_corrcoef") == (-100.0, 100.0)

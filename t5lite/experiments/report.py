@@ -400,7 +400,8 @@ def curves_figure(report: dict):
 
 def table_figure(report: dict):
     """Each cell's GLUE average with its t-interval, clipped to the average's range as the table's
-    are (the x label says so when it is)."""
+    are (the x label says so when it is); every cell is named, and a figure without a bar (an
+    average over no task) says why."""
     names = list(report["cells"])
     bounds = column_ranges(report)["glue_average"]
     summaries = [report["cells"][n]["summary"]["glue_average"] for n in names]
@@ -408,7 +409,13 @@ def table_figure(report: dict):
     fig, ax = pyplot().subplots(figsize=(6, 0.9 + 0.5 * len(names)))
     means = [s["mean"] for s in summaries]
     errors = [[m - low for m, (low, _, _) in zip(means, intervals)], [high - m for m, (_, high, _) in zip(means, intervals)]]
-    ax.barh(names, means, xerr=errors, color=[f"C{i}" for i in range(len(names))])
+    rows = range(len(names))   # positions, not names: a row without a bar (a NaN mean) keeps its label
+    ax.barh(rows, means, xerr=errors, color=[f"C{i}" for i in rows])
+    ax.set(yticks=rows, yticklabels=names, ylim=(len(names) - 0.5, -0.5))
+    if all(math.isnan(m) for m in means):
+        why = "no cell finished a seed" if average_tasks(report) else "every task has a cell at chance"
+        ax.text(0.5, 0.5, f"no GLUE average: {why}", transform=ax.transAxes, ha="center", va="center")
+        ax.set_xticks([])
     note = f"\nintervals clipped to the average's range {_range_text(bounds)}" if any(moved for *_, moved in intervals) else ""
     ax.set(xlabel=f"GLUE average (mean, 95% t-interval){note}")
     plain_ticks(ax)
