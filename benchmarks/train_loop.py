@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from unittest import mock
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")   # before JAX initialises, as `t5lite train` on this machine
@@ -36,15 +38,23 @@ from t5lite.cli.gin_flags import parse_gin  # noqa: E402
 from t5lite.cli.inputs import positive_int  # noqa: E402
 from t5lite.train import trainer  # noqa: E402
 
+EVAL_EVERY_MACRO = re.compile(r"^EVAL_EVERY\s*=", re.M)
 DEFAULT_CONFIGS = ["configs/local/t5_tiny_pretrain.gin", "configs/local/bert_tiny_pretrain.gin",
                    "configs/local/gpt2_tiny_pretrain.gin"]
 
 
-def run_bindings(model_dir: str, steps: int, log_every: int, extra: list[str]) -> list[str]:
+def no_evaluation(config: str) -> str:
+    """The binding that turns evaluation off: the EVAL_EVERY macro where the config sets it (as the
+    fine-tuning configs do; binding train.eval_every would leave it unused, which t5lite refuses),
+    else train.eval_every."""
+    return "EVAL_EVERY = 0" if EVAL_EVERY_MACRO.search(Path(config).read_text()) else "train.eval_every = 0"
+
+
+def run_bindings(config: str, model_dir: str, steps: int, log_every: int, extra: list[str]) -> list[str]:
     """The gin bindings both sides use: the user's, then a fresh MODEL_DIR, the step count, the
     logging interval and no evaluation."""
     return [*extra, f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", f"train.log_every = {log_every}",
-            "train.eval_every = 0"]
+            no_evaluation(config)]
 
 
 def loop_steps_per_sec(config: str, bindings: list[str], model_dir: str) -> float:
@@ -97,12 +107,12 @@ def measure(config: str, extra: list[str], steps: int, log_every: int, runs: int
     """Loop and bare steps/s of one config, `runs` of each, alternating."""
     import gin
     gin.clear_config()
-    bare = BareStep(config, run_bindings(os.path.join(work_dir, "bare"), steps, log_every, extra))
+    bare = BareStep(config, run_bindings(config, os.path.join(work_dir, "bare"), steps, log_every, extra))
     loop, step = [], []
     try:
         for i in range(runs):
             model_dir = os.path.join(work_dir, f"loop{i}")
-            loop.append(loop_steps_per_sec(config, run_bindings(model_dir, steps, log_every, extra), model_dir))
+            loop.append(loop_steps_per_sec(config, run_bindings(config, model_dir, steps, log_every, extra), model_dir))
             step.append(bare.steps_per_sec(steps))
     finally:
         bare.close()

@@ -33,6 +33,19 @@ def test_times_the_command_and_its_bare_step(tmp_path):
     assert len(table) == 1 and float(table[0].split()[-1]) == pytest.approx(row["ratio"], abs=0.006), run.stdout
 
 
+def test_a_fine_tuning_config_with_its_own_eval_every_macro_runs(tmp_path):
+    """Fine-tuning configs set EVAL_EVERY; turning evaluation off through train.eval_every would leave
+    that macro unused, which t5lite refuses."""
+    from conftest import shared_data_dir
+    out = tmp_path / "loop.json"
+    run = _run("--configs", "configs/local/bert_tiny_finetune_sst2.gin", "--gin", f"DATA_DIR = '{shared_data_dir() / 'glue'}'",
+               "--gin", "INITIAL_CHECKPOINT_PATH = None", "--gin", "BATCH_SIZE = 4", "--steps", "6", "--log_every", "2",
+               "--runs", "1", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    [row] = json.loads(out.read_text())
+    assert min(row["loop_steps_per_sec"] + row["bare_steps_per_sec"]) > 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0"], "--steps"),
     (["--runs", "-1"], "--runs"),
