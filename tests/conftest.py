@@ -42,6 +42,20 @@ def load_benchmark(name: str):
     return module
 
 
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `t5lite ARGS`, run in this process; gin cleared after."""
+    import gin
+
+    from t5lite import cli
+    code = 0
+    try:
+        cli.main(list(args))
+    except SystemExit as stop:
+        code = stop.code
+    gin.clear_config()
+    return (code, *capsys.readouterr())
+
+
 def shared_data_dir() -> Path:
     return Path(os.environ.get("T5LITE_SHARED_DATA", REPO.parent / "shared" / "data"))
 

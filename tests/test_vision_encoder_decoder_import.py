@@ -7,10 +7,9 @@ out with `--to_hf` as well."""
 import gin
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import assert_close, run_cli
 from test_image_to_text import eval_eight_digits
 
-from t5lite import cli
 from t5lite.infer import decoding, predict
 from t5lite.models import build, vision
 from t5lite.models.config import load_config
@@ -48,21 +47,10 @@ def _folder(path, encoder=None, decoder=None, **encoder_decoder):
     return model.eval()
 
 
-def _cli(capsys, *args):
-    """(exit code, stdout, stderr) of `t5lite ARGS`, run in this process."""
-    code = 0
-    try:
-        cli.main(list(args))
-    except SystemExit as stop:
-        code = stop.code
-    gin.clear_config()
-    return (code, *capsys.readouterr())
-
-
 def _imported(tmp_path, capsys, **folder):
     reference = _folder(tmp_path / "hf", **folder)
     run = str(tmp_path / "run")
-    code, out, err = _cli(capsys, "convert", "--from_hf", str(tmp_path / "hf"), "--out", run)
+    code, out, err = run_cli(capsys, "convert", "--from_hf", str(tmp_path / "hf"), "--out", run)
     assert code == 0, err
     assert out.strip().splitlines() == [f"wrote t5lite checkpoint {run} (encoder_decoder); fine-tune from it with "
                                         f"--gin.INITIAL_CHECKPOINT_PATH=\"'{run}'\""]
@@ -117,7 +105,7 @@ def test_t5lite_eval_scores_the_imported_run_on_digits_to_words(tmp_path, capsys
 @pytest.mark.usefixtures("clean_gin_state")
 def test_to_hf_writes_a_folder_transformers_reads_back_to_the_same_logits(tmp_path, capsys, pairing):
     reference, run, _, _ = _imported(tmp_path, capsys, **PAIRINGS[pairing])
-    code, out, err = _cli(capsys, "convert", "--to_hf", run, "--out", str(tmp_path / "back"))
+    code, out, err = run_cli(capsys, "convert", "--to_hf", run, "--out", str(tmp_path / "back"))
     assert code == 0 and out.strip() == f"wrote Hugging Face folder {tmp_path / 'back'}", err
     back = transformers.VisionEncoderDecoderModel.from_pretrained(str(tmp_path / "back")).eval()
     pixels, tokens = _inputs()
@@ -148,7 +136,7 @@ REFUSED = {
 def test_a_folder_t5lite_cannot_represent_is_one_line_and_exit_2(tmp_path, capsys, case):
     folder, expected = REFUSED[case]
     _folder(tmp_path / "hf", **folder)
-    code, _, err = _cli(capsys, "convert", "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run"))
+    code, _, err = run_cli(capsys, "convert", "--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
     assert str(tmp_path / "hf" / "config.json") in err
     assert not (tmp_path / "run").exists()
@@ -160,8 +148,8 @@ def test_a_vit_run_goes_out_with_to_hf_too(tmp_path, capsys):
     model = transformers.ViTModel(transformers.ViTConfig(**ENCODER), add_pooling_layer=False).eval()
     model.save_pretrained(str(tmp_path / "hf"))
     run, back = str(tmp_path / "run"), str(tmp_path / "back")
-    assert _cli(capsys, "convert", "--from_hf", str(tmp_path / "hf"), "--out", run)[0] == 0
-    code, _, err = _cli(capsys, "convert", "--to_hf", run, "--out", back)
+    assert run_cli(capsys, "convert", "--from_hf", str(tmp_path / "hf"), "--out", run)[0] == 0
+    code, _, err = run_cli(capsys, "convert", "--to_hf", run, "--out", back)
     assert code == 0, err
     pixels = torch.tensor(_inputs()[0])
     with torch.no_grad():

@@ -23,6 +23,12 @@ restarting at its [CLS]); per-example labels go in one slot per possible example
 an example has at least [CLS] and [SEP], so a row never holds more; span positions index the
 row), and `tag_ids` are packed like the tokens, so each head reads its own segment and padding
 computes nothing but the unused slots.
+
+For a windowed (Longformer) encoder, `global_tokens.which` marks each example's global tokens in
+`encoder_global_attention_mask`, packed like the tokens: "first" its first token ([CLS] / <s>, as
+transformers' LongformerForSequenceClassification marks it), "question" its first segment (the
+tokens before its first separator, as transformers' `_compute_global_attention_mask` marks a QA
+question).
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ from t5lite.data.corruption.masking import special_ids
 from t5lite.data.registry import Example
 from t5lite.errors import ConfigError, DataError
 
+GLOBAL_TOKENS = ("first", "question")
+GLOBAL_MASK = "encoder_global_attention_mask"
 CLS_INDEX = 0   # SQuAD's "no answer in this window" target, as in Hugging Face's run_qa
 IGNORE = -100   # a tagging position without a label (special tokens, later subwords, padding), as in run_ner
 
@@ -214,6 +222,39 @@ def tagging_inputs(dataset: Iterable[Example], sequence_length: Mapping[str, int
                    "label_names": names, "inputs_pretokenized": " ".join(ex["words"][start:stop])}
 
 
+@gin.configurable
+def global_tokens(which: str | None = None) -> str | None:
+    """Which tokens of each example attend, and are attended, globally in a windowed encoder: None
+    (none; no feature), "first" or "question" (see the module's docstring). Training and evaluation
+    read the same binding."""
+    if which is not None and which not in GLOBAL_TOKENS:
+        raise ConfigError(f"global_tokens.which={which!r}: expected None or one of {GLOBAL_TOKENS}")
+    return which
+
+
+def check_recorded_global_tokens(config_gin: str, run: str) -> None:
+    """Refuses to read `run` with other global tokens than it was trained with (its config.gin's
+    `global_tokens.which`): a windowed encoder scores differently without them."""
+    import re
+    found = re.search(r"^global_tokens\.which = (.+)$", config_gin, flags=re.M)
+    trained = found.group(1).strip() if found else "None"
+    if trained != repr(global_tokens()):
+        raise ConfigError(f"{run} was trained with global_tokens.which = {trained}, and this command marks "
+                          f"{global_tokens()!r}: add --gin.global_tokens.which=\"{trained}\"")
+
+
+def global_marks(tokens: np.ndarray, which: str) -> np.ndarray:
+    """1 on an example's global tokens. An example ends with its separator ([SEP], </s>), the same
+    id that closes its first segment, so the first segment is what precedes the first occurrence of
+    the last token."""
+    marks = np.zeros(len(tokens), np.int32)
+    if which == "first":
+        marks[:1] = 1
+    else:
+        marks[:int(np.flatnonzero(tokens == tokens[-1])[0])] = 1
+    return marks
+
+
 # ----------------------------------------------------------------------------- converters
 
 class EncoderTaskConverter(FeatureConverter):
@@ -228,7 +269,8 @@ class EncoderTaskConverter(FeatureConverter):
 
     def model_feature_lengths(self, task_feature_lengths, pack=False):
         length = _length(task_feature_lengths, "inputs", self.name)
-        lengths = {"encoder_input_tokens": length, "token_type_ids": length}
+        lengths = {"encoder_input_tokens": length, "token_type_ids": length,
+                   **({GLOBAL_MASK: length} if global_tokens() else {})}
         if not pack:
             return {**lengths, **dict.fromkeys(self.LABELS, 1)}
         slots = max_segments(length)
@@ -237,8 +279,11 @@ class EncoderTaskConverter(FeatureConverter):
 
     def convert(self, examples: Iterable[Example], task_feature_lengths, pack=False) -> Iterator[Row]:
         length = _length(task_feature_lengths, "inputs", self.name)
+        which = global_tokens()
+        if which:
+            examples = ({**ex, GLOBAL_MASK: global_marks(np.asarray(ex["inputs"]), which)} for ex in examples)
         if pack:
-            yield from self._packed(examples, length)
+            yield from self._packed(examples, length, bool(which))
             return
         for ex in examples:
             tokens = np.asarray(ex["inputs"], np.int32)
@@ -246,6 +291,9 @@ class EncoderTaskConverter(FeatureConverter):
             row = {"encoder_input_tokens": np.zeros(length, np.int32), "token_type_ids": np.zeros(length, np.int32)}
             row["encoder_input_tokens"][:len(tokens)] = tokens
             row["token_type_ids"][:len(tokens)] = ex["token_type_ids"]
+            if which:
+                row[GLOBAL_MASK] = np.zeros(length, np.int32)
+                row[GLOBAL_MASK][:len(tokens)] = ex[GLOBAL_MASK]
             if "positions" in ex:   # an example at positions of its own (Fake-English's)
                 row["encoder_positions"] = np.zeros(length, np.int32)
                 row["encoder_positions"][:len(tokens)] = ex["positions"]
@@ -257,11 +305,12 @@ class EncoderTaskConverter(FeatureConverter):
         """The example's `LABELS` as [1] rows (int32 class ids, float32 scores)."""
         return {key: _array(ex[key]).reshape(1) for key in self.LABELS}
 
-    def _packed(self, examples: Iterable[Example], length: int) -> Iterator[Row]:
-        per_token = ("inputs", "token_type_ids") + self.TOKEN_LABELS
+    def _packed(self, examples: Iterable[Example], length: int, marked: bool) -> Iterator[Row]:
+        per_token = ("inputs", "token_type_ids") + self.TOKEN_LABELS + ((GLOBAL_MASK,) if marked else ())
         for row, members in packed_with_members(examples, per_token, length):
             out = {"encoder_input_tokens": row["inputs"], "token_type_ids": row["token_type_ids"],
-                   "encoder_segment_ids": row["inputs_segment_ids"], "encoder_positions": row["inputs_positions"]}
+                   "encoder_segment_ids": row["inputs_segment_ids"], "encoder_positions": row["inputs_positions"],
+                   **({GLOBAL_MASK: row[GLOBAL_MASK]} if marked else {})}
             out.update(self.packed_labels(members, row, length))
             out[EXAMPLES_KEY] = len(members)
             yield out

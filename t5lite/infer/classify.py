@@ -26,7 +26,7 @@ from t5lite import finite, metrics as metrics_lib
 from t5lite.data import converter_registry, converters
 from t5lite.errors import ConfigError, DataError
 from t5lite.infer.evaluation import EvalResult
-from t5lite.models import flops
+from t5lite.models import flops, windowed_attention
 from t5lite.models.vision import IMAGES
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
@@ -47,7 +47,8 @@ class _HeadEvaluator:
     examples of similar length share a batch cut to a bucket width, so padding computes little and
     at most that many shapes compile; the outputs come back in the split's order."""
     converter = ""
-    model_inputs = MODEL_INPUTS + ("encoder_positions",)   # positions: only rows that carry their own
+    # positions: only rows that carry their own; global tokens: only a windowed encoder's (global_tokens)
+    model_inputs = MODEL_INPUTS + ("encoder_positions", "encoder_global_attention_mask")
     per_token = False     # outputs [batch, length, ...] (span, tagging), padded back to the full length
 
     def __init__(self, task, split: str, task_feature_lengths: Mapping[str, int], batch_size: int = 32,
@@ -82,6 +83,8 @@ class _HeadEvaluator:
     def _outputs(self, module, params) -> list[np.ndarray]:
         """The model's outputs for every example in the split's order (a tuple of arrays per
         output), fetched once; refused if any is not finite."""
+        for batch in self.batches:
+            windowed_attention.check_global_tokens(batch, getattr(module.config, "max_global_tokens", 0))
         fetched = jax.device_get([_apply(module, params, b) for b in self.batches])
         outputs = [o if isinstance(o, (tuple, list)) else (o,) for o in fetched]
         restored = []

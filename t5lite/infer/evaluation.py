@@ -28,7 +28,7 @@ import numpy as np
 from etils import epath
 
 from t5lite import finite, metrics as metrics_lib, models, storage, writable
-from t5lite.data import catalog, converters, registry, vocab as vocab_lib
+from t5lite.data import catalog, converters, finetune_converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, predict, scoring
 from t5lite.models import flops, vision
@@ -360,6 +360,8 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
     run = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path))
     vocab_lib.use_run_vocabulary(vocabulary_path, str(run))
     model = predict.model_config_of(checkpoint_path, model)
+    if run.config_gin.exists():
+        finetune_converters.check_recorded_global_tokens(run.config_gin.read_text(), str(run))
     if fewshot is None and model.arch == "encoder" and scores_text(objective):
         raise DataError(f"{run} is an encoder run: {NO_DECODER}")
     module = models.build(model) if objective is None else objective.build_model(model)

@@ -32,7 +32,7 @@ from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, peft_checkpoint, scoring
 from t5lite.models import vision
-from t5lite.models.config import ModelConfig, load_config
+from t5lite.models.config import ModelConfig, json_tuples, load_config
 from t5lite.run_layout import RunDir
 
 log = logging.getLogger(__name__)
@@ -41,30 +41,37 @@ METHODS = ("greedy", "beam", "sample")
 SHOWN = 5     # input indices a warning lists before "..."
 
 
+# Fields a run's saved config keeps over a gin model: what `t5lite convert --quantize` made of it, and
+# the attention it was trained with (a training gin's overrides add a window that the config file lacks).
+KEPT_FROM_RUN = {"weight_quantization": "none", "attention_window": None, "attention_dilation": 1,
+                 "max_global_tokens": 16}
+
+
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
     """`model` when gin gives one, else the run's saved `model_config.json` (t5lite runs and
-    Hugging Face models imported with `t5lite convert --from_hf` have one). A quantised run
-    (`t5lite convert --quantize`) keeps its `weight_quantization` under a gin model too, so the
-    training gin evaluates it as the int8 model it is."""
+    Hugging Face models imported with `t5lite convert --from_hf` have one). A gin model keeps the
+    run's KEPT_FROM_RUN fields: a quantised run (`t5lite convert --quantize`) is evaluated by its
+    training gin as the int8 model it is, and a windowed (Longformer) run with its window."""
     path = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path)).model_config
     exists = path.exists()
     if model is not None:
-        quantizable = exists and hasattr(model, "weight_quantization")   # Transformer configs (not recurrent ones)
-        return model.replace(weight_quantization=_saved_weight_quantization(path)) if quantizable else model
+        kept = exists and hasattr(model, "weight_quantization")   # Transformer configs (not recurrent ones)
+        return model.replace(**_saved_fields(path)) if kept else model
     if not exists:
         raise CheckpointError(f"{checkpoint_path}: no {path.name} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
     return load_config(path)
 
 
-def _saved_weight_quantization(path: str) -> str:
-    """The `weight_quantization` a saved model config records ('none' where it records none, as
+def _saved_fields(path: str) -> dict:
+    """The KEPT_FROM_RUN fields a saved model config records (their defaults where it records none, as
     a gin model ignores the rest of the file)."""
     try:
         saved = json.loads(epath.Path(path).read_text(encoding="utf-8"))
     except ValueError:
-        return "none"
-    return saved.get("weight_quantization", "none") if isinstance(saved, dict) else "none"
+        saved = {}
+    saved = saved if isinstance(saved, dict) else {}
+    return {name: json_tuples(saved.get(name, default)) for name, default in KEPT_FROM_RUN.items()}
 
 
 def abstract_variables(config: ModelConfig, module=None) -> dict:

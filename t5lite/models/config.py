@@ -375,8 +375,9 @@ def save_config(config: ModelConfig, path: str) -> None:
     epath.Path(path).write_text(json.dumps(dataclasses.asdict(config), indent=1, sort_keys=True), encoding="utf-8")
 
 
-def _tuples(value):
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+def json_tuples(value):
+    """JSON's lists as the tuples a frozen config holds (nested ones too)."""
+    return tuple(json_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def load_config(path: str) -> ModelConfig:
@@ -390,7 +391,7 @@ def load_config(path: str) -> ModelConfig:
         cls = _CONFIG_CLASSES.get(fields.get("arch"), ModelConfig)
         if cls is not ModelConfig:
             fields.pop("arch")
-        return cls(**{k: _tuples(v) for k, v in fields.items()})
+        return cls(**{k: json_tuples(v) for k, v in fields.items()})
     except (ValueError, TypeError, AttributeError) as e:     # bad JSON, unknown or invalid fields, not an object
         raise CheckpointError(f"{path} is not a t5lite model config ({first_line(e)}); restore a good copy of "
                               "it (runs and `t5lite convert` write it next to the checkpoints)") from None

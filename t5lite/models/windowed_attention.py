@@ -17,6 +17,9 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from t5lite.errors import DataError
 
 NEG_INF = -1e10
 
@@ -83,6 +86,18 @@ def stack_biases(window, dilation, num_layers: int, slots: Slots, causal: bool, 
         if wd not in built:
             built[wd] = _window_biases(*wd, slots, causal, global_index, is_global, position_bias)
     return tuple(built[wd] for wd in zip(per_layer(window, num_layers), per_layer(dilation, num_layers)))
+
+
+def check_global_tokens(batch, limit: int) -> None:
+    """Refuses a host batch with a row marking more global tokens than the model attends to
+    globally (`max_global_tokens`): the later ones would silently attend locally."""
+    mask = batch.get("encoder_global_attention_mask")
+    most = 0 if mask is None else int(np.max(np.count_nonzero(np.asarray(mask), axis=1), initial=0))
+    if most > limit:
+        raise DataError(f"a row marks {most} global tokens (encoder_global_attention_mask), more than the model's "
+                        f"max_global_tokens={limit}; raise it (--gin.model_config.overrides=\"{{'max_global_tokens': "
+                        f"{most}}}\"), mark fewer (global_tokens.which='first'), or pack fewer examples a row "
+                        "(--gin.train.pack=False)")
 
 
 def _global_slots(global_mask, num_global: int, mask):

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from t5lite.data.finetune_converters import global_tokens
 from t5lite.errors import ConfigError
 from t5lite.infer import checkpoint_reader, classify
 from t5lite.models import heads as H
@@ -37,6 +38,7 @@ from t5lite.objectives.base import LossConfig, Objective
 
 MODEL_INPUTS = ("encoder_input_tokens", "token_type_ids")
 PACKED_INPUTS = ("encoder_segment_ids", "encoder_positions")   # a packed batch's
+GLOBAL_INPUTS = ("encoder_global_attention_mask",)   # a windowed encoder's global tokens (global_tokens)
 DECODER_INPUTS = ("decoder_input_tokens", "decoder_segment_ids", "decoder_positions")   # each order's
 
 
@@ -44,7 +46,7 @@ class HeadObjective(Objective):
     """What the task-head objectives share: the model inputs, per-example normalising, the graft."""
     labels: tuple[str, ...] = ()      # the label features of the batch
     pooling: str | None = None        # what the head reads (see WithHead)
-    model_inputs = MODEL_INPUTS + PACKED_INPUTS   # the batch features the model reads
+    model_inputs = MODEL_INPUTS + PACKED_INPUTS + GLOBAL_INPUTS   # the batch features the model reads
     produces_text = False
     loss_label = "loss per example"
 
@@ -52,6 +54,10 @@ class HeadObjective(Objective):
         raise NotImplementedError
 
     def build_model(self, config: ModelConfig):
+        if global_tokens() and config.attention_window is None:
+            raise ConfigError(f"global_tokens.which={global_tokens()!r} marks Longformer's global tokens, but the model "
+                              "attends to every token (attention_window=None): set model_config overrides "
+                              "attention_window, or global_tokens.which=None")
         return WithHead(config, self.head(config), self.pooling)
 
     def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:

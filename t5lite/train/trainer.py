@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from t5lite import models
 from t5lite.errors import DataError, T5liteError
 from t5lite.infer import evaluation
-from t5lite.models import flops, peft as peft_lib
+from t5lite.models import flops, peft as peft_lib, windowed_attention
 from t5lite.models.config import ModelConfig
 from t5lite.objectives import families  # noqa: F401  (gin knows every objective: train.objective = @...())
 from t5lite.objectives.base import Objective
@@ -184,6 +184,7 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
             for step in range(run.start + 1, c.train_steps + 1):
                 batch, data_state = next(run.batches)
                 counts = flops.real_counts(batch, run.image_tokens)
+                windowed_attention.check_global_tokens(batch, getattr(run.trainer.config, "max_global_tokens", 0))
                 since.real = [total + n * run.host_scale for total, n in zip(since.real, counts)]
                 state, metrics = run.step(state, run.trainer.partitioner.shard_batch(batch))
                 finite = metrics.pop(FINITE)
