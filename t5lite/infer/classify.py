@@ -83,8 +83,9 @@ class _HeadEvaluator:
     def _outputs(self, module, params) -> list[np.ndarray]:
         """The model's outputs for every example in the split's order (a tuple of arrays per
         output), fetched once; refused if any is not finite."""
-        for batch in self.batches:
-            windowed_attention.check_global_tokens(batch, getattr(module.config, "max_global_tokens", 0))
+        for batch in self.batches:   # only a transformer's task-head batches carry global tokens
+            if windowed_attention.GLOBAL_MASK in batch:
+                windowed_attention.check_global_tokens(batch, module.config.max_global_tokens)
         fetched = jax.device_get([_apply(module, params, b) for b in self.batches])
         outputs = [o if isinstance(o, (tuple, list)) else (o,) for o in fetched]
         restored = []

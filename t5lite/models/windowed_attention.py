@@ -88,10 +88,13 @@ def stack_biases(window, dilation, num_layers: int, slots: Slots, causal: bool, 
     return tuple(built[wd] for wd in zip(per_layer(window, num_layers), per_layer(dilation, num_layers)))
 
 
+GLOBAL_MASK = "encoder_global_attention_mask"   # the feature marking an encoder input's global tokens
+
+
 def check_global_tokens(batch, limit: int) -> None:
     """Refuses a host batch with a row marking more global tokens than the model attends to
     globally (`max_global_tokens`): the later ones would silently attend locally."""
-    mask = batch.get("encoder_global_attention_mask")
+    mask = batch.get(GLOBAL_MASK)
     most = 0 if mask is None else int(np.max(np.count_nonzero(np.asarray(mask), axis=1), initial=0))
     if most > limit:
         raise DataError(f"a row marks {most} global tokens (encoder_global_attention_mask), more than the model's "

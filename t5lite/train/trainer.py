@@ -184,7 +184,8 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
             for step in range(run.start + 1, c.train_steps + 1):
                 batch, data_state = next(run.batches)
                 counts = flops.real_counts(batch, run.image_tokens)
-                windowed_attention.check_global_tokens(batch, getattr(run.trainer.config, "max_global_tokens", 0))
+                if windowed_attention.GLOBAL_MASK in batch:
+                    windowed_attention.check_global_tokens(batch, run.trainer.config.max_global_tokens)
                 since.real = [total + n * run.host_scale for total, n in zip(since.real, counts)]
                 state, metrics = run.step(state, run.trainer.partitioner.shard_batch(batch))
                 finite = metrics.pop(FINITE)
