@@ -32,6 +32,7 @@ question).
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import gin
@@ -235,7 +236,6 @@ def global_tokens(which: str | None = None) -> str | None:
 def check_recorded_global_tokens(config_gin: str, run: str) -> None:
     """Refuses to read `run` with other global tokens than it was trained with (its config.gin's
     `global_tokens.which`): a windowed encoder scores differently without them."""
-    import re
     found = re.search(r"^global_tokens\.which = (.+)$", config_gin, flags=re.M)
     trained = found.group(1).strip() if found else "None"
     if trained != repr(global_tokens()):
