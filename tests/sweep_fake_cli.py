@@ -1,7 +1,8 @@
 """A stand-in for `python -m t5lite.cli` in the sweep tests: `train` writes the metrics.jsonl a real
 run would (pre-training losses, or a fine-tuning run's eval metric) in no time, from a hash of the
 cell's bindings and seed, so the harness, resume and report can be tested without training.
-FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way, and FAKE_STEP_SECONDS
+A pre-training bound to evaluate at its last step (`train.eval_every`, a sweep's lenses) logs an
+`eval_mlm_loss`, 0.5 lower for a cell named good*. FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way, and FAKE_STEP_SECONDS
 each logged step, so a test sees the steps arrive; FAKE_STOP_AT (a step) ends
 a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does (its cost.json
 seconds, like the trainer's, add up over resumes); a binding of a name
@@ -66,6 +67,9 @@ def fake_train(bindings, model_dir):
         if "EVAL_EVERY" in bindings:
             bonus = 10.0 if cell.startswith("good") else 0.0
             f.write(json.dumps({"step": steps, "eval_accuracy": 50.0 + bonus + digest % 1000 / 100}) + "\n")
+        elif bindings.get("train.eval_every") == str(steps):   # a pre-training evaluated at its last step
+            gap = 0.5 if cell.startswith("good") else 0.0
+            f.write(json.dumps({"step": steps, "eval_mlm_loss": 3.0 - gap + digest % 100 / 1000}) + "\n")
 
 
 def take_lock(path):

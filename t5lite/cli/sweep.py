@@ -52,7 +52,9 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
         sweep = spec.pilot(sweep)
     out = Path(args.out)
     runs = out / "pilot" if args.pilot else out
-    stored = None if args.rebuild is None else rebuild.stored_results(sweep, args.rebuild)   # refused before OUT exists
+    stored = None   # refused before OUT exists
+    if args.rebuild is not None:
+        sweep, stored = rebuild.stored_results(sweep, args.rebuild)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -4,6 +4,7 @@ baselines and the gin's claims, so a report written by an older t5lite can be br
 without its run directories and without training anything."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -19,8 +20,9 @@ SIZES = {"pretrain_tokens_budget": "pretrain_tokens", "batch_size": "batch_size"
 SEED_FIELDS = {"scores": dict, "cost": dict, "curve": list}
 
 
-def stored_results(spec: Spec, path: Path) -> dict[str, tuple[dict, list]]:
-    """The per-seed results of the report.json at `path`, in report.run_results' shape, once the
+def stored_results(spec: Spec, path: Path) -> tuple[Spec, dict[str, tuple[dict, list]]]:
+    """The sweep cut to the lenses the report.json at `path` measured (one made before a lens was
+    added has no such column), and its per-seed results in report.run_results' shape, once the
     file is a whole report of this sweep at this scale; anything else is one DataError line."""
     where = f"--rebuild {path}"
     stored = read_json(path) if path.is_file() else None
@@ -42,7 +44,9 @@ def stored_results(spec: Spec, path: Path) -> dict[str, tuple[dict, list]]:
         raise DataError(f"{where} has no cell {', '.join(absent)}; pass --cells {','.join(stored['cells'])} "
                         "(the cells it holds)")
     _check_scale(where, stored, spec)
-    return {name: _cell_results(f"{where} cell {name!r}", stored["cells"][name], spec) for name in names}
+    measured = stored.get("lenses") if isinstance(stored.get("lenses"), dict) else {}
+    spec = dataclasses.replace(spec, lenses={lens: m for lens, m in spec.lenses.items() if measured.get(lens) == m})
+    return spec, {name: _cell_results(f"{where} cell {name!r}", stored["cells"][name], spec) for name in names}
 
 
 def _check_scale(where: str, stored: dict, spec: Spec) -> None:
@@ -72,6 +76,7 @@ def _cell_results(where: str, cell, spec: Spec) -> tuple[dict, list]:
         if not isinstance(result, dict) or not all(isinstance(result.get(k), kind) for k, kind in SEED_FIELDS.items()):
             raise DataError(f"{where} seed {key} lacks {', '.join(SEED_FIELDS)}; give the report.json `t5lite sweep` wrote")
         scores = {task: result["scores"].get(task, "") for task in spec.tasks}
+        scores |= {lens: result["scores"].get(lens) for lens in spec.lenses}
         if bad := [task for task, v in scores.items() if v is not None and not isinstance(v, (int, float))]:
             raise DataError(f"{where} seed {key} has no number for {', '.join(bad)}")
         seeds[seed] = {**result, "seed": seed, "cost": dict(result["cost"]),

@@ -1,6 +1,6 @@
 """The sweep's report: per cell, each task's T5 metric over seeds (mean and 95% t-interval), marked
-where it is at chance (its interval reaches the task's constant-prediction baseline), the
-pre-training cost, and for each claim a paired comparison and a verdict per task, with the seeds a
+where it is at chance (its interval reaches the task's constant-prediction baseline), each lens
+(the pre-trained model's own held-out metric, e.g. its MLM loss), the pre-training cost, and for each claim a paired comparison and a verdict per task, with the seeds a
 decision would need; PNGs of the pre-training curves and the table. Read only from the run
 directories and the dev labels, so it can be rebuilt. report.json keeps each t-interval as
 computed; the table and the PNG clip it to the metric's range (with few seeds it can reach past
@@ -58,11 +58,12 @@ def average_tasks(report: dict) -> list[str]:
 
 
 def column_ranges(report: dict) -> dict[str, tuple[float, float]]:
-    """Each report column's range: its task metric's, and for the GLUE average the mean of its
-    tasks' (of every task's, when it is over none)."""
+    """Each report column's range: its task or lens metric's, and for the GLUE average the mean of
+    its tasks' (of every task's, when it is over none)."""
     ranges = {task: metric_range(metric) for task, metric in report["tasks"].items()}
     averaged = [ranges[task] for task in average_tasks(report)] or list(ranges.values())
-    return ranges | {"glue_average": tuple(statistics.fmean(r[end] for r in averaged) for end in (0, 1))}
+    lenses = {lens: metric_range(metric) for lens, metric in report.get("lenses", {}).items()}
+    return ranges | lenses | {"glue_average": tuple(statistics.fmean(r[end] for r in averaged) for end in (0, 1))}
 
 
 def clipped(summary: dict, bounds: tuple[float, float]) -> tuple[float, float, bool]:
@@ -76,13 +77,11 @@ def _range_text(bounds: tuple[float, float]) -> str:
 
 
 def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
-    """One finished (cell, seed), `done` its done.json: each task's last logged eval metric, the
-    cost."""
-    scores = {}
-    for task, metric in spec.tasks.items():
-        evals = [r for r in read_metrics(folder / f"finetune_{task}") if f"eval_{metric}" in r]
-        scores[task] = float(evals[-1][f"eval_{metric}"]) if evals else math.nan
+    """One finished (cell, seed), `done` its done.json: each task's and each lens's last logged eval
+    metric (a lens's from the pre-training run), the cost."""
     pretrain = read_metrics(folder / "pretrain")
+    scores = {task: _last_eval(read_metrics(folder / f"finetune_{task}"), metric) for task, metric in spec.tasks.items()}
+    scores |= {lens: _last_eval(pretrain, metric) for lens, metric in spec.lenses.items()}
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(_stage_seconds(folder / stage, seconds)
                               for stage, seconds in done["wall_seconds"].items()) / 3600}
@@ -99,6 +98,12 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
     cost.update({f"cost_{k}": v for k, v in _cost_report(folder / "pretrain").items()})
     curve = [(r["step"], r["loss"]) for r in pretrain if "loss" in r]
     return {"seed": done["seed"], "scores": scores, "cost": cost, "curve": curve}
+
+
+def _last_eval(metrics_rows: list[dict], metric: str) -> float:
+    """The last logged `eval_<metric>` of a run's metrics; NaN where it logged none."""
+    evals = [r[f"eval_{metric}"] for r in metrics_rows if f"eval_{metric}" in r]
+    return float(evals[-1]) if evals else math.nan
 
 
 def _cost_report(run_dir: Path) -> dict:
@@ -173,7 +178,8 @@ def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
     cells = {}
     for cell in spec.cells:
         seeds, errors = results[cell.name]
-        summary = {task: _summary([r["scores"][task] for r in seeds.values()]) for task in spec.tasks}
+        summary = {column: _summary([r["scores"].get(column, math.nan) for r in seeds.values()])
+                   for column in (*spec.tasks, *spec.lenses)}
         cost = {k: statistics.fmean(r["cost"][k] for r in seeds.values() if k in r["cost"])   # over the seeds that log it
                 for k in dict.fromkeys(k for r in seeds.values() for k in r["cost"])}
         cells[cell.name] = {"pretrain": list(cell.pretrain), "bindings": list(cell.bindings),
@@ -185,16 +191,20 @@ def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
         for result in cell["seeds"].values():
             result["scores"]["glue_average"] = statistics.fmean(result["scores"][t] for t in averaged) if averaged else math.nan
         cell["summary"]["glue_average"] = _summary([r["scores"]["glue_average"] for r in cell["seeds"].values()])
-    return {"sweep": spec.name, "scale": spec.scale, "tasks": dict(spec.tasks), "seeds": list(spec.seeds),
+    return {"sweep": spec.name, "scale": spec.scale, "tasks": dict(spec.tasks), "lenses": dict(spec.lenses),
+            "pretrain_eval_examples": spec.pretrain_eval_examples, "seeds": list(spec.seeds),
             "pretrain_tokens_budget": spec.pretrain_tokens, "batch_size": spec.batch_size,
             "finetune_steps": spec.finetune_steps, "eval_max_examples": spec.eval_max_examples,
             "baselines": baseline, "baseline_note": baseline_note,
-            "average_tasks": averaged, "cells": cells, "claims": [judge(claim, cells, spec.tasks) for claim in spec.claims]}
+            "average_tasks": averaged, "cells": cells,
+            "claims": [judge(claim, cells, spec.tasks, spec.lenses) for claim in spec.claims]}
 
 
-def judge(claim: Claim, cells: dict, tasks: dict) -> dict:
-    """A claim's comparison and verdict on each task it is judged on, and its verdict over them."""
-    results = {task: compare(claim, cells, task, tasks[task]) for task in claim.judged_on(tasks)}
+def judge(claim: Claim, cells: dict, tasks: dict, lenses: dict | None = None) -> dict:
+    """A claim's comparison and verdict on each column (task or lens) it is judged on, and its
+    verdict over them."""
+    metrics = {**tasks, **(lenses or {})}
+    results = {column: compare(claim, cells, column, metrics[column]) for column in claim.judged_on(tasks, lenses or {})}
     return {"claim": claim.text, "better": claim.better, "worse": claim.worse, "column": claim.column,
             "effect": claim.effect, "margin": claim.margin, "tasks": results, "verdict": overall_verdict(results)}
 
@@ -206,13 +216,13 @@ def compare(claim: Claim, cells: dict, task: str, metric: str) -> dict:
     the sweep gives none, the observed one) would need."""
     a, b = cells[claim.better], cells[claim.worse]
     paired = sorted(set(a["seeds"]) & set(b["seeds"]))
-    x, y = ([cell["seeds"][s]["scores"][task] for s in paired] for cell in (a, b))
+    x, y = ([cell["seeds"][s]["scores"].get(task, math.nan) for s in paired] for cell in (a, b))
     d = np.subtract(x, y)
     difference, p = stats.paired_t_test(x, y)
     _, low, high = stats.t_interval(d) if len(d) else (math.nan,) * 3
     sd = float(np.std(d, ddof=1)) if len(d) >= 2 else math.nan
     row = {"seeds": paired, "difference": difference, "low": low, "high": high, "sd": sd, "p_value": p}
-    if a["at_chance"][task] and b["at_chance"][task]:
+    if a["at_chance"].get(task) and b["at_chance"].get(task):
         return row | {"seeds_needed": None, "verdict": "at chance: left out"}
     if claim.margin is None:
         needed = stats.seeds_needed(claim.effect or abs(difference), sd)
@@ -229,7 +239,7 @@ def overall_verdict(results: dict) -> str:
     """Over a claim's tasks: reproduced or contradicted on the tasks that decided (mixed when they
     disagree), else the fewest seeds any undecided task needs, else at chance on every task."""
     if not results:
-        return "not run: its task is not one of this scale's"
+        return "not run: its column is not one this report measured (a task this scale leaves out, or a lens the runs predate)"
     decided = {kind: [task for task, r in results.items() if r["verdict"] == kind] for kind in ("reproduced", "contradicted")}
     if all(decided.values()):
         return "mixed: " + "; ".join(f"{kind} on {', '.join(tasks)}" for kind, tasks in decided.items())
@@ -242,13 +252,18 @@ def overall_verdict(results: dict) -> str:
     return min(undecided, key=lambda r: (r["seeds_needed"] is None, r["seeds_needed"] or 0))["verdict"]
 
 
-def _fmt(summary: dict, bounds: tuple[float, float], chance: bool = False) -> str:
+def _fmt(summary: dict, bounds: tuple[float, float], chance: bool = False, digits: str = ".1f") -> str:
     """mean [low, high], the interval clipped to `bounds` and then marked †; AT_CHANCE after it
     where the entry is at chance."""
     if math.isnan(summary["mean"]):
         return "–"
     low, high, moved = clipped(summary, bounds)
-    return f"{summary['mean']:.1f} [{low:.1f}, {high:.1f}]" + ("†" if moved else "") + (AT_CHANCE if chance else "")
+    return f"{summary['mean']:{digits}} [{low:{digits}}, {high:{digits}}]" + ("†" if moved else "") + (AT_CHANCE if chance else "")
+
+
+def digits(report: dict, column: str) -> str:
+    """How a column's numbers are written: a lens (a loss in nats, say) to 3 decimals, a score x100 to 1."""
+    return ".3f" if column in report.get("lenses", {}) else ".1f"
 
 
 def _clipping_note(report: dict, columns: list[str], heads: list[str]) -> list[str]:
@@ -269,8 +284,9 @@ def _num(value, spec: str = ".3g") -> str:
 
 
 def markdown(report: dict) -> str:
-    columns = [*report["tasks"], "glue_average"]
-    heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"]
+    lenses = report.get("lenses", {})
+    columns = [*report["tasks"], "glue_average", *lenses]
+    heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"] + [f"{lens} ({m}, held out)" for lens, m in lenses.items()]
     lines = [f"# Sweep `{report['sweep']}` at the `{report['scale']}` scale", "",
              f"Seeds {report['seeds']}; pre-training budget {report['pretrain_tokens_budget']} tokens per cell "
              f"(batch {report['batch_size']}); fine-tuning {report['finetune_steps']} steps per task. "
@@ -285,14 +301,14 @@ def markdown(report: dict) -> str:
         cost = cell["cost_per_seed"]
         flops = cost.get("cost_flops", cost.get("flops"))
         chance = cell.get("at_chance", {})
-        lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c], ranges[c], chance.get(c, False)) for c in columns) +
+        lines.append(f"| {name} | " + " | ".join(_fmt(cell["summary"][c], ranges[c], chance.get(c, False), digits(report, c)) for c in columns) +
                      f" | {_num(cost.get('params'))} | {cost.get('pretrain_steps', 0):.0f} | "
                      f"{cost.get('pretrain_tokens', 0):.0f} | {_num(flops)} | {_num(cost.get('cost_device_hours'))} | "
                      f"{cost.get('wall_hours', 0):.4f} | "
                      f"{len(cell['seeds'])} |")
-    lines += _clipping_note(report, columns, heads) + _chance_note(report)
+    lines += _clipping_note(report, columns, heads) + _chance_note(report) + _lens_note(report)
     lines += ["", "## Claims", "", "Each claim is judged on each task on its own (a claim on `glue_average` on every "
-              "task), never on an average: *reproduced* where the 95% interval of the paired difference "
+              "task; one on a lens on that lens), never on an average: *reproduced* where the 95% interval of the paired difference "
               "(better - worse, seed by seed) excludes 0 in the paper's direction, *contradicted* where it "
               "excludes 0 the other way; a claim of equivalence (a margin) is *reproduced* where the paired TOST "
               f"shows the difference within ±margin (p < {stats.ALPHA:g}), *contradicted* where its "
@@ -332,6 +348,19 @@ def _chance_note(report: dict) -> list[str]:
             f"chance). {average}"]
 
 
+def _lens_note(report: dict) -> list[str]:
+    """What the lens columns are; [] without lenses."""
+    lenses = report.get("lenses", {})
+    if not lenses:
+        return []
+    count = report.get("pretrain_eval_examples")
+    read = f"the first {count} examples" if count else "every example"
+    names = ", ".join(f"{lens} is `eval_{metric}`" for lens, metric in lenses.items())
+    return ["", f"Lenses, of the pre-trained model itself at its last step, on {read} of its pre-training task's "
+            f"validation split (converted as training converts them): {names}. A lower loss or perplexity is better; "
+            "a lens has no baseline, and – where a cell's objective does not log that metric."]
+
+
 def plan(report: dict) -> list[str]:
     """The console's summary of a (pilot) report: per claim and task, each row's distance from
     chance, the paired differences' spread, and the seeds a decision needs."""
@@ -350,14 +379,14 @@ def _distance(report: dict, row: str, task: str) -> str:
     """A row's mean on a task and how far it is from the task's baseline."""
     cell, baseline = report["cells"][row], report.get("baselines", {}).get(task)
     if baseline is None or _num(cell["summary"][task]["mean"]) == "–":
-        return _mean(cell, task)
+        return _mean(cell, task, digits(report, task))
     where = "at chance" if cell["at_chance"][task] else "above chance"
     return f"{_mean(cell, task)} ({_num(cell['summary'][task]['mean'] - baseline, '+.1f')} from {baseline:.1f}, {where})"
 
 
-def _mean(cell: dict, task: str) -> str:
+def _mean(cell: dict, task: str, spec: str = ".1f") -> str:
     """A cell's mean on a task, marked where it is at chance."""
-    return _num(cell["summary"][task]["mean"], ".1f") + (AT_CHANCE if cell.get("at_chance", {}).get(task) else "")
+    return _num(cell["summary"][task]["mean"], spec) + (AT_CHANCE if cell.get("at_chance", {}).get(task) else "")
 
 
 def claim_table(report: dict) -> list[str]:
@@ -367,7 +396,7 @@ def claim_table(report: dict) -> list[str]:
              "| seeds | seeds needed | verdict |", "|---" * 11 + "|"]
     for c in report["claims"]:
         for task, r in c["tasks"].items():
-            means = [_mean(report["cells"][row], task) for row in (c["better"], c["worse"])]
+            means = [_mean(report["cells"][row], task, digits(report, task)) for row in (c["better"], c["worse"])]
             interval = "–" if r["low"] is None or math.isnan(r["low"]) else f"[{r['low']:+.2f}, {r['high']:+.2f}]"
             lines.append(f"| {c['claim']} | {task} | {_num(report.get('baselines', {}).get(task), '.1f')} | {means[0]} | "
                          f"{means[1]} | {_num(r['difference'], '+.2f')} {interval} | {_num(r['sd'], '.2f')} | "

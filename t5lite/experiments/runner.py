@@ -234,10 +234,13 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
 
 def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, list[str], list[str]]]:
     """(stage name, gin files, bindings) of each `t5lite train` a (cell, seed) runs, in order:
-    pre-training, then fine-tuning on each task from its checkpoint (MODEL_DIR not yet bound)."""
+    pre-training (evaluating its task's validation split at the last step where the sweep has
+    lenses), then fine-tuning on each task from its checkpoint (MODEL_DIR not yet bound)."""
+    steps = spec.pretrain_steps(cell)
+    lens_eval = [f"train.eval_every = {steps}", f"train.eval_max_examples = {spec.pretrain_eval_examples}"] if spec.lenses else []
     out = [("pretrain", list(cell.pretrain), [
-        *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {spec.pretrain_steps(cell)}",
-        f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}"])]
+        *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {steps}",
+        f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}", *lens_eval])]
     for task in spec.tasks:
         out.append((f"finetune_{task}", list(cell.finetune), [
             *cell.finetune_bindings_for(task), f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",

@@ -1,6 +1,7 @@
 """A sweep spec: the grid of cells (model x objective x fine-tuning method, each a list of gin
-files and bindings), the seeds, the fine-tuning tasks and a token budget per cell, read from a
-gin file at one scale (`SWEEP_SCALE`: ci, cpu or tpu; same gin, different sizes and steps)."""
+files and bindings), the seeds, the fine-tuning tasks, the lenses (a metric of each pre-trained
+model on its pre-training task's held-out split) and a token budget per cell, read from a gin file
+at one scale (`SWEEP_SCALE`: ci, cpu or tpu; same gin, different sizes and steps)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +17,10 @@ from t5lite.errors import ConfigError
 
 CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row"}
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
-              "eval_max_examples", "bindings", "parallel", "tasks", "pilot"}
+              "eval_max_examples", "pretrain_eval_examples", "bindings", "parallel", "tasks", "pilot"}
 PILOT_SEEDS = 3   # a pilot's seeds unless the scale's `pilot` says otherwise
 POSITIVE_SCALE_KEYS = {"pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size", "eval_max_examples",
-                       "parallel"}
+                       "pretrain_eval_examples", "parallel"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -41,9 +42,10 @@ class Cell:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A published result about rows `better` and `worse` on `column` (a task, or 'glue_average':
-    each task): `better` beats `worse`, or, with a `margin`, the two are on par within ±margin.
-    `effect` is the paper's difference in the metric's points, which the seed counts are sized for."""
+    """A published result about rows `better` and `worse` on `column` (a task, a lens, or
+    'glue_average': each task): `better` beats `worse`, or, with a `margin`, the two are on par
+    within ±margin. `effect` is the paper's difference in the metric's points (a loss's nats), which
+    the seed counts are sized for."""
     text: str
     better: str
     worse: str
@@ -51,9 +53,10 @@ class Claim:
     effect: float | None = None
     margin: float | None = None
 
-    def judged_on(self, tasks) -> list[str]:
-        """The tasks of the sweep's `tasks` its verdicts are made on, each on its own."""
-        return list(tasks) if self.column == "glue_average" else [t for t in tasks if t == self.column]
+    def judged_on(self, tasks, lenses=()) -> list[str]:
+        """The columns its verdicts are made on, each on its own: every one of the sweep's `tasks`
+        for 'glue_average', else its column where the sweep runs it (a task or one of `lenses`)."""
+        return list(tasks) if self.column == "glue_average" else [c for c in (*tasks, *lenses) if c == self.column]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,8 @@ class Spec:
     command: tuple[str, ...]
     data_dir: str | None = None
     pilot_sizes: Mapping = dataclasses.field(default_factory=dict)   # `pilot`'s fields where they differ
+    lenses: Mapping[str, str] = dataclasses.field(default_factory=dict)   # lens -> the pre-training run's eval metric
+    pretrain_eval_examples: int | None = None   # how many held-out examples the lenses read (None: the split)
 
     def pretrain_steps(self, cell: Cell) -> int:
         """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1."""
@@ -83,9 +88,12 @@ class Spec:
 @gin.configurable
 def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = gin.REQUIRED,
           tasks: Mapping = gin.REQUIRED, scales: Mapping = gin.REQUIRED, claims: Sequence = (),
-          command: Sequence[str] = (), data_dir: str | None = None) -> Spec:
+          command: Sequence[str] = (), data_dir: str | None = None, lenses: Mapping | None = None) -> Spec:
     """The sweep a gin file describes, checked. `data_dir` is the fine-tuning configs' DATA_DIR (the GLUE
-    folder); `command` replaces `python -m t5lite.cli` as what runs `train`."""
+    folder); `command` replaces `python -m t5lite.cli` as what runs `train`. `lenses` names metrics
+    of the pre-trained model itself, {lens: metric}: each pre-training run evaluates its task's
+    validation split at its last step and the lens is its `eval_<metric>` (e.g. 'mlm_loss'), a
+    column beside the tasks that claims may name; a cell whose objective logs no such metric has none."""
     if scale not in scales:
         raise ConfigError(f"sweep {name!r}: SWEEP_SCALE={scale!r} is not one of {sorted(scales)}; "
                           f"pass --gin.SWEEP_SCALE=\"'{next(iter(scales), 'ci')}'\"")
@@ -101,6 +109,14 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
                           "between seeds: give 'seeds': 2 or more")
     for task in tasks:
         _check_name(f"sweep {name!r} task {task!r}", task)
+    lenses = dict(lenses or {})
+    for lens, metric in lenses.items():
+        _check_name(f"sweep {name!r} lens {lens!r}", lens)
+        if lens in tasks or lens == "glue_average":
+            raise ConfigError(f"sweep {name!r} lens {lens!r} has a task's name; name it apart from {sorted(tasks)}")
+        if not isinstance(metric, str) or not NAME.fullmatch(metric):
+            raise ConfigError(f"sweep {name!r} lens {lens!r}: its metric is {metric!r}; give the name the pre-training "
+                              "run logs as eval_<metric>, e.g. 'mlm_loss'")
     parsed = []
     for cell_name, cell in cells.items():
         _check_name(f"sweep {name!r} cell {cell_name!r}", cell_name)
@@ -118,9 +134,9 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
     names = {c.name for c in parsed}
     claims_ = tuple(_claim(name, c) for c in claims)
     for claim in claims_:
-        if claim.column not in (*tasks, "glue_average"):
+        if claim.column not in (*tasks, *lenses, "glue_average"):
             raise ConfigError(f"sweep {name!r} claim {claim.text!r}: column {claim.column!r} is neither a task "
-                              f"{sorted(tasks)} nor 'glue_average'")
+                              f"{sorted(tasks)}, a lens {sorted(lenses)} nor 'glue_average'")
         for row in (claim.better, claim.worse):
             if row not in names:
                 raise ConfigError(f"sweep {name!r} claim {claim.text!r}: no cell named {row!r} (cells: {sorted(names)})")
@@ -129,7 +145,7 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         raise ConfigError(f"sweep {name!r} scale {scale!r}: tasks {unknown} are not in sweep.tasks {sorted(tasks)}")
     tasks = {t: m for t, m in tasks.items() if t in size.get("tasks", tasks)}   # a scale may run fewer
     return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), claims=claims_, command=tuple(command),
-                data_dir=data_dir, pilot_sizes=pilot_sizes, **sizes)
+                data_dir=data_dir, pilot_sizes=pilot_sizes, lenses=dict(lenses), **sizes)
 
 
 def _sizes(where: str, size: Mapping) -> dict:
@@ -146,7 +162,8 @@ def _sizes(where: str, size: Mapping) -> dict:
     return dict(seeds=tuple(seeds), pretrain_tokens=int(size.get("pretrain_tokens", 4096)),
                 batch_size=int(size.get("batch_size", 8)), finetune_steps=int(size.get("finetune_steps", 4)),
                 finetune_batch_size=int(size.get("finetune_batch_size", size.get("batch_size", 8))),
-                eval_max_examples=size.get("eval_max_examples"), scale_bindings=tuple(size.get("bindings", ())),
+                eval_max_examples=size.get("eval_max_examples"), pretrain_eval_examples=size.get("pretrain_eval_examples"),
+                scale_bindings=tuple(size.get("bindings", ())),
                 parallel=int(size.get("parallel", 2)))
 
 

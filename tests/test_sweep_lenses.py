@@ -1,0 +1,124 @@
+"""A sweep's lenses: each pre-training run evaluates its own task's held-out split at its last step,
+and the report gives that metric (e.g. the MLM loss) per cell beside the tasks, with scipy's
+t-interval, and judges claims on it in the metric's direction (a lower loss is better). The fast
+tests train through tests/sweep_fake_cli.py; the slow one evaluates a real bert_tiny pre-training."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import REPO, shared_data_dir
+from test_sweep import sweep, write_sweep
+
+from t5lite.errors import ConfigError
+
+scipy_stats = pytest.importorskip("scipy.stats", reason="the reference intervals are scipy's")
+
+LENS = "\nsweep.lenses = {'heldout': 'mlm_loss'}\n"
+LENS_CLAIM = "\nsweep.claims = [('good models the held-out text better', 'good_enc_dec', 'lm', 'heldout', {'effect': 0.5})]\n"
+
+
+def logged_lens(out, cell, seed):
+    rows = [json.loads(line) for line in (out / f"{cell}__seed{seed}" / "pretrain" / "metrics.jsonl").open()]
+    return [r["eval_mlm_loss"] for r in rows if "eval_mlm_loss" in r]
+
+
+def test_each_pretraining_evaluates_at_its_last_step_and_the_report_judges_the_lens_lower_is_better(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + LENS + LENS_CLAIM)
+    out = tmp_path / "out"
+    result = sweep(gin_file, out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["lenses"] == {"heldout": "mlm_loss"} and report["pretrain_eval_examples"] == 16   # the ci scale's
+    values = {}
+    for name, cell in report["cells"].items():
+        values[name] = [logged_lens(out, name, seed)[-1] for seed in (0, 1)]
+        assert [len(logged_lens(out, name, seed)) for seed in (0, 1)] == [1, 1]   # once, at the last step
+        mean = np.mean(values[name])
+        low, high = scipy_stats.t.interval(0.95, 1, loc=mean, scale=scipy_stats.sem(values[name]))
+        assert cell["summary"]["heldout"] == pytest.approx({"mean": mean, "low": low, "high": high}, rel=1e-12)
+        assert "heldout" not in report["average_tasks"]
+    claim, = report["claims"]
+    comparison = claim["tasks"]["heldout"]
+    d = np.subtract(values["good_enc_dec"], values["lm"])
+    low, high = scipy_stats.t.interval(0.95, 1, loc=d.mean(), scale=scipy_stats.sem(d))
+    assert (comparison["low"], comparison["high"]) == pytest.approx((low, high), rel=1e-12)
+    assert comparison["p_value"] == pytest.approx(scipy_stats.ttest_rel(values["good_enc_dec"], values["lm"]).pvalue, rel=1e-9)
+    # lower is better: reproduced only where the whole interval of good - lm is below 0
+    expected = "reproduced" if high < 0 else "contradicted" if low > 0 else "undecided"
+    assert expected == "reproduced"   # the fake runs' seeds decide it, so the direction is what is tested
+    assert comparison["verdict"].startswith(expected) and claim["verdict"].startswith(expected)
+    md = (out / "report.md").read_text()
+    assert "heldout (mlm_loss, held out)" in md
+    good = np.mean(values["good_enc_dec"])
+    assert f"| good_enc_dec | " in md and f"{good:.3f} [" in md
+    assert "on the first 16 examples of its pre-training task's validation split" in md
+
+
+def test_without_lenses_the_pretraining_does_not_evaluate(tmp_path, clean_gin_state):
+    from t5lite.experiments import spec
+    from t5lite.experiments.runner import stages
+    plain = spec.load([str(write_sweep(tmp_path))], [], [str(REPO)])
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + LENS)
+    lensed = spec.load([str(gin_file)], [], [str(REPO)])
+    cell = lensed.cells[0]
+    steps = lensed.pretrain_steps(cell)
+    (_, _, with_lens), *finetunes = stages(lensed, cell, 0, tmp_path)
+    (_, _, without), *_ = stages(plain, plain.cells[0], 0, tmp_path)
+    assert f"train.eval_every = {steps}" in with_lens and "train.eval_max_examples = 16" in with_lens
+    assert not any(b.startswith("train.eval_every") for b in without)
+    assert all(not any(b.startswith("train.eval_every") for b in bindings) for _, _, bindings in finetunes)
+
+
+@pytest.mark.parametrize("lenses, claim, message", [
+    ("{'sst2': 'mlm_loss'}", "", r"lens 'sst2' has a task's name"),
+    ("{'glue_average': 'mlm_loss'}", "", r"lens 'glue_average' has a task's name"),
+    ("{'heldout': 3}", "", r"lens 'heldout': its metric is 3; give the name the pre-training run logs as eval_<metric>"),
+    ("{'held out': 'mlm_loss'}", "", r"lens 'held out': a name becomes a folder name"),
+    ("{'heldout': 'mlm_loss'}", "\nsweep.claims = [('x', 'good_enc_dec', 'lm', 'heldot')]\n",
+     r"column 'heldot' is neither a task \['rte', 'sst2'\], a lens \['heldout'\] nor 'glue_average'"),
+])
+def test_a_bad_lens_is_one_line(tmp_path, clean_gin_state, lenses, claim, message):
+    from t5lite.experiments import spec
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + f"\nsweep.lenses = {lenses}\n" + claim)
+    with pytest.raises(ConfigError, match=message):
+        spec.load([str(gin_file)], [], [str(REPO)])
+
+
+def test_a_report_made_before_a_lens_rebuilds_without_its_column(tmp_path, capsys):
+    """The shipped ci report of bert_tasks predates its lens: rebuilt, it keeps its tables and says
+    a claim on a lens it never measured was not run."""
+    from t5lite import cli
+    stored = REPO / "docs" / "results" / "sweeps_ci" / "bert_tasks_report.json"
+    assert "heldout_mlm" not in json.loads(stored.read_text()).get("lenses", {})
+    gin_file = tmp_path / "bert_tasks_lensed.gin"
+    gin_file.write_text(f"include '{REPO / 'configs' / 'sweeps' / 'bert_tasks.gin'}'\n"
+                        "sweep.claims = [('MLM alone models text better', 'mlm', 'mlm_nsp', 'heldout_mlm')]\n")
+    cli.main(["sweep", f"--gin_file={gin_file}", "--gin.SWEEP_SCALE='ci'", f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'",
+              "--cells", "mlm_nsp,mlm", f"--rebuild={stored}", f"--out={tmp_path / 'out'}"])
+    rebuilt = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rebuilt["lenses"] == {} and "held out" not in (tmp_path / "out" / "report.md").read_text()
+    assert rebuilt["claims"][0]["verdict"].startswith("not run") and "a lens the runs predate" in rebuilt["claims"][0]["verdict"]
+    assert all(not math.isnan(cell["summary"]["sst2"]["mean"]) for cell in rebuilt["cells"].values())
+
+
+@pytest.mark.slow
+def test_a_real_bert_pretraining_logs_the_lens_as_its_own_heldout_evaluation(tmp_path):
+    """One cell, one seed of real bert_tiny MLM + NSP pre-training at the ci scale, with the lens
+    (about a minute): its eval_mlm_loss is logged once at the last step and is a loss over a
+    2176-piece vocabulary after a handful of steps, near ln(2176) = 7.69."""
+    gin_file = tmp_path / "one.gin"
+    gin_file.write_text(f"include '{REPO / 'configs' / 'sweeps' / 'bert_sizes.gin'}'\n"
+                        "sweep.scales = {'ci': {'seeds': 1, 'pretrain_tokens': 2560, 'batch_size': 4, 'finetune_steps': 2,"
+                        " 'finetune_batch_size': 4, 'eval_max_examples': 8, 'pretrain_eval_examples': 16, 'tasks': ['sst2']}}\n")
+    out = tmp_path / "out"
+    result = sweep(gin_file, out, f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'", "--cells=L3_H768_A12")
+    assert result.returncode == 0, result.stderr
+    logged = logged_lens(out, "L3_H768_A12", 0)
+    report = json.loads((out / "report.json").read_text())
+    assert len(logged) == 1 and report["cells"]["L3_H768_A12"]["seeds"]["0"]["scores"]["heldout_mlm"] == logged[0]
+    assert abs(logged[0] - math.log(2176)) < 0.5
