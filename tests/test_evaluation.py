@@ -155,6 +155,34 @@ def test_eval_and_infer_entry_points_read_a_checkpoint(task, model, tmp_path):
     assert [r["prediction"] for r in out] == [p["prediction"] for p in direct.predictions[:4]]
 
 
+def test_a_gin_model_that_differs_from_the_run_in_what_the_weights_compute_is_refused(task, model, tmp_path):
+    """A run trained with an override (here a layer norm's epsilon) that the eval command leaves out
+    would be read by another model than the one that learned the weights: refused in one line naming
+    the field and the flag that restores it. Dropout and rematerialisation may differ."""
+    from t5lite.errors import ConfigError
+    from t5lite.models.config import save_config
+    from t5lite.run_layout import RunDir
+    module, params = model
+    trained = module.config.replace(layer_norm_epsilon=1e-5)
+    ckpt = checkpoints.Checkpointer(str(tmp_path / "run" / "checkpoints"), 1, async_save=False)
+    ckpt.save(5, {"params": params}, {}, force=True)
+    ckpt.close()
+    save_config(trained, str(RunDir(tmp_path / "run").model_config))
+    args = dict(checkpoint_path=str(tmp_path / "run"), mixture_or_task_name=task.name, task_feature_lengths=LENGTHS,
+                batch_size=4)
+    given = module.config
+    assert given.layer_norm_epsilon != trained.layer_norm_epsilon
+    with pytest.raises(ConfigError, match=r"trained with model_config layer_norm_epsilon=1e-05, and the gin model has "
+                                          r"1e-06: .*--gin.model_config.overrides=\"\{'layer_norm_epsilon': 1e-05\}\""):
+        evaluation.evaluate(model=given, **args)
+    with pytest.raises(ConfigError, match=r"mlp_activations=\('relu',\).* \(and layer_norm_epsilon\)"):
+        evaluation.evaluate(model=given.replace(mlp_activations=("gelu",)), **args)
+    direct = evaluation.Evaluator(task, "validation", LENGTHS, batch_size=4).evaluate(models.build(trained), params)
+    as_run = evaluation.evaluate(model=trained.replace(dropout_rate=0.3, mlp_dropout=False, remat_policy="full"), **args)
+    assert as_run == pytest.approx(direct.metrics)
+    assert evaluation.evaluate(model=None, **args) == pytest.approx(direct.metrics)   # the run's own model_config.json
+
+
 def test_flat_metrics_adds_the_glue_average_with_t5_grouping():
     """The grouping itself is checked against t5's compute_avg_glue in test_reference_data.py."""
     scores = {"glue_cola": {"matthews_corrcoef": 40.0}, "glue_sst2": {"accuracy": 90.0},

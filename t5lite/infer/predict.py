@@ -32,7 +32,7 @@ from t5lite.data import vocab as vocab_lib
 from t5lite.errors import CheckpointError, ConfigError, require_positive
 from t5lite.infer import checkpoint_reader, decoding, peft_checkpoint, scoring
 from t5lite.models import vision
-from t5lite.models.config import ModelConfig, json_tuples, load_config
+from t5lite.models.config import ModelConfig, config_changes, json_tuples, load_config
 from t5lite.run_layout import RunDir
 
 log = logging.getLogger(__name__)
@@ -47,20 +47,50 @@ KEPT_FROM_RUN = {"weight_quantization": "none", "attention_window": None, "atten
                  "max_global_tokens": 16}
 
 
+# Fields a gin model may set otherwise than the run it reads: how the model runs, not what the trained
+# weights compute (dropout is off in evaluation, the initialisation is replaced by the checkpoint).
+RUN_TIME_FIELDS = frozenset({"dropout_rate", "mlp_dropout", "init_std", "dtype", "attention_impl", "scan_layers",
+                             "remat_policy"})
+
+
 def model_config_of(checkpoint_path: str, model: ModelConfig | None) -> ModelConfig:
     """`model` when gin gives one, else the run's saved `model_config.json` (t5lite runs and
     Hugging Face models imported with `t5lite convert --from_hf` have one). A gin model keeps the
     run's KEPT_FROM_RUN fields: a quantised run (`t5lite convert --quantize`) is evaluated by its
-    training gin as the int8 model it is, and a windowed (Longformer) run with its window."""
+    training gin as the int8 model it is, and a windowed (Longformer) run with its window; any other
+    field it sets otherwise than the run (RUN_TIME_FIELDS aside) is refused in one line, since the
+    weights would be read by another model than the one that learned them."""
     path = RunDir.of_step(checkpoint_reader.step_directory(checkpoint_path)).model_config
     exists = path.exists()
     if model is not None:
-        kept = exists and hasattr(model, "weight_quantization")   # Transformer configs (not recurrent ones)
-        return model.replace(**_saved_fields(path)) if kept else model
+        if not (exists and hasattr(model, "weight_quantization")):   # Transformer configs (not recurrent ones)
+            return model
+        model = model.replace(**_saved_fields(path))
+        _check_same_model(checkpoint_path, path, model)
+        return model
     if not exists:
         raise CheckpointError(f"{checkpoint_path}: no {path.name} in its run directory and no model in gin; "
                               "include the model's gin file, e.g. --gin_file=gin/models/t5_tiny.gin")
     return load_config(path)
+
+
+def _check_same_model(checkpoint_path: str, path, model: ModelConfig) -> None:
+    """Refuses a gin model that differs from the run's saved config in what the weights compute (a
+    layer norm's epsilon, an activation, a position table: a training-time override the command
+    left out); a saved config that cannot be read is left to the restore to report."""
+    try:
+        saved = load_config(path)
+    except CheckpointError:
+        return
+    differs = [(name, trained, given) for name, (trained, given) in config_changes(saved, model).items()
+               if name not in RUN_TIME_FIELDS]
+    if differs:
+        name, trained, given = differs[0]
+        more = f" (and {', '.join(n for n, _, _ in differs[1:])})" if differs[1:] else ""
+        overrides = "{" + ", ".join(f"'{n}': {t!r}" for n, t, _ in differs) + "}"
+        raise ConfigError(f"{checkpoint_path} was trained with model_config {name}={trained!r}, and the gin model has "
+                          f"{given!r}{more}: leave the model out of gin to read the run's {path.name}, or add "
+                          f"--gin.model_config.overrides=\"{overrides}\"")
 
 
 def _saved_fields(path: str) -> dict:
