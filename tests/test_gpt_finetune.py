@@ -279,6 +279,25 @@ def test_gpt2_tiny_fine_tunes_and_t5lite_eval_agrees(task, converter, pack, tmp_
     assert metrics["accuracy"] == pytest.approx(evals[0]["eval_accuracy"])
 
 
+@pytest.mark.slow
+def test_the_guides_gpt2_commands_leave_the_sst2_majority(tmp_path, capsys):
+    """docs/guides/finetune-gpt.md's three commands as printed (gpt2_tiny pre-trained 300 steps, fine-tuned
+    300 on SST-2, evaluated): dev accuracy > 56.9, the majority's 50.9 + 6, and `t5lite eval` prints what
+    training's last evaluation logged (a few CPU-minutes)."""
+    from conftest import run_cli
+    base, out = str(tmp_path / "gpt2"), str(tmp_path / "gpt2_sst2")
+    config = str(REPO / "configs/local/gpt2_tiny_finetune_sst2.gin")
+    assert run_cli(capsys, "train", f"--gin_file={REPO / 'configs/local/gpt2_tiny_pretrain.gin'}",
+                   f"--gin.MODEL_DIR='{base}'", "--quiet")[0] == 0
+    assert run_cli(capsys, "train", f"--gin_file={config}", f"--gin.MODEL_DIR='{out}'",
+                   f"--gin.INITIAL_CHECKPOINT_PATH='{base}'", f"--gin.DATA_DIR='{GLUE}'", "--quiet")[0] == 0
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        final = [r for r in map(json.loads, f) if "eval_accuracy" in r][-1]
+    assert final["step"] == 300 and final["eval_accuracy"] > 50.92 + 6
+    code, printed, _ = run_cli(capsys, "eval", f"--gin_file={config}", f"--gin.MODEL_DIR='{out}'", f"--gin.DATA_DIR='{GLUE}'")
+    assert code == 0 and f"accuracy={final['eval_accuracy']:.2f}" in printed
+
+
 def _torch_bilstm(params, width, hidden):
     """torch's bidirectional LSTM with t5lite's forward / backward LSTM weights (torch's two biases each)."""
     lstm = torch.nn.LSTM(width, hidden, batch_first=True, bidirectional=True)
