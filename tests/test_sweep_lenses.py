@@ -53,7 +53,7 @@ def test_each_pretraining_evaluates_at_its_last_step_and_the_report_judges_the_l
     md = (out / "report.md").read_text()
     assert "heldout (mlm_loss, held out)" in md
     good = np.mean(values["good_enc_dec"])
-    assert f"| good_enc_dec | " in md and f"{good:.3f} [" in md
+    assert "| good_enc_dec | " in md and f"{good:.3f} [" in md
     assert "on the first 16 examples of its pre-training task's validation split" in md
 
 
