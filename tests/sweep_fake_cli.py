@@ -2,7 +2,7 @@
 run would (pre-training losses, or a fine-tuning run's eval metric) in no time, from a hash of the
 cell's bindings and seed, so the harness, resume and report can be tested without training.
 A pre-training bound to evaluate at its last step (`train.eval_every`, a sweep's lenses) logs an
-`eval_mlm_loss`, 0.5 lower for a cell named good*. FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way, and FAKE_STEP_SECONDS
+`eval_mlm_loss`, 0.5 lower for a cell named good*, and its `eval_unigram_loss` baseline, FAKE_UNIGRAM_LOSS (5.0 unless set). FAKE_SLEEP (seconds) slows each run, so a test can kill a sweep mid-way, and FAKE_STEP_SECONDS
 each logged step, so a test sees the steps arrive; FAKE_STOP_AT (a step) ends
 a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does (its cost.json
 seconds, like the trainer's, add up over resumes); a binding of a name
@@ -19,6 +19,7 @@ import time
 KNOWN = ("MODEL_DIR", "TRAIN_STEPS", "BATCH_SIZE", "MIXTURE_OR_TASK_NAME", "INITIAL_CHECKPOINT_PATH", "EVAL_EVERY",
          "DATA_DIR", "train.", "model_config.")
 RUN_SECONDS = 100.0   # the wall time a fake pre-training run reports in its cost.json
+UNIGRAM_LOSS = 5.0   # a fake pre-training's unigram baseline: above every cell's held-out loss (2.5 to 3.1)
 
 
 def main(argv):
@@ -69,7 +70,8 @@ def fake_train(bindings, model_dir):
             f.write(json.dumps({"step": steps, "eval_accuracy": 50.0 + bonus + digest % 1000 / 100}) + "\n")
         elif bindings.get("train.eval_every") == str(steps):   # a pre-training evaluated at its last step
             gap = 0.5 if cell.startswith("good") else 0.0
-            f.write(json.dumps({"step": steps, "eval_mlm_loss": 3.0 - gap + digest % 100 / 1000}) + "\n")
+            f.write(json.dumps({"step": steps, "eval_mlm_loss": 3.0 - gap + digest % 100 / 1000,
+                                "eval_unigram_loss": float(os.environ.get("FAKE_UNIGRAM_LOSS", UNIGRAM_LOSS))}) + "\n")
 
 
 def take_lock(path):

@@ -99,6 +99,7 @@ def test_gpt2_config_evaluates_its_heldout_loss_in_training_and_in_eval(tmp_path
     last = evaluations[-1]
     assert 0.0 <= last["eval_accuracy"] <= 1.0 and np.isfinite(last["eval_loss"])
     assert_close(last["eval_perplexity"], np.exp(last["eval_loss"]), rtol=1e-5)
+    assert 0 < last["eval_unigram_loss"] < last["eval_loss"]   # two steps from random weights: worse than frequencies
 
     _cli("eval", config, f"--gin.CHECKPOINT_PATH='{tmp_path}'", "--gin.TASK_FEATURE_LENGTHS={'targets': 32}",
          "--gin.eval.max_examples=5")

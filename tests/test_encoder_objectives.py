@@ -202,6 +202,37 @@ def test_objectives_add_their_heads_and_refuse_other_models():
         models.get_config("t5_tiny", span_boundary_head=True)
 
 
+def test_the_unigram_baseline_scores_the_held_out_masked_tokens_by_the_training_counts(monkeypatch):
+    """With the training split counted, the evaluation logs `unigram_loss`: each held-out masked token's
+    -log of its add-one-half (Krichevsky-Trofimov) frequency among the masked tokens of the first
+    UNIGRAM_EXAMPLES training examples, averaged; counted here with collections.Counter and math.log."""
+    import collections
+    import math
+    from t5lite.data import catalog, converter_registry
+    from t5lite.objectives import heldout
+    monkeypatch.setattr(heldout, "UNIGRAM_EXAMPLES", 300)
+    task = catalog.get_task_or_mixture("embedded_docs_bert_nsp_mlm")
+    lengths, objective, vocab = {"inputs": 32}, MlmNspObjective(), 2176
+    module = objective.build_model(models.get_config("bert_tiny", vocab_size=vocab))
+    ones = jnp.ones((1, 32), jnp.int32)
+    params = module.init(jax.random.key(1), encoder_input_tokens=ones, token_type_ids=ones,
+                         method="pretraining_logits")["params"]
+    (evaluator,) = objective.evaluators(task, "validation", lengths, batch_size=8, max_examples=40).values()
+    assert "unigram_loss" not in evaluator.evaluate(module, params).metrics   # nothing counted yet
+    evaluator.count_training_tokens(task, "train", lengths)
+
+    def masked(split, count):
+        examples = list(task.get_dataset(split, lengths))[:count]
+        rows = converter_registry.get_feature_converter("encoder_nsp").convert(examples, lengths)
+        return [int(t) for r in rows for t, w in zip(r["encoder_target_tokens"], r["encoder_loss_weights"]) if w > 0]
+
+    counts, held_out = collections.Counter(masked("train", 300)), masked("validation", 40)
+    total = sum(counts.values())
+    expected = -sum(math.log((counts[t] + 0.5) / (total + 0.5 * vocab)) for t in held_out) / len(held_out)
+    assert_close(evaluator.evaluate(module, params).metrics["unigram_loss"], expected, rtol=1e-9)
+    assert 0 < expected < math.log(vocab)   # the frequencies beat a uniform guess
+
+
 def test_mlm_nsp_evaluation_is_the_split_mean_of_numpys_cross_entropy_without_dropout():
     """A pre-training run with `eval_every` evaluates its objective's own loss: MLM's cross entropy and
     accuracy over every masked token of the split and NSP's over every pair (a short last batch counts its

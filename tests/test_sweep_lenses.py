@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, shared_data_dir
+from sweep_fake_cli import UNIGRAM_LOSS
 from test_sweep import sweep, write_sweep
 
 from t5lite.errors import ConfigError
@@ -55,6 +56,35 @@ def test_each_pretraining_evaluates_at_its_last_step_and_the_report_judges_the_l
     good = np.mean(values["good_enc_dec"])
     assert "| good_enc_dec | " in md and f"{good:.3f} [" in md
     assert "on the first 16 examples of its pre-training task's validation split" in md
+
+
+@pytest.mark.parametrize("unigram", [UNIGRAM_LOSS, 1.0])
+def test_a_cell_whose_held_out_loss_interval_reaches_its_unigram_loss_is_at_chance(tmp_path, unigram):
+    """The pre-training logs its `unigram_loss` beside `mlm_loss`; a cell is at chance on the lens
+    where scipy's 95% interval of its seeds reaches it from below (its upper end at or above it), and
+    a claim whose two rows are both at chance is left out (the fake's held-out losses are about 2.5
+    for its good cell and 3.0 for the other: below 5.0 both, above 1.0 both)."""
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + LENS +
+                        "\nsweep.claims = [('good models the held-out text better', 'good_enc_dec', 'lm', 'heldout')]\n")
+    out = tmp_path / "out"
+    result = sweep(gin_file, out, env={"FAKE_UNIGRAM_LOSS": str(unigram)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    marks = {}
+    for name, cell in report["cells"].items():
+        values = [logged_lens(out, name, seed)[-1] for seed in (0, 1)]
+        _, high = scipy_stats.t.interval(0.95, 1, loc=np.mean(values), scale=scipy_stats.sem(values))
+        assert cell["lens_baselines"] == {"heldout": unigram}
+        marks[name] = cell["at_chance"]["heldout"]
+        assert marks[name] is bool(high >= unigram), name
+    assert marks == dict.fromkeys(marks, unigram == 1.0)
+    verdict = report["claims"][0]["tasks"]["heldout"]["verdict"]
+    assert verdict == "at chance: left out" if unigram == 1.0 else verdict.startswith("reproduced")
+    md = (out / "report.md").read_text()
+    baseline_row = next(line for line in md.splitlines() if line.startswith("| constant baseline |"))
+    assert baseline_row.split(" | ")[len(report["tasks"]) + 2] == f"{unigram:.3f}"   # the lens column
+    assert "is the run's `unigram_loss`" in md
 
 
 def test_without_lenses_the_pretraining_does_not_evaluate(tmp_path, clean_gin_state):
@@ -122,3 +152,6 @@ def test_a_real_bert_pretraining_logs_the_lens_as_its_own_heldout_evaluation(tmp
     report = json.loads((out / "report.json").read_text())
     assert len(logged) == 1 and report["cells"]["L3_H768_A12"]["seeds"]["0"]["scores"]["heldout_mlm"] == logged[0]
     assert abs(logged[0] - math.log(2176)) < 0.5
+    # the unigram baseline, logged beside it, is far below: the model has not yet learnt token frequencies
+    cell = report["cells"]["L3_H768_A12"]
+    assert cell["lens_baselines"]["heldout_mlm"] < logged[0] - 0.5 and cell["at_chance"]["heldout_mlm"] is True

@@ -20,6 +20,7 @@ from t5lite.errors import T5liteError
 from t5lite.experiments import stats
 from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
 from t5lite.experiments.spec import Claim, Spec
+from t5lite.objectives.heldout import UNIGRAM_EXAMPLES
 from t5lite.plotting import plain_ticks, pyplot
 from t5lite.run_layout import RunDir
 
@@ -82,6 +83,8 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
     pretrain = read_metrics(folder / "pretrain")
     scores = {task: _last_eval(read_metrics(folder / f"finetune_{task}"), metric) for task, metric in spec.tasks.items()}
     scores |= {lens: _last_eval(pretrain, metric) for lens, metric in spec.lenses.items()}
+    unigram = {lens: _last_eval(pretrain, "unigram_loss") for lens, metric in spec.lenses.items()
+               if metric == _token_loss(pretrain)}
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(_stage_seconds(folder / stage, seconds)
                               for stage, seconds in done["wall_seconds"].items()) / 3600}
@@ -97,7 +100,13 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
             cost[key] = values[-1]
     cost.update({f"cost_{k}": v for k, v in _cost_report(folder / "pretrain").items()})
     curve = [(r["step"], r["loss"]) for r in pretrain if "loss" in r]
-    return {"seed": done["seed"], "scores": scores, "cost": cost, "curve": curve}
+    return {"seed": done["seed"], "scores": scores, "lens_baselines": unigram, "cost": cost, "curve": curve}
+
+
+def _token_loss(pretrain: list[dict]) -> str:
+    """The pre-training evaluation's cross entropy over its target tokens, which its `unigram_loss`
+    is the baseline of (t5lite.objectives.heldout): a masked LM's `mlm_loss`, else a causal LM's `loss`."""
+    return "mlm_loss" if any("eval_mlm_loss" in r for r in pretrain) else "loss"
 
 
 def _last_eval(metrics_rows: list[dict], metric: str) -> float:
@@ -148,6 +157,16 @@ def baselines(spec: Spec) -> tuple[dict, str | None]:
     return known, None
 
 
+def _lens_baselines(spec: Spec, seeds: dict) -> dict:
+    """Per lens, the mean over a cell's seeds of its pre-training's `unigram_loss` (the same held-out
+    targets under the training split's token frequencies), where every seed logged one; else None."""
+    known = {}
+    for lens in spec.lenses:
+        values = [r.get("lens_baselines", {}).get(lens, math.nan) for r in seeds.values()]
+        known[lens] = statistics.fmean(values) if values and not any(map(math.isnan, values)) else None
+    return known
+
+
 def _summary(values: list[float]) -> dict:
     mean, low, high = stats.t_interval(values) if values else (math.nan,) * 3
     return {"mean": mean, "low": low, "high": high}
@@ -182,9 +201,13 @@ def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
                    for column in (*spec.tasks, *spec.lenses)}
         cost = {k: statistics.fmean(r["cost"][k] for r in seeds.values() if k in r["cost"])   # over the seeds that log it
                 for k in dict.fromkeys(k for r in seeds.values() for k in r["cost"])}
+        lens_baseline = _lens_baselines(spec, seeds)
         cells[cell.name] = {"pretrain": list(cell.pretrain), "bindings": list(cell.bindings),
                             "finetune": list(cell.finetune), "seeds": seeds, "summary": summary,
-                            "at_chance": {task: stats.at_chance(summary[task]["low"], baseline[task]) for task in spec.tasks},
+                            "lens_baselines": lens_baseline,
+                            "at_chance": {task: stats.at_chance(summary[task]["low"], baseline[task]) for task in spec.tasks}
+                            | {lens: lens_baseline[lens] is not None and stats.at_chance(-summary[lens]["high"], -lens_baseline[lens])
+                               for lens in spec.lenses},
                             "cost_per_seed": cost, "errors": errors}
     averaged = [task for task in spec.tasks if not any(cell["at_chance"][task] for cell in cells.values())]
     for cell in cells.values():   # the average over the tasks every cell is above chance on
@@ -293,9 +316,10 @@ def markdown(report: dict) -> str:
              "Each entry: mean over seeds [95% t-interval].", "",
              "| cell | " + " | ".join(heads) + " | params | pre-train steps | tokens | pre-train FLOPs | device h | wall h/seed | seeds |",
              "|---" * (len(heads) + 8) + "|"]
-    baseline = report.get("baselines", {})
+    baseline = {**report.get("baselines", {}), **{lens: _lens_baseline_text(report, lens) for lens in lenses}}
     if any(v is not None for v in baseline.values()):
-        lines.append("| constant baseline | " + " | ".join(_num(baseline.get(c), ".1f") for c in columns) + " |" + " |" * 7)
+        lines.append("| constant baseline | " + " | ".join(
+            baseline.get(c) or "–" if c in lenses else _num(baseline.get(c), ".1f") for c in columns) + " |" + " |" * 7)
     ranges = column_ranges(report)
     for name, cell in report["cells"].items():
         cost = cell["cost_per_seed"]
@@ -348,6 +372,14 @@ def _chance_note(report: dict) -> list[str]:
             f"chance). {average}"]
 
 
+def _lens_baseline_text(report: dict, lens: str) -> str | None:
+    """A lens's unigram baseline as the table shows it: one value where every cell's agrees to the
+    digits shown, else their range; None where no cell has one."""
+    values = sorted({format(v, digits(report, lens)) for cell in report["cells"].values()
+                     if (v := cell.get("lens_baselines", {}).get(lens)) is not None}, key=float)
+    return None if not values else values[0] if len(values) == 1 else f"{values[0]}–{values[-1]}"
+
+
 def _lens_note(report: dict) -> list[str]:
     """What the lens columns are; [] without lenses."""
     lenses = report.get("lenses", {})
@@ -357,8 +389,12 @@ def _lens_note(report: dict) -> list[str]:
     read = f"the first {count} examples" if count else "every example"
     names = ", ".join(f"{lens} is `eval_{metric}`" for lens, metric in lenses.items())
     return ["", f"Lenses, of the pre-trained model itself at its last step, on {read} of its pre-training task's "
-            f"validation split (converted as training converts them): {names}. A lower loss or perplexity is better; "
-            "a lens has no baseline, and – where a cell's objective does not log that metric."]
+            f"validation split (converted as training converts them): {names}. A lower loss or perplexity is better. "
+            "The baseline of a lens that is the pre-training's own token cross entropy (`mlm_loss`, a causal LM's "
+            "`loss`) is the run's `unigram_loss`: the same targets scored by the token frequencies of its first "
+            f"{UNIGRAM_EXAMPLES:,} training examples, what a model that ignores its input scores; {AT_CHANCE} marks a "
+            "cell whose interval reaches it (its upper end at or above). Other lenses have no baseline, and – is "
+            "shown where a cell's objective does not log that metric or its runs predate the baseline."]
 
 
 def plan(report: dict) -> list[str]:

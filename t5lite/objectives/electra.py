@@ -230,6 +230,9 @@ class ElectraEvaluator(LossEvaluator):
     ratio of its per-batch counts summed is not the split's AUC. FLOPs: both networks' forwards."""
     skipped = ("rtd_auc",)
 
+    def vocab_size(self, module) -> int:
+        return module.generator_config.vocab_size
+
     def forward_flops(self, module, length: int) -> float:
         return sum(flops.forward_flops_per_example(config, length)
                    for config in (module.generator_config, module.discriminator_config))

@@ -3,6 +3,9 @@ the causal LM): a split's examples converted as training converts them and run t
 objective's `loss_and_metrics` without dropout, z-loss or label smoothing, so the evaluation's
 `mlm_loss` is the plain cross entropy over the masked tokens and `mlm_accuracy` the share predicted
 right (a causal LM's `loss` and `accuracy`: over every real target token, as nanoGPT's `estimate_loss`).
+With a training split given, the evaluation also logs `unigram_loss`: the cross entropy of the same
+targets under the training split's token frequencies, what a model that ignores its input scores.
+A loss at or above it means the model has learnt no more than how often each token occurs.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from t5lite.models import flops
 from t5lite.objectives.base import LossConfig, target_keys
 
 PLAIN = LossConfig(z_loss=0.0)
+UNIGRAM_EXAMPLES = 10_000   # training examples the unigram frequencies are counted over
 
 
 def converted_rows(converter: str, task, split: str, task_feature_lengths, data_dir=None,
@@ -43,10 +47,12 @@ class LossEvaluator:
 
     def __init__(self, objective, task, split: str, task_feature_lengths, batch_size: int = 32, data_dir=None,
                  max_examples=None, pack: bool = False):
-        self.objective = objective
+        self.objective, self.pack = objective, pack
         rows, self.examples = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir,
                                              max_examples, pack)
         self.lengths = [int(np.count_nonzero(row[target_keys(row)[0]])) for row in rows]
+        self.targets = target_tokens(rows)
+        self.train_counts = None
         self.batches = [{k: v for k, v in b.items() if k != converters.EXAMPLES_KEY}
                         for b in converters.batch(rows, batch_size, drop_remainder=False)]
 
@@ -55,13 +61,40 @@ class LossEvaluator:
         totals = {k: [sum(float(s[k][i]) for s in sums) for i in (0, 1)] for k in sums[0] if k not in self.skipped}
         ratios = {k: num / den if den else math.nan for k, (num, den) in totals.items()}
         scores = {k: float(v) for k, v in self.objective.derived_metrics(ratios).items()}
+        if self.train_counts is not None:
+            scores["unigram_loss"] = unigram_loss(self.train_counts, self.targets, self.vocab_size(module))
         done = sum(self.forward_flops(module, n) for n in self.lengths)
         return EvalResult(scores, [], flops=done, examples=self.examples)
+
+    def count_training_tokens(self, task, split: str, task_feature_lengths, data_dir=None) -> None:
+        """Count the target tokens of `split`'s first UNIGRAM_EXAMPLES examples, converted as the
+        evaluated split is, so that each evaluation also logs `unigram_loss`."""
+        rows, _ = converted_rows(self.objective.converter, task, split, task_feature_lengths, data_dir,
+                                 UNIGRAM_EXAMPLES, self.pack)
+        self.train_counts = np.bincount(target_tokens(rows))
+
+    def vocab_size(self, module) -> int:
+        return module.config.vocab_size
 
     def forward_flops(self, module, length: int) -> float:
         """FLOPs of the evaluation's forward passes over one row of `length` real tokens (which an
         encoder reads as its encoder length, a decoder-only model as its decoder length)."""
         return flops.forward_flops_per_example(module.config, length, length)
+
+
+def target_tokens(rows: list[dict]) -> np.ndarray:
+    """Every target token the objective scores in `rows` (loss weight > 0), in order."""
+    return np.concatenate([np.asarray(row[target_keys(row)[0]])[np.asarray(row[target_keys(row)[1]]) > 0]
+                           for row in rows]).astype(np.int64)
+
+
+def unigram_loss(train_counts: np.ndarray, targets: np.ndarray, vocab_size: int) -> float:
+    """The mean -log p(target) under the training counts with add-one-half smoothing over the
+    vocabulary (Krichevsky-Trofimov), so that a token training never scored costs a finite amount."""
+    counts = np.zeros(max(vocab_size, len(train_counts)))
+    counts[:len(train_counts)] = train_counts
+    log_p = np.log(counts + 0.5) - np.log(counts.sum() + 0.5 * len(counts))
+    return float(-log_p[targets].mean())
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
