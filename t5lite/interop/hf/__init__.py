@@ -178,19 +178,31 @@ def load(path: str, adapter: str | None = None, **config_overrides) -> tuple[nn.
 
 
 def load_classifier(path: str, **config_overrides) -> tuple[nn.Module, dict]:
-    """A Hugging Face classifier folder whose head is one dense `classifier` (ViTForImageClassification
-    on the [CLS] state, BertForSequenceClassification on the pooler) -> a task-head model
-    (`WithHead`, as fine-tuning trains) and its variables `{"params": {"backbone", "head"}}`."""
-    module, variables = load(path, **config_overrides)
+    """A Hugging Face classifier folder -> a task-head model (`WithHead`, as fine-tuning trains) and its
+    variables `{"params": {"backbone", "head"}}`. Two heads are read: one dense `classifier`
+    (ViTForImageClassification on the [CLS] state, BertForSequenceClassification on the pooler), and
+    RoBERTa's `classifier.dense` + tanh + `classifier.out_proj` on the first token
+    (Roberta- and LongformerForSequenceClassification), which is BERT's pooler and
+    classifier under other names, so it becomes those."""
     tensors = files.read_tensors(path)
-    if "classifier.weight" not in tensors or "classifier.bias" not in tensors:
-        raise HFConversionError(f"{path}: no 'classifier.weight' and 'classifier.bias' tensors; load_classifier reads "
-                                "a ...ForImageClassification or BERT ...ForSequenceClassification folder")
-    weight = np.asarray(tensors["classifier.weight"], np.float32)
+    if all(f"classifier.{m}.{p}" in tensors for m in ("dense", "out_proj") for p in ("weight", "bias")):
+        module, variables = load(path, **config_overrides, pooler=True)
+        dense = {"kernel": np.asarray(tensors["classifier.dense.weight"], np.float32).T,
+                 "bias": np.asarray(tensors["classifier.dense.bias"], np.float32)}
+        variables = {"params": {**variables["params"], "pooler": {"dense": jax.tree.map(jnp.asarray, dense)}}}
+        weight, bias = tensors["classifier.out_proj.weight"], tensors["classifier.out_proj.bias"]
+    elif "classifier.weight" in tensors and "classifier.bias" in tensors:
+        module, variables = load(path, **config_overrides)
+        weight, bias = tensors["classifier.weight"], tensors["classifier.bias"]
+    else:
+        raise HFConversionError(f"{path}: neither a 'classifier' dense nor RoBERTa's 'classifier.dense' and "
+                                "'classifier.out_proj'; load_classifier reads a ...ForImageClassification or a BERT, "
+                                "RoBERTa or Longformer ...ForSequenceClassification folder")
+    weight = np.asarray(weight, np.float32)
     config = module.config
     model = WithHead(config, heads.SequenceClassificationHead(config, weight.shape[0]),
                      "pooler" if config.pooler else "first")
-    head = {"classifier": {"kernel": weight.T, "bias": np.asarray(tensors["classifier.bias"], np.float32)}}
+    head = {"classifier": {"kernel": weight.T, "bias": np.asarray(bias, np.float32)}}
     return model, {"params": {"backbone": variables["params"], "head": jax.tree.map(jnp.asarray, head)}}
 
 
