@@ -57,3 +57,11 @@ def test_a_folder_without_a_classifier_is_refused_naming_it(tmp_path):
     transformers.RobertaModel(transformers.RobertaConfig(**SIZES, max_position_embeddings=66)).save_pretrained(tmp_path)
     with pytest.raises(HFConversionError, match=r"neither a 'classifier' dense nor RoBERTa's 'classifier.dense'"):
         hf.load_classifier(str(tmp_path))
+
+
+def test_electras_head_of_the_same_names_with_a_gelu_is_refused(tmp_path):
+    """ElectraForSequenceClassification's head has RoBERTa's tensor names but a GELU, not a tanh."""
+    config = transformers.ElectraConfig(**SIZES, embedding_size=32, max_position_embeddings=64)
+    transformers.ElectraForSequenceClassification(config).save_pretrained(tmp_path)
+    with pytest.raises(HFConversionError, match=r"this electra classifier's head .* is not RoBERTa's dense \+ tanh"):
+        hf.load_classifier(str(tmp_path))

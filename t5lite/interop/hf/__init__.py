@@ -177,6 +177,9 @@ def load(path: str, adapter: str | None = None, **config_overrides) -> tuple[nn.
     return models.build(config), {"params": params}
 
 
+ROBERTA_HEADS = ("roberta", "longformer")   # model types whose classifier is transformers' RobertaClassificationHead
+
+
 def load_classifier(path: str, **config_overrides) -> tuple[nn.Module, dict]:
     """A Hugging Face classifier folder -> a task-head model (`WithHead`, as fine-tuning trains) and its
     variables `{"params": {"backbone", "head"}}`. Two heads are read: one dense `classifier`
@@ -186,6 +189,11 @@ def load_classifier(path: str, **config_overrides) -> tuple[nn.Module, dict]:
     classifier under other names, so it becomes those."""
     tensors = files.read_tensors(path)
     if all(f"classifier.{m}.{p}" in tensors for m in ("dense", "out_proj") for p in ("weight", "bias")):
+        model_type = files.read_config(path).get("model_type")
+        if model_type not in ROBERTA_HEADS:   # ELECTRA's has these names with a GELU
+            raise HFConversionError(f"{path}: this {model_type} classifier's head (classifier.dense, its activation, "
+                                    "classifier.out_proj) is not RoBERTa's dense + tanh, which load_classifier reads; "
+                                    "load the backbone with hf.load and fine-tune a new head")
         module, variables = load(path, **config_overrides, pooler=True)
         dense = {"kernel": np.asarray(tensors["classifier.dense.weight"], np.float32).T,
                  "bias": np.asarray(tensors["classifier.dense.bias"], np.float32)}
