@@ -73,3 +73,15 @@ def test_minilm_cosent_fine_tuning_beats_the_released_model_on_sts_b(tmp_path, m
     _train("minilm_sts_b", tmp_path / "run", f"--gin.INITIAL_CHECKPOINT_PATH='{minilm}'",
            f"--gin.DATA_DIR='{DATA / 'glue'}'")
     assert _last_eval(tmp_path / "run", "spearman_corrcoef") > 86.72
+
+
+@pytest.mark.parametrize("config, loss", [("bert_tiny_pretrain", "mlm_loss"), ("roberta_tiny_pretrain", "mlm_loss"),
+                                          ("albert_tiny_pretrain", "mlm_loss"), ("spanbert_tiny_pretrain", "mlm_loss"),
+                                          ("electra_tiny_pretrain", "mlm_loss"), ("gpt2_tiny_pretrain", "loss")])
+def test_a_pretraining_config_ends_below_its_unigram_loss(tmp_path, config, loss):
+    """Each shipped pre-training config that evaluates by its own loss, as shipped with an evaluation
+    at its last step (`--gin.train.eval_every=%TRAIN_STEPS`, the performance page's command): its
+    held-out token loss ends below `unigram_loss`, the same targets scored by the training counts,
+    so it has learnt something of the context (under a CPU-minute each)."""
+    _train(config, tmp_path / "run", "--gin.train.eval_every=%TRAIN_STEPS")
+    assert _last_eval(tmp_path / "run", loss) < _last_eval(tmp_path / "run", "unigram_loss")
