@@ -262,3 +262,16 @@ def is_bound(name: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def bound_value(name: str, default=None):
+    """What a gin parameter is bound to, followed through macros (`train.eval_split = %SPLIT`); `default`
+    where it is unbound."""
+    import gin
+    try:
+        value = gin.query_parameter(name)
+    except ValueError:
+        return default
+    while isinstance(value, gin.config.ConfigurableReference) and value.scoped_selector.endswith("/" + _MACRO):
+        value = gin.query_parameter(f"%{value.scoped_selector.split('/')[0]}")
+    return value

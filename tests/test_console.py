@@ -124,3 +124,15 @@ def test_the_bar_shows_the_tasks_headline_dev_metric(dev, shown):
     first metric that is not a loss."""
     from t5lite.train.trainer import _headline_dev
     assert _headline_dev(dev) == shown
+
+
+def test_an_evaluated_split_other_than_validation_is_named_by_its_own_name(tmp_path, capsys, caplog):
+    """`train.eval_split` bound to 'train' through a macro (a tagging recipe evaluates `test`): the
+    evaluation line, the bar and the final line all name that split, never `dev`."""
+    out, err, logged, records = train_sst2(tmp_path, capsys, caplog, "--gin.train.eval_split=%SPLIT",
+                                           "--gin.SPLIT='train'")
+    lines = [message for name, message in logged if name == "t5lite.events" and " examples)" in message]
+    assert len(lines) == 1 and lines[0].startswith("step 2 train: accuracy="), lines
+    printed = f"{next(r['eval_accuracy'] for r in records if 'eval_accuracy' in r):.4g}"
+    assert f"train_accuracy={printed}" in err.rsplit("\r", 1)[-1] and "dev_" not in err
+    assert f"| train accuracy={printed}" in final_line(out) and "| dev " not in final_line(out)

@@ -109,11 +109,9 @@ def _parse_binding(binding: str) -> None:
 
 def check_task_name(entry: str) -> None:
     """Looks up the task the entry point will run, so an unknown name fails before any work."""
-    import gin
-    name = gin.query_parameter(f"{entry}.mixture_or_task_name")
-    if isinstance(name, gin.config.ConfigurableReference):
-        name = gin.query_parameter(f"%{name.scoped_selector.split('/')[0]}")
-    get_task_or_mixture(name)
+    name = gin_checks.bound_value(f"{entry}.mixture_or_task_name")
+    if name is not None:   # unbound: the entry point names the missing argument
+        get_task_or_mixture(name)
 
 
 def model_from_run_unless_given(entry: str) -> None:

@@ -7,6 +7,7 @@ import logging
 
 from t5lite.cli.gin_flags import check_task_name, parse_gin
 from t5lite.cli.inputs import fraction
+from t5lite.gin_checks import bound_value
 
 # The t5lite loggers' levels at each console verbosity (t5lite.train.trainer's channels): --quiet
 # keeps evaluations, saves and warnings; the cost line needs --verbose. metrics.jsonl keeps everything.
@@ -45,7 +46,7 @@ def cmd_train(args, gin_files, gin_bindings) -> None:
     with console_levels(args.console):
         metrics = train(progress=args.console != "quiet")
         if metrics:  # empty when the run was already at TRAIN_STEPS (train() says so)
-            print(final_line(metrics, verbose=args.console == "verbose"))
+            print(final_line(metrics, verbose=args.console == "verbose", split=_evaluated_split(train)))
     print("model dir:", gin.query_parameter("%MODEL_DIR"))
 
 
@@ -63,12 +64,21 @@ def console_levels(console: str):
             logger.setLevel(before[name])
 
 
-def final_line(metrics: dict, verbose: bool = False) -> str:
+def _evaluated_split(train) -> str:
+    """The console name of the split the run evaluates: gin's `train.eval_split`, else its default."""
+    import inspect
+
+    from t5lite.train.trainer import console_split
+    return console_split(bound_value("train.eval_split", inspect.signature(train).parameters["eval_split"].default))
+
+
+def final_line(metrics: dict, verbose: bool = False, split: str = "dev") -> str:
     """`final: train loss=... | dev accuracy=...`: the last logged training metrics and the last
-    evaluation's, each group labelled (utilisation and cost only when `verbose`)."""
+    evaluation's, each group labelled (the evaluation by its split's console name; utilisation and
+    cost only when `verbose`)."""
     shown = {k: v for k, v in metrics.items() if verbose or not k.startswith(VERBOSE_ONLY)}
-    dev = {k.removeprefix("eval_"): v for k, v in shown.items() if k.startswith("eval_")}
+    evaluated = {k.removeprefix("eval_"): v for k, v in shown.items() if k.startswith("eval_")}
     train = {k: v for k, v in shown.items() if not k.startswith(("eval_", "teacher_eval_"))}
-    groups = [("train", train), ("dev", dev)]
+    groups = [("train", train), (split, evaluated)]
     return "final: " + " | ".join(f"{name} " + " ".join(f"{k}={v:.4g}" for k, v in group.items())
                                   for name, group in groups if group)

@@ -192,11 +192,11 @@ def loop(run: Run, stop: preemption.StopSignals, progress: bool = True) -> dict:
                 since.pending.append(metrics)
                 if step % c.log_every == 0 or step == c.train_steps or step == run.start + 1:
                     last, since = _log(run, step, since), _SinceLog(step)
-                    _show(bar, last, dev)
+                    _show(bar, last, dev, c.eval_split)
                 if run.evaluators and (step % c.eval_every == 0 or step == c.train_steps):
                     dev = _evaluate(run, run.trainer.model, run.model_params(state.params), step)
                     last.update(dev)
-                    _show(bar, last, dev)
+                    _show(bar, last, dev, c.eval_split)
                 stopping = stop.requested(step, ckpt)
                 if stopping or step == c.train_steps or ckpt.due(step):
                     if not bool(finite):  # the only host sync of a step that is not logged
@@ -279,15 +279,15 @@ def _cost_metrics(meter: cost.CostMeter, step: int) -> dict[str, float]:
     return {f"cost_{k}": v for k, v in totals.items()}
 
 
-def _show(bar, metrics: dict, dev: dict) -> None:
+def _show(bar, metrics: dict, dev: dict, split: str) -> None:
     """The progress bar's postfix: the training loss, accuracy and learning rate, the speeds, and the
-    latest dev metric (t5lite's units, accuracy in %)."""
+    latest evaluation's headline metric (t5lite's units, accuracy in %), named by its split."""
     accuracy, headline = _headline_accuracy(metrics), _headline_dev(dev)
     bar.set_postfix({"loss": f"{metrics['loss']:.3f}", **({} if accuracy is None else {"train_acc": f"{accuracy:.3f}"}),
                      "lr": f"{metrics['learning_rate']:.3g}",
                      "tok_s": f"{metrics['real_tokens_per_sec']:.0f}/{metrics['tokens_per_sec']:.0f}",
                      "ex_s": f"{metrics['examples_per_sec']:.1f}",
-                     **({} if headline is None else {f"dev_{headline[0]}": f"{headline[1]:.4g}"})})
+                     **({} if headline is None else {f"{console_split(split)}_{headline[0]}": f"{headline[1]:.4g}"})})
 
 
 def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> NonFiniteLossError:
@@ -300,6 +300,11 @@ def _non_finite(step: int, metrics: dict, ckpt: checkpoints.Checkpointer) -> Non
 
 
 EVAL_SPLIT_NAMES = {"validation": "dev"}   # how the console names an evaluated split
+
+
+def console_split(split: str) -> str:
+    """An evaluated split as the console names it: `dev` for validation, else the split's own name."""
+    return EVAL_SPLIT_NAMES.get(split, split)
 
 
 def _evaluate(run: Run, module, params, step: int, prefix: str = "") -> dict[str, float]:
@@ -318,7 +323,7 @@ def _evaluate(run: Run, module, params, step: int, prefix: str = "") -> dict[str
         for name, result in results.items():
             evaluation.write_result(str(RunDir(run.config.model_dir).eval_output(f"{prefix}{name}", split)), result)
     examples = sum(result.num_examples() for result in results.values())
-    events.info("step %d %s%s: %s (%d examples)", step, prefix, EVAL_SPLIT_NAMES.get(split, split),
+    events.info("step %d %s%s: %s (%d examples)", step, prefix, console_split(split),
                 " ".join(f"{k}={v:.4g}" for k, v in scores.items()), examples)
     return record
 
