@@ -198,15 +198,14 @@ def test_the_symbolic_integration_recipe_solves_some_integrals(tmp_path):
 
 
 @pytest.mark.slow
-def test_minilm_upos_at_a_fifth_of_its_steps_leaves_the_most_frequent_tag_far_behind(tmp_path, minilm_base):
-    """The tagging guide's UPOS command (unpacked, 32 windows a step) cut from 270 steps to 60 (the
-    full run is half an hour): token accuracy on all 2077 test sentences > 70 (84.71 measured; the
-    guide's 270 steps give 94.82), where tagging every word NOUN scores 16.43 (4,123 of 25,094
-    words), in under 2 CPU-minutes."""
+def test_minilm_upos_tags_most_words_right(tmp_path, minilm_base):
+    """The tagging guide's UPOS command as printed (270 unpacked steps of 32 windows): token accuracy
+    on all 2077 test sentences > 90 (95.09 measured), where tagging every word NOUN scores 16.43
+    (4,123 of 25,094 words); 4 to 7 minutes."""
     _t5lite("train", "minilm_finetune_upos", tmp_path / "run", f"--gin.INITIAL_CHECKPOINT_PATH='{minilm_base}'",
-           f"--gin.DATA_DIR='{UD}'", "--gin.train.pack=False", "--gin.BATCH_SIZE=32",
-           "--gin.TRAIN_STEPS=60", "--gin.EVAL_EVERY=60")
-    assert _last_logged(tmp_path / "run", "token_accuracy") > _most_frequent_tag_percent(f"{UD}/en_ewt/en_ewt-ud-test.conllu") + 50
+            f"--gin.DATA_DIR='{UD}'", "--gin.train.pack=False", "--gin.BATCH_SIZE=32")
+    accuracy = _last_logged(tmp_path / "run", "token_accuracy")
+    assert accuracy > 90 and accuracy > _most_frequent_tag_percent(f"{UD}/en_ewt/en_ewt-ud-test.conllu") + 50
 
 
 @pytest.mark.slow
