@@ -126,9 +126,12 @@ def test_the_bar_shows_the_tasks_headline_dev_metric(dev, shown):
     assert _headline_dev(dev) == shown
 
 
-def test_an_evaluated_split_other_than_validation_is_named_by_its_own_name(tmp_path, capsys, caplog):
+def test_an_evaluated_split_other_than_validation_is_named_by_its_own_name(tmp_path, capsys, caplog, monkeypatch):
     """`train.eval_split` bound to 'train' through a macro (a tagging recipe evaluates `test`): the
-    evaluation line, the bar and the final line all name that split, never `dev`."""
+    evaluation line, the bar, the final line and loss.png's metric panel all name that split, never `dev`."""
+    figures = []
+    monkeypatch.setattr(summaries, "loss_figure", lambda *a, build=summaries.loss_figure: figures.append(build(*a))
+                        or figures[-1])
     out, err, logged, records = train_sst2(tmp_path, capsys, caplog, "--gin.train.eval_split=%SPLIT",
                                            "--gin.SPLIT='train'")
     lines = [message for name, message in logged if name == "t5lite.events" and " examples)" in message]
@@ -136,3 +139,5 @@ def test_an_evaluated_split_other_than_validation_is_named_by_its_own_name(tmp_p
     printed = f"{next(r['eval_accuracy'] for r in records if 'eval_accuracy' in r):.4g}"
     assert f"train_accuracy={printed}" in err.rsplit("\r", 1)[-1] and "dev_" not in err
     assert f"| train accuracy={printed}" in final_line(out) and "| dev " not in final_line(out)
+    (figure,) = figures
+    assert [ax.get_ylabel() for ax in figure.axes] == ["loss per example", "train metric"]

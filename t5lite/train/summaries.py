@@ -90,27 +90,27 @@ def read_metrics(path: str) -> list[dict]:
 PERPLEXITY_KEYS = ("perplexity", "eval_perplexity", "eval_forward_perplexity", "eval_backward_perplexity")
 
 
-def plot_loss_curve(metrics_path: str, out_path: str, loss_label: str = "loss") -> str:
-    """A PNG of loss (and eval loss, if logged) against step, with the dev metrics below it when the
-    run evaluated; `loss_label` says what the loss is a mean over (the objective's `loss_label`,
-    t5lite.objectives.base).
+def plot_loss_curve(metrics_path: str, out_path: str, loss_label: str = "loss", split: str = "dev") -> str:
+    """A PNG of loss (and eval loss, if logged) against step, with the evaluated `split`'s metrics
+    below it (named as the console names it) when the run evaluated; `loss_label` says what the loss
+    is a mean over (the objective's `loss_label`, t5lite.objectives.base).
     For a language model that logs perplexity (the recurrent LMs), `perplexity.png` beside it too."""
     records = read_metrics(metrics_path)
     title = os.path.basename(os.path.dirname(storage.absolute(metrics_path))) or "training"
-    _save(loss_figure(records, loss_label, title), out_path)
+    _save(loss_figure(records, loss_label, title, split), out_path)
     if any("perplexity" in r for r in records):
         _save(curves_figure(records, [(PERPLEXITY_KEYS, "perplexity")], title),
               RunDir(epath.Path(out_path).parent).perplexity_plot)
     return out_path
 
 
-def loss_figure(records: list[dict], loss_label: str, title: str):
-    """The figure of loss.png: the loss panel, and a panel of the dev metrics (`eval_*` in t5lite's
-    units, accuracy in %) when the run evaluated."""
+def loss_figure(records: list[dict], loss_label: str, title: str, split: str = "dev"):
+    """The figure of loss.png: the loss panel, and a panel of the evaluated split's metrics (`eval_*`
+    in t5lite's units, accuracy in %) when the run evaluated."""
     panels = [(("loss", "eval_loss"), loss_label)]
     dev = dev_metric_keys(records)
     if dev:
-        panels.append((dev, "dev metric"))
+        panels.append((dev, f"{split} metric"))
     return curves_figure(records, panels, title)
 
 

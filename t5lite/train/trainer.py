@@ -266,7 +266,8 @@ def _finish(run: Run, state, step: int, stop: preemption.StopSignals) -> None:
         log.warning("stopped by %s at step %d; its checkpoint is saved in %s; rerun the same command to resume",
                     stop.signal_name, step, run.checkpointer.directory)
     if jax.process_index() == 0 and layout.metrics.exists():
-        summaries.plot_loss_curve(str(layout.metrics), str(layout.loss_plot), run.trainer.objective.loss_label)
+        summaries.plot_loss_curve(str(layout.metrics), str(layout.loss_plot), run.trainer.objective.loss_label,
+                                  console_split(run.config.eval_split))
     if step > run.start:
         cost_log.info("cost so far (%s, %d x %s): %s", run.meter.path, run.meter.model.devices, run.meter.model.device_kind,
                  cost.summary(run.meter.totals()))
