@@ -1,6 +1,7 @@
 """`hf.load_classifier` of transformers' text classifiers: BERT's dense `classifier` on its pooler,
-and RoBERTa's `classifier.dense` + tanh + `out_proj` on the first token (RoBERTa, Longformer with
-its global first token), which t5lite reads as BERT's pooler and classifier. The logits of the loaded
+RoBERTa's `classifier.dense` + tanh + `out_proj` on the first token (RoBERTa, Longformer with
+its global first token) and DeBERTa-v2's ContextPooler (`pooler.dense` + GELU) + `classifier`, which
+t5lite reads as BERT's pooler (DeBERTa's with its activation) and classifier. The logits of the loaded
 task-head model equal the Hugging Face model's on the same ids, padding included."""
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +26,12 @@ def _classifiers():
         "longformer": (transformers.LongformerForSequenceClassification,
                        transformers.LongformerConfig(**SIZES, max_position_embeddings=66, type_vocab_size=1,
                                                      attention_window=[4, 8])),
+        "deberta-v2": (transformers.DebertaV2ForSequenceClassification,
+                       transformers.DebertaV2Config(**SIZES, max_position_embeddings=64, type_vocab_size=0,
+                                                    relative_attention=True, position_biased_input=False,
+                                                    share_att_key=True, pos_att_type=["p2c", "c2p"],
+                                                    norm_rel_ebd="layer_norm", position_buckets=4,
+                                                    max_relative_positions=16)),
     }
 
 
@@ -34,7 +41,7 @@ def _ids(pad_token_id):
     return ids
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "longformer"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "longformer", "deberta-v2"])
 def test_loaded_classifier_logits_equal_transformers(tmp_path, name):
     cls, config = _classifiers()[name]
     torch.manual_seed(0)
@@ -51,6 +58,8 @@ def test_loaded_classifier_logits_equal_transformers(tmp_path, name):
     got = model.apply(variables, **features)
     assert got.shape == (2, 3)
     assert_close(got, want, rtol=1e-4)
+    if name == "deberta-v2":   # its ContextPooler's GELU, not BERT's tanh
+        assert model.config.pooler_activation == "gelu_exact"
 
 
 def test_a_folder_without_a_classifier_is_refused_naming_it(tmp_path):
@@ -64,4 +73,13 @@ def test_electras_head_of_the_same_names_with_a_gelu_is_refused(tmp_path):
     config = transformers.ElectraConfig(**SIZES, embedding_size=32, max_position_embeddings=64)
     transformers.ElectraForSequenceClassification(config).save_pretrained(tmp_path)
     with pytest.raises(HFConversionError, match=r"this electra classifier's head .* is not RoBERTa's dense \+ tanh"):
+        hf.load_classifier(str(tmp_path))
+
+
+def test_a_deberta_pooler_narrower_than_the_model_is_refused_naming_both_widths(tmp_path):
+    config = transformers.DebertaV2Config(**SIZES, max_position_embeddings=64, type_vocab_size=0, relative_attention=True,
+                                          position_biased_input=False, share_att_key=True, pos_att_type=["p2c", "c2p"],
+                                          norm_rel_ebd="layer_norm", position_buckets=4, pooler_hidden_size=16)
+    transformers.DebertaV2ForSequenceClassification(config).save_pretrained(tmp_path)
+    with pytest.raises(HFConversionError, match=r"pooler_hidden_size=16 differs from hidden_size=32"):
         hf.load_classifier(str(tmp_path))

@@ -118,6 +118,7 @@ class ModelConfig(Replaceable):
     logits_bias: bool = False         # BART's final_logits_bias
     encoder_head: str = "mlm"         # what an encoder's __call__ returns: "mlm", "discriminator", "none"
     pooler: bool = False              # dense + tanh on the first token (BERT, ALBERT)
+    pooler_activation: str = "tanh"   # the pooler's activation: DeBERTa's ContextPooler has a GELU ("gelu_exact")
     sentence_head: bool = False       # 2-way classifier on the pooler: BERT's NSP, ALBERT's SOP
     span_boundary_head: bool = False  # SpanBERT's span boundary objective (a pre-training head of encoders)
 
@@ -139,7 +140,7 @@ class ModelConfig(Replaceable):
         choices = dict(arch=ARCHITECTURES, position_encoding=POSITION_ENCODINGS, encoder_head=ENCODER_HEADS,
                        norm=("rms", "layer"), norm_position=("pre", "post"), attention_impl=("einsum", "jax", "cudnn"),
                        remat_policy=("none", "full", "minimal"), weight_quantization=("none", "int8", "int4"),
-                       image_pooling=("cls", "mean"))
+                       image_pooling=("cls", "mean"), pooler_activation=("tanh", "gelu", "gelu_exact"))
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ConfigError(f"model config {field}={getattr(self, field)!r}: expected one of {allowed}")

@@ -76,12 +76,14 @@ class DiscriminatorHead(nn.Module):
 
 
 class Pooler(nn.Module):
-    """BERT's pooler: dense + tanh on the first ([CLS]) token."""
+    """BERT's pooler: dense + tanh on the first ([CLS]) token (DeBERTa's: dense + GELU,
+    `pooler_activation`)."""
     config: ModelConfig
 
     @nn.compact
     def __call__(self, x):
-        return jnp.tanh(_dense(self.config, self.config.d_model, ("embed", "mlp"), "dense")(x[:, 0]))
+        dense = _dense(self.config, self.config.d_model, ("embed", "mlp"), "dense")
+        return L.ACTIVATIONS[self.config.pooler_activation](dense(x[:, 0]))
 
 
 POOLINGS = ("first", "cls", "last", "mean", "max")   # "cls" is "first", sentence-transformers' name

@@ -33,7 +33,7 @@ from t5lite import models
 from t5lite.errors import first_line
 from t5lite.interop.hf import adapter as adapter_lib
 from t5lite.interop.hf import bart, bert, deberta, files, gpt2, longformer, t5, vision_encoder_decoder, vit
-from t5lite.interop.hf.fields import HFConversionError
+from t5lite.interop.hf.fields import HFConversionError, activation_from_hf
 from t5lite.interop.hf.rules import Rule
 from t5lite.models import heads, vision
 from t5lite.models.config import ModelConfig
@@ -182,36 +182,54 @@ ROBERTA_HEADS = ("roberta", "longformer")   # model types whose classifier is tr
 
 def load_classifier(path: str, **config_overrides) -> tuple[nn.Module, dict]:
     """A Hugging Face classifier folder -> a task-head model (`WithHead`, as fine-tuning trains) and its
-    variables `{"params": {"backbone", "head"}}`. Two heads are read: one dense `classifier`
-    (ViTForImageClassification on the [CLS] state, BertForSequenceClassification on the pooler), and
-    RoBERTa's `classifier.dense` + tanh + `classifier.out_proj` on the first token
-    (Roberta- and LongformerForSequenceClassification), which is BERT's pooler and
-    classifier under other names, so it becomes those."""
+    variables `{"params": {"backbone", "head"}}`. Three heads are read: one dense `classifier`
+    (ViTForImageClassification on the [CLS] state, BertForSequenceClassification on the pooler);
+    RoBERTa's `classifier.dense` + tanh + `classifier.out_proj` on the first token (Roberta- and
+    LongformerForSequenceClassification); and DeBERTa-v2's ContextPooler, `pooler.dense` +
+    `pooler_hidden_act` on the first token, then `classifier`. The last two are BERT's pooler
+    (with DeBERTa's activation) and classifier under other names, so they become those."""
     tensors = files.read_tensors(path)
-    if all(f"classifier.{m}.{p}" in tensors for m in ("dense", "out_proj") for p in ("weight", "bias")):
-        model_type = files.read_config(path).get("model_type")
-        if model_type not in ROBERTA_HEADS:   # ELECTRA's has these names with a GELU
-            raise HFConversionError(f"{path}: this {model_type} classifier's head (classifier.dense, its activation, "
-                                    "classifier.out_proj) is not RoBERTa's dense + tanh, which load_classifier reads; "
-                                    "load the backbone with hf.load and fine-tune a new head")
-        module, variables = load(path, **config_overrides, pooler=True)
-        dense = {"kernel": np.asarray(tensors["classifier.dense.weight"], np.float32).T,
-                 "bias": np.asarray(tensors["classifier.dense.bias"], np.float32)}
+    pooled = _pooled_head(path, files.read_config(path), tensors)
+    if pooled:
+        dense_name, classifier_name, activation = pooled
+        module, variables = load(path, **config_overrides, pooler=True, pooler_activation=activation)
+        dense = {"kernel": np.asarray(tensors[f"{dense_name}.weight"], np.float32).T,
+                 "bias": np.asarray(tensors[f"{dense_name}.bias"], np.float32)}
         variables = {"params": {**variables["params"], "pooler": {"dense": jax.tree.map(jnp.asarray, dense)}}}
-        weight, bias = tensors["classifier.out_proj.weight"], tensors["classifier.out_proj.bias"]
+        weight, bias = tensors[f"{classifier_name}.weight"], tensors[f"{classifier_name}.bias"]
     elif "classifier.weight" in tensors and "classifier.bias" in tensors:
         module, variables = load(path, **config_overrides)
         weight, bias = tensors["classifier.weight"], tensors["classifier.bias"]
     else:
         raise HFConversionError(f"{path}: neither a 'classifier' dense nor RoBERTa's 'classifier.dense' and "
                                 "'classifier.out_proj'; load_classifier reads a ...ForImageClassification or a BERT, "
-                                "RoBERTa or Longformer ...ForSequenceClassification folder")
+                                "RoBERTa, Longformer or DeBERTa-v2 ...ForSequenceClassification folder")
     weight = np.asarray(weight, np.float32)
     config = module.config
     model = WithHead(config, heads.SequenceClassificationHead(config, weight.shape[0]),
                      "pooler" if config.pooler else "first")
     head = {"classifier": {"kernel": weight.T, "bias": np.asarray(bias, np.float32)}}
     return model, {"params": {"backbone": variables["params"], "head": jax.tree.map(jnp.asarray, head)}}
+
+
+def _pooled_head(path: str, hf_config: dict, tensors: dict) -> tuple[str, str, str] | None:
+    """(the dense on the first token, the classifier after it, t5lite's name of the activation
+    between) of a classifier head that t5lite reads as its pooler + classifier; None for a head
+    that is one dense."""
+    model_type = hf_config.get("model_type")
+    if all(f"classifier.{m}.{p}" in tensors for m in ("dense", "out_proj") for p in ("weight", "bias")):
+        if model_type not in ROBERTA_HEADS:   # ELECTRA's has these names with a GELU
+            raise HFConversionError(f"{path}: this {model_type} classifier's head (classifier.dense, its activation, "
+                                    "classifier.out_proj) is not RoBERTa's dense + tanh, which load_classifier reads; "
+                                    "load the backbone with hf.load and fine-tune a new head")
+        return "classifier.dense", "classifier.out_proj", "tanh"
+    if model_type == "deberta-v2" and "pooler.dense.weight" in tensors:
+        width = hf_config.get("pooler_hidden_size") or hf_config["hidden_size"]
+        if width != hf_config["hidden_size"]:
+            raise HFConversionError(f"{path}: pooler_hidden_size={width} differs from hidden_size="
+                                    f"{hf_config['hidden_size']}; t5lite's pooler keeps the model's width")
+        return "pooler.dense", "classifier", activation_from_hf(hf_config.get("pooler_hidden_act", "gelu"))
+    return None
 
 
 def export_config(config: ModelConfig) -> dict:

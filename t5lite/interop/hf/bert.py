@@ -105,7 +105,7 @@ class EncoderFamily:
         n = self.names
         require(cfg, n.model_type, arch="encoder", norm="layer", norm_position="post", final_norm=False,
                 embedding_norm=True, use_bias=True, scale_attention=True, position_encoding=self.position_encoding,
-                scale_embeddings=False, tie_embeddings=True, share_layers=n.model_type == "albert",
+                scale_embeddings=False, tie_embeddings=True, share_layers=n.model_type == "albert", pooler_activation="tanh",
                 position_offset=cfg.pad_token_id + 1 if n.model_type == "roberta" else 0)
         if len(cfg.mlp_activations) != 1:
             raise HFConversionError(f"{n.model_type} cannot express a gated MLP {cfg.mlp_activations}")

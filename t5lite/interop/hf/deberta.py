@@ -42,6 +42,11 @@ class DebertaV2Family(EncoderFamily):
         if LEGACY_MLM[2] in tensors:
             self.names = dataclasses.replace(self.names, mlm=LEGACY_MLM)
 
+    def from_hf(self, c: dict, tensors: dict[str, np.ndarray]) -> ModelConfig:
+        """DebertaV2Model has no pooler: a sequence classifier's top-level `pooler.dense` (its
+        ContextPooler) is part of the head, which `hf.load_classifier` reads."""
+        return super().from_hf(c, tensors).replace(pooler=False)
+
     def positions(self, c: dict) -> dict:
         max_relative = c.get("max_relative_positions", -1)
         return dict(position_encoding="disentangled", relative_attention_num_buckets=c["position_buckets"],
