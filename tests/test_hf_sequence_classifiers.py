@@ -83,3 +83,13 @@ def test_a_deberta_pooler_narrower_than_the_model_is_refused_naming_both_widths(
     transformers.DebertaV2ForSequenceClassification(config).save_pretrained(tmp_path)
     with pytest.raises(HFConversionError, match=r"pooler_hidden_size=16 differs from hidden_size=32"):
         hf.load_classifier(str(tmp_path))
+
+
+def test_a_bert_with_a_gelu_pooler_is_not_exported_as_bert(tmp_path):
+    """transformers' BertPooler has a tanh: a GELU pooler written as BERT would change the model."""
+    config = transformers.BertConfig(**SIZES, max_position_embeddings=64)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path)
+    model, _ = hf.load_classifier(str(tmp_path))
+    hf.export_config(model.config)
+    with pytest.raises(HFConversionError, match="pooler_activation"):
+        hf.export_config(model.config.replace(pooler_activation="gelu_exact"))
