@@ -357,3 +357,18 @@ def test_json_lines_give_their_field(tmp_path):
     assert cli.read_inputs(str(tmp_path / "p.txt"), field="q") == ["one", "two é"]   # --field: JSON lines
     (tmp_path / "p.jsonl").write_text('{"input": "one", "id": 1}\n\n{"input": "two é"}\n')
     assert cli.read_inputs(str(tmp_path / "p.jsonl")) == ["one", "two é"]
+
+
+@pytest.mark.parametrize("given, want", [((), "/corpora/glue"), (("eval.data_dir='/elsewhere'",), "/elsewhere")])
+def test_eval_of_a_training_config_reads_its_data_where_training_did(clean_gin_state, given, want):
+    """A recipe that binds only `train.data_dir = %DATA_DIR` (the ULMFiT LM fine-tuning config) is
+    evaluated by `t5lite eval` from that folder, with its training objective; `eval.data_dir` given wins."""
+    from t5lite import gin_checks
+    from t5lite.cli.gin_flags import from_training_config, parse_gin
+    from t5lite.infer.evaluation import evaluate
+    parse_gin(["configs/local/ulmfit_tiny_lm_finetune_sst2.gin"],
+              ["DATA_DIR='/corpora/glue'", "TEXT_DATA_DIR='/corpora'", "MODEL_DIR='/runs/lm'", *given],
+              required_macros=(), entry=("eval", evaluate), base_file="gin/eval.gin")
+    from_training_config("eval", ("objective", "data_dir"))
+    assert gin_checks.bound_value("eval.data_dir") == want
+    assert gin_checks.is_bound("eval.objective")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from t5lite import writable
-from t5lite.cli.gin_flags import model_from_run_unless_given, objective_from_training_config, parse_gin
+from t5lite.cli.gin_flags import from_training_config, model_from_run_unless_given, parse_gin
 from t5lite.cli.inputs import add_text_inputs, input_texts
 
 
@@ -29,7 +29,7 @@ def cmd_embed(args, gin_files, gin_bindings) -> None:
     writable.ensure_writable_file(output, "--output")
     parse_gin(gin_files, gin_bindings, required_macros=(), entry=("embed", embed), base_file="gin/embed.gin")
     model_from_run_unless_given("embed")
-    objective_from_training_config("embed")
+    from_training_config("embed")
     embeddings = embed(texts)
     with epath.Path(output).open("wb") as f:   # a local path or gs://
         np.save(f, embeddings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from t5lite import gin_checks
-from t5lite.cli.gin_flags import check_task_name, model_from_run_unless_given, objective_from_training_config, parse_gin
+from t5lite.cli.gin_flags import check_task_name, from_training_config, model_from_run_unless_given, parse_gin
 from t5lite.errors import CheckpointError, ConfigError, T5liteError
 
 
@@ -32,7 +32,7 @@ def cmd_eval(args, gin_files, gin_bindings) -> None:
         _refuse_other_model(e)
         raise
     model_from_run_unless_given("eval")
-    objective_from_training_config()
+    from_training_config("eval", ("objective", "data_dir"))
     check_task_name("eval")
     from t5lite.train import cost
     meter = cost.CostMeter(None)   # this call's cost, written to the eval folder's cost.json

@@ -121,10 +121,12 @@ def model_from_run_unless_given(entry: str) -> None:
         gin.bind_parameter(f"{entry}.model", None)
 
 
-def objective_from_training_config(entry: str = "eval") -> None:
+def from_training_config(entry: str = "eval", names: tuple[str, ...] = ("objective",)) -> None:
     """A training config's `train.objective` (a task head, say) is what `t5lite eval` evaluates
-    (and `t5lite embed` embeds) with, so the model is built and scored as during training;
-    `<entry>.objective` given wins."""
+    (and `t5lite embed` embeds) with, so the model is built and scored as during training; the
+    same for the other `names` (`t5lite eval`: `data_dir`, so a config that binds only
+    `train.data_dir` reads its evaluation data from the same folder). `<entry>.<name>` given wins."""
     import gin
-    if gin_checks.is_bound("train.objective") and not gin_checks.is_bound(f"{entry}.objective"):
-        gin.bind_parameter(f"{entry}.objective", gin.query_parameter("train.objective"))
+    for name in names:
+        if gin_checks.is_bound(f"train.{name}") and not gin_checks.is_bound(f"{entry}.{name}"):
+            gin.bind_parameter(f"{entry}.{name}", gin.query_parameter(f"train.{name}"))
