@@ -219,7 +219,7 @@ def test_the_unigram_baseline_scores_the_held_out_masked_tokens_by_the_training_
                          method="pretraining_logits")["params"]
     (evaluator,) = objective.evaluators(task, "validation", lengths, batch_size=8, max_examples=40).values()
     assert "unigram_loss" not in evaluator.evaluate(module, params).metrics   # nothing counted yet
-    evaluator.count_training_tokens(task, "train", lengths)
+    evaluator.count_training_tokens("train", lengths)
 
     def masked(split, count):
         examples = list(task.get_dataset(split, lengths))[:count]
@@ -268,3 +268,30 @@ def test_mlm_nsp_evaluation_is_the_split_mean_of_numpys_cross_entropy_without_dr
     assert set(result.metrics) == set(expected)
     for name, value in expected.items():
         assert_close(result.metrics[name], value, rtol=1e-5)
+
+
+def test_a_pretraining_mixture_is_evaluated_task_by_task_each_with_its_unigram_loss(tmp_path, clean_gin_state):
+    """A mixture samples its tasks without end, so an evaluation during training scores each task's
+    split once, under the task's name, with the unigram baseline of that task's own training text
+    (mBERT's per-language held-out loss); before, the evaluation never ended."""
+    import json
+    from conftest import REPO
+    from t5lite import cli
+    from t5lite.data.registry import MixtureRegistry
+    from t5lite.train import trainer
+    tasks = ("embedded_docs_bert_mlm", "embedded_docs_bert_mlm_static")
+    MixtureRegistry.remove("two_mlm_tasks")
+    MixtureRegistry.add("two_mlm_tasks", [(t, 1.0) for t in tasks])
+    try:
+        cli.parse_gin([str(REPO / "configs/local/bert_tiny_pretrain.gin"), str(REPO / "gin/objectives/bert_mlm.gin")],
+                      [f"MODEL_DIR = '{tmp_path}'", "MIXTURE_OR_TASK_NAME = 'two_mlm_tasks'", "TRAIN_STEPS = 2",
+                       "BATCH_SIZE = 4", "train.eval_every = 2", "train.eval_max_examples = 16"],
+                      entry=("train", trainer.train))
+        trainer.train(progress=False)
+    finally:
+        MixtureRegistry.remove("two_mlm_tasks")
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    (evaluated,) = [r for r in records if any(k.startswith("eval_") for k in r)]
+    for task in tasks:
+        assert 0 < evaluated[f"eval_{task}/mlm_loss"] < 20 and 0 < evaluated[f"eval_{task}/unigram_loss"] < 20
+    assert (tmp_path / "eval" / f"{tasks[1]}.validation").is_dir()

@@ -260,10 +260,22 @@ def label_log_likelihoods(module, params, inputs: Mapping[str, np.ndarray], labe
 
 def evaluators(task_or_mixture, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict[str, Evaluator]:
     """An Evaluator per task: the task itself, or each task of a mixture that has the split."""
-    if isinstance(task_or_mixture, registry.Mixture):
-        return {t.name: Evaluator(t, split, task_feature_lengths, **kwargs) for t in task_or_mixture.tasks
-                if split in t.splits}
-    return {task_or_mixture.name: Evaluator(task_or_mixture, split, task_feature_lengths, **kwargs)}
+    return per_task(lambda task, *args, **kw: {task.name: Evaluator(task, *args, **kw)}, task_or_mixture, split,
+                    task_feature_lengths, **kwargs)
+
+
+def per_task(make_evaluators, task_or_mixture, split: str, task_feature_lengths: Mapping[str, int], **kwargs) -> dict:
+    """`make_evaluators(task, split, task_feature_lengths, **kwargs)` (an objective's `evaluators`) of
+    the task itself, or merged over each task of a mixture that has the split: a mixture samples
+    its tasks without end, so each is scored alone and logged under its own name."""
+    if not isinstance(task_or_mixture, registry.Mixture):
+        return make_evaluators(task_or_mixture, split, task_feature_lengths, **kwargs)
+    made = {name: evaluator for task in task_or_mixture.tasks if split in task.splits
+            for name, evaluator in make_evaluators(task, split, task_feature_lengths, **kwargs).items()}
+    if not made:
+        raise DataError(f"mixture {task_or_mixture.name!r}: none of its tasks has a {split!r} split to evaluate; "
+                        f"evaluate a split they have ({sorted(task_or_mixture.tasks[0].splits)})")
+    return made
 
 
 def evaluate_all(evaluators_by_task: Mapping[str, Evaluator], module, params) -> dict[str, EvalResult]:
@@ -385,8 +397,8 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
         else:
             make_evaluators = (functools.partial(evaluators, rank_classification=rank_classification)
                                if objective is None else objective.evaluators)
-            results = evaluate_all(make_evaluators(task, split, task_feature_lengths, batch_size=batch_size,
-                                                   data_dir=data_dir, max_examples=max_examples), module, params)
+            results = evaluate_all(per_task(make_evaluators, task, split, task_feature_lengths, batch_size=batch_size,
+                                            data_dir=data_dir, max_examples=max_examples), module, params)
     if meter is not None:
         meter.add_flops(sum(result.flops for result in results.values()))
     totals = meter.totals() if meter is not None else {}

@@ -47,7 +47,7 @@ class LossEvaluator:
 
     def __init__(self, objective, task, split: str, task_feature_lengths, batch_size: int = 32, data_dir=None,
                  max_examples=None, pack: bool = False):
-        self.objective, self.pack = objective, pack
+        self.objective, self.task, self.pack = objective, task, pack
         rows, self.examples = converted_rows(objective.converter, task, split, task_feature_lengths, data_dir,
                                              max_examples, pack)
         self.lengths = [int(np.count_nonzero(row[target_keys(row)[0]])) for row in rows]
@@ -66,10 +66,10 @@ class LossEvaluator:
         done = sum(self.forward_flops(module, n) for n in self.lengths)
         return EvalResult(scores, [], flops=done, examples=self.examples)
 
-    def count_training_tokens(self, task, split: str, task_feature_lengths, data_dir=None) -> None:
-        """Count the target tokens of `split`'s first UNIGRAM_EXAMPLES examples, converted as the
-        evaluated split is, so that each evaluation also logs `unigram_loss`."""
-        rows, _ = converted_rows(self.objective.converter, task, split, task_feature_lengths, data_dir,
+    def count_training_tokens(self, split: str, task_feature_lengths, data_dir=None) -> None:
+        """Count the target tokens of the evaluated task's `split` (its first UNIGRAM_EXAMPLES
+        examples, converted as the evaluated split is), so that each evaluation also logs `unigram_loss`."""
+        rows, _ = converted_rows(self.objective.converter, self.task, split, task_feature_lengths, data_dir,
                                  UNIGRAM_EXAMPLES, self.pack)
         self.train_counts = np.bincount(target_tokens(rows))
 

@@ -23,7 +23,7 @@ import jax
 from t5lite.data import catalog, vocab as vocab_lib
 from t5lite.data.loader import Loader, prefetch
 from t5lite.errors import ConfigError, require_positive
-from t5lite.infer import checkpoint_reader, peft_checkpoint
+from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint
 from t5lite.models import peft as peft_lib
 from t5lite.models.config import ModelConfig
 from t5lite.objectives.base import LossConfig, Objective
@@ -171,12 +171,12 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
     total = trainer.num_base_params + (trainer.num_params if c.peft is not None else 0)
     log.info("trainable params: %d || all params: %d || trainable%%: %.4f; optimizer state %.3g MB",
              trainer.num_params, total, 100 * trainer.num_params / total, trainer.opt_state_bytes / 1e6)
-    evaluators = {} if not c.eval_every else trainer.objective.evaluators(
-        task, c.eval_split, c.task_feature_lengths, batch_size=c.eval_batch_size or c.batch_size,
-        data_dir=c.data_dir, max_examples=c.eval_max_examples)
+    evaluators = {} if not c.eval_every else evaluation.per_task(
+        trainer.objective.evaluators, task, c.eval_split, c.task_feature_lengths,
+        batch_size=c.eval_batch_size or c.batch_size, data_dir=c.data_dir, max_examples=c.eval_max_examples)
     for evaluator in evaluators.values():   # a pre-training loss beside what token frequencies alone score
         if isinstance(evaluator, LossEvaluator):
-            evaluator.count_training_tokens(task, c.train_split, c.task_feature_lengths, c.data_dir)
+            evaluator.count_training_tokens(c.train_split, c.task_feature_lengths, c.data_dir)
     return Run(
         config=c, trainer=trainer, state=state, start=start, batches=prefetch(loader),
         step=trainer.jit_train_step(frozen, teacher, masks),
