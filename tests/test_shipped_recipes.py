@@ -2,7 +2,8 @@
 from the page, not copied here), and in the slow suite, run as its guide prints the command (the
 config as it is, the guide's flags, the real data), it leaves the constant baseline on the data it
 is scored on (SST-2 dev's majority class, Universal NER test's all-`O` tagging, UD test's most
-frequent tag, a pre-training's unigram loss)."""
+frequent tag, a pre-training's unigram loss, random word vectors, an untrained bi-encoder, the
+LM before target-domain fine-tuning)."""
 import collections
 import csv
 import json
@@ -13,6 +14,7 @@ import gin
 import pytest
 from conftest import REPO, shared_data_dir, write_glove
 from test_finetune_configs import GLUE, MINILM, _records, _train
+from test_word2vec import _analogies_above_random
 
 from t5lite import cli
 from t5lite.interop import checkpoint as convert
@@ -237,3 +239,86 @@ def test_text_to_text_tagging_finds_some_entities(tmp_path):
             f"--gin.DATA_DIR='{UD}'")
     assert _last_logged(tmp_path / "uner", "entity_f1") > 2.0
     assert _last_logged(tmp_path / "uner", "token_accuracy") > _outside_percent(f"{UD}/uner_en_ewt/en_ewt-ud-test.iob2")
+
+
+def _eval_metric(model_dir, task: str, split: str, metric: str) -> float:
+    """A metric `t5lite eval` wrote for `task`'s `split` under MODEL_DIR/eval/."""
+    with open(os.path.join(model_dir, "eval", f"{task}.{split}", "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f][-1][metric]
+
+
+@pytest.mark.slow
+def test_ulmfit_lm_fine_tuning_fits_sst2_better_than_the_wikitext_lm(tmp_path):
+    """The ULMFiT guide's steps 1 and 2 as printed: the AWD-LSTM LM pre-trained on WikiText-2 (300
+    steps), then fine-tuned as an LM on SST-2's sentences (150 steps). Step 2 is there to fit the
+    target domain: its SST-2 dev perplexity ends far below the step-1 LM's on the same sentences,
+    scored by `t5lite eval` of that LM through the step-2 config (164.7 against 310.5 measured;
+    about 2 CPU-minutes)."""
+    text = f"--gin.TEXT_DATA_DIR='{shared_data_dir()}'"
+    _t5lite("train", "awd_lstm_tiny_wikitext2", tmp_path / "lm", f"--gin.DATA_DIR='{shared_data_dir()}'")
+    _t5lite("eval", "ulmfit_tiny_lm_finetune_sst2", tmp_path / "lm", f"--gin.DATA_DIR='{GLUE}'", text,
+            "--gin.BATCH_SIZE=16")   # the LM's state rows are its training batch's
+    before = _eval_metric(tmp_path / "lm", "bert_glue_sst2", "validation", "perplexity")
+    _t5lite("train", "ulmfit_tiny_lm_finetune_sst2", tmp_path / "sst2_lm",
+            f"--gin.INITIAL_CHECKPOINT_PATH='{tmp_path / 'lm'}'", f"--gin.DATA_DIR='{GLUE}'", text)
+    assert _last_logged(tmp_path / "sst2_lm", "perplexity") < 0.75 * before
+
+
+@pytest.mark.slow
+def test_frozen_elmo_features_leave_the_sst2_majority(tmp_path):
+    """The ELMo guide's commands: ELMo-tiny pre-trained on WikiText-2 (300 steps), then its frozen
+    biLM's scalar mix + BiLSTM(50) on SST-2 (600 steps): dev accuracy above the majority class
+    (55.28 measured against 50.92: ELMo-tiny's features carry little sentiment, as the ULMFiT
+    guide's results say; about 3 CPU-minutes)."""
+    _t5lite("train", "elmo_tiny_wikitext2", tmp_path / "elmo", f"--gin.DATA_DIR='{shared_data_dir()}'")
+    _t5lite("train", "elmo_tiny_features_sst2", tmp_path / "sst2", f"--gin.INITIAL_CHECKPOINT_PATH='{tmp_path / 'elmo'}'",
+            f"--gin.DATA_DIR='{GLUE}'", f"--gin.TEXT_DATA_DIR='{shared_data_dir()}'")
+    assert _last_logged(tmp_path / "sst2", "accuracy") > _majority_percent(SST2_DEV) + 2
+
+
+@pytest.mark.slow
+def test_word2vec_on_multi30k_captions_answers_analogies_random_vectors_cannot(tmp_path):
+    """The word-vectors guide's Multi30k config (1,200 CBOW steps on the English training captions):
+    of word2vec's analogy questions whose words the captions have (734: family, participles,
+    plurals), it answers many (173 measured) where random vectors of the same words answer none
+    (under a CPU-minute)."""
+    _t5lite("train", "word2vec_multi30k", tmp_path / "run", f"--gin.DATA_DIR='{shared_data_dir()}'")
+    trained, control = _analogies_above_random(tmp_path / "run" / "vectors.txt")
+    assert trained["correct"] >= control["correct"] + 50, (trained["correct"], control["correct"])
+
+
+@pytest.mark.slow
+def test_an_mnrl_bi_encoder_retrieves_squad_paragraphs_its_initialisation_cannot(tmp_path):
+    """The sentence-embeddings guide's MNRL commands: bert_tiny trained 400 steps on the questions
+    of SQuAD dev's first 36 articles, written as the guide's script writes them, retrieves the
+    other 12 articles' paragraphs far better than the same config at its initialisation, scored
+    by `t5lite eval` (recall@1 19.45 against 8.05 measured; about 2 CPU-minutes)."""
+    squad = json.loads((shared_data_dir() / "squad" / "v1.1" / "dev-v1.1.json").read_text())
+    split = tmp_path / "squad_split"
+    split.mkdir()
+    for name, articles in (("train-v1.1.json", squad["data"][:36]), ("dev-v1.1.json", squad["data"][36:])):
+        (split / name).write_text(json.dumps({"version": squad["version"], "data": articles}))
+    data = f"--gin.DATA_DIR='{split}'"
+    _t5lite("train", "bert_tiny_mnrl_squad", tmp_path / "mnrl", data)
+    _t5lite("train", "bert_tiny_mnrl_squad", tmp_path / "untrained", data, "--gin.TRAIN_STEPS=1", "--gin.EVAL_EVERY=0",
+            "--gin.warmup_cosine.peak_learning_rate=0.0")
+    _t5lite("eval", "bert_tiny_mnrl_squad", tmp_path / "untrained", data)
+    untrained = _eval_metric(tmp_path / "untrained", "sentence_squad_v1", "validation", "recall@1")
+    assert _last_logged(tmp_path / "mnrl", "recall@1") > untrained + 5
+
+
+@pytest.mark.slow
+def test_an_english_german_mlm_learns_each_language_beyond_its_unigram_loss(tmp_path):
+    """The multilingual guide's mBERT-style commands: one SentencePiece vocabulary learnt by `t5lite
+    prepare` from Multi30k's English and German captions and WMT's Romanian, then bert_tiny's MLM on
+    the English + German mixture (300 steps), evaluated at its last step: each language's
+    held-out MLM loss ends below its own unigram loss (about 2 CPU-minutes)."""
+    data = shared_data_dir()
+    raw = data / "multi30k" / "task1" / "raw"
+    cli.main(["prepare", "--vocab_size", "4000", "--output", str(tmp_path / "vocab"), "--input", str(raw / "train.en"),
+              str(raw / "train.de"), str(data / "wmt" / "en-ro" / "newsdev2016-enro.ro")])
+    _t5lite("train", "bert_tiny_mlm_multi30k_en_de", tmp_path / "run", f"--gin.train.data_dir='{data}'",
+            f"--gin.train.vocabulary_path='{tmp_path / 'vocab' / 'spm.model'}'", "--gin.train.eval_every=%TRAIN_STEPS")
+    for language in ("en", "de"):
+        task = f"multi30k_{language}_mlm"
+        assert _last_logged(tmp_path / "run", f"{task}/mlm_loss") < _last_logged(tmp_path / "run", f"{task}/unigram_loss")
