@@ -194,3 +194,36 @@ def test_flat_metrics_adds_the_glue_average_with_t5_grouping():
     flat = evaluation.flat_metrics({t: evaluation.EvalResult(m, []) for t, m in scores.items()})
     assert flat["glue_cola/matthews_corrcoef"] == 40.0 and "super_glue_average" not in flat
     assert flat["glue_average"] == pytest.approx((40 + 90 + 75 + 55 + 25 + 5 + 100 + 60) / 8)
+
+
+def test_a_pretraining_task_is_scored_beside_its_unigram_loss(model, task, monkeypatch):
+    """Span corruption has no metric functions: its evaluation is the teacher-forced `loss` over the
+    target tokens and, with the training split counted, `unigram_loss`: each held-out target token's
+    -log of its add-one-half smoothed frequency among the targets of the first UNIGRAM_EXAMPLES
+    training examples (counted here with collections.Counter and math.log). A task with metrics is
+    scored by them and counts nothing."""
+    import collections
+    import itertools
+    import math
+    from t5lite.data import catalog
+    from t5lite.infer import unigram
+    module, params = model
+    monkeypatch.setattr(unigram, "UNIGRAM_EXAMPLES", 300)
+    pretraining = catalog.get_task_or_mixture("embedded_docs_span_corruption")
+    lengths = {"inputs": 64, "targets": 16}
+    evaluator = evaluation.Evaluator(pretraining, "validation", lengths, batch_size=8, max_examples=24)
+    assert "unigram_loss" not in evaluator.evaluate(module, params).metrics   # nothing counted yet
+    evaluator.count_training_tokens("train", lengths)
+    result = evaluator.evaluate(module, params).metrics
+
+    def targets(split, count):
+        return [int(t) for ex in itertools.islice(pretraining.get_dataset(split, lengths), count) for t in ex["targets"]]
+
+    counts, held_out = collections.Counter(targets("train", 300)), targets("validation", 24)
+    total, vocab = sum(counts.values()), module.config.vocab_size
+    expected = -sum(math.log((counts[t] + 0.5) / (total + 0.5 * vocab)) for t in held_out) / len(held_out)
+    assert result["unigram_loss"] == pytest.approx(expected, rel=1e-9)
+    assert 0 < result["loss"] and math.isfinite(result["loss"])
+    with_metrics = evaluation.Evaluator(task, "validation", LENGTHS, batch_size=4)
+    with_metrics.count_training_tokens("train", LENGTHS)
+    assert "unigram_loss" not in with_metrics.evaluate(module, params).metrics

@@ -20,7 +20,7 @@ from t5lite.errors import T5liteError
 from t5lite.experiments import stats
 from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
 from t5lite.experiments.spec import Claim, Spec
-from t5lite.objectives.heldout import UNIGRAM_EXAMPLES
+from t5lite.infer.unigram import UNIGRAM_EXAMPLES
 from t5lite.plotting import plain_ticks, pyplot
 from t5lite.run_layout import RunDir
 

@@ -30,7 +30,7 @@ from etils import epath
 from t5lite import finite, metrics as metrics_lib, models, storage, writable
 from t5lite.data import catalog, converters, finetune_converters, registry, vocab as vocab_lib
 from t5lite.errors import DataError, require_positive
-from t5lite.infer import checkpoint_reader, decoding, predict, scoring
+from t5lite.infer import checkpoint_reader, decoding, predict, scoring, unigram
 from t5lite.models import flops, vision
 from t5lite.run_layout import RunDir
 
@@ -183,6 +183,7 @@ class Evaluator:
                                                     "targets": targets, "target_lengths": target_lengths},
                                                    batch_size))
         self.target_tokens = sum(len(ex["targets"]) for ex in self.examples)
+        self.train_counts = None
         self.targets = [task.postprocess(text_of(ex, "targets", self.vocabulary), example=ex, is_target=True)
                         for ex in self.examples]
         self.labels = label_strings(task, self.examples) if rank_classification and task.metric_fns else None
@@ -192,6 +193,16 @@ class Evaluator:
             self.label_tokens, self.label_lengths = padded_rows(
                 [(self.vocabulary.encode(label) + [eos])[:self.max_decode_length] for label in self.labels],
                 self.max_decode_length)
+
+    def count_training_tokens(self, split: str, task_feature_lengths: Mapping[str, int], data_dir=None) -> None:
+        """For a task scored by its loss alone (no metric functions: span corruption and the other
+        sequence-to-sequence pre-training tasks), count the target tokens of `split`'s first
+        UNIGRAM_EXAMPLES examples, so that each evaluation also logs `unigram_loss` beside `loss`."""
+        if self.task.metric_fns:
+            return
+        examples = self.task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir)
+        self.train_counts = unigram.token_counts(ex["targets"] for ex in
+                                                 itertools.islice(examples, unigram.UNIGRAM_EXAMPLES))
 
     def __repr__(self):
         return (f"Evaluator({self.task.name!r}, split={self.split!r}, examples={len(self.examples)}, "
@@ -225,6 +236,9 @@ class Evaluator:
     def evaluate(self, module, params) -> EvalResult:
         out, done = self._run(module, params)
         metrics = {"loss": float(-out["log_likelihood"].sum() / max(self.target_tokens, 1))}
+        if self.train_counts is not None:
+            targets = np.concatenate([np.asarray(ex["targets"], np.int64) for ex in self.examples])
+            metrics["unigram_loss"] = unigram.unigram_loss(self.train_counts, targets, module.config.vocab_size)
         inputs_vocabulary = self.task.output_features.get("inputs", self.task.output_features["targets"]).vocabulary
         records = [{"inputs": text_of(ex, "inputs", inputs_vocabulary),
                     "target": text_of(ex, "targets", self.vocabulary)} for ex in self.examples]

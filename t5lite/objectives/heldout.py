@@ -19,11 +19,11 @@ import numpy as np
 from t5lite.data import converter_registry, converters
 from t5lite.errors import DataError
 from t5lite.infer.evaluation import EvalResult
+from t5lite.infer.unigram import UNIGRAM_EXAMPLES, token_counts, unigram_loss
 from t5lite.models import flops
 from t5lite.objectives.base import LossConfig, target_keys
 
 PLAIN = LossConfig(z_loss=0.0)
-UNIGRAM_EXAMPLES = 10_000   # training examples the unigram frequencies are counted over
 
 
 def converted_rows(converter: str, task, split: str, task_feature_lengths, data_dir=None,
@@ -71,7 +71,7 @@ class LossEvaluator:
         examples, converted as the evaluated split is), so that each evaluation also logs `unigram_loss`."""
         rows, _ = converted_rows(self.objective.converter, self.task, split, task_feature_lengths, data_dir,
                                  UNIGRAM_EXAMPLES, self.pack)
-        self.train_counts = np.bincount(target_tokens(rows))
+        self.train_counts = token_counts([target_tokens(rows)])
 
     def vocab_size(self, module) -> int:
         return module.config.vocab_size
@@ -86,15 +86,6 @@ def target_tokens(rows: list[dict]) -> np.ndarray:
     """Every target token the objective scores in `rows` (loss weight > 0), in order."""
     return np.concatenate([np.asarray(row[target_keys(row)[0]])[np.asarray(row[target_keys(row)[1]]) > 0]
                            for row in rows]).astype(np.int64)
-
-
-def unigram_loss(train_counts: np.ndarray, targets: np.ndarray, vocab_size: int) -> float:
-    """The mean -log p(target) under the training counts with add-one-half smoothing over the
-    vocabulary (Krichevsky-Trofimov), so that a token training never scored costs a finite amount."""
-    counts = np.zeros(max(vocab_size, len(train_counts)))
-    counts[:len(train_counts)] = train_counts
-    log_p = np.log(counts + 0.5) - np.log(counts.sum() + 0.5 * len(counts))
-    return float(-log_p[targets].mean())
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
