@@ -159,3 +159,16 @@ def test_a_member_with_no_examples_is_an_error_not_an_endless_loop(sized_tasks):
         assert "mix_empty" in outcome["error"] and "'train'" in outcome["error"]
     finally:
         TaskRegistry.remove("mix_empty")
+
+
+def test_a_mixture_is_evaluated_task_by_task_and_a_split_none_has_is_refused(sized_tasks):
+    """A mixture samples its tasks without end, so evaluation builds each task's evaluators (under
+    the task's name) from that task alone; a split none of its tasks has is refused, naming it."""
+    from t5lite.errors import DataError
+    from t5lite.infer.evaluation import per_task
+    mixture = _mixture("mix_evaluated", 1.0)
+    made = per_task(lambda task, split, lengths: {task.name: (task, split)}, mixture, "validation", {})
+    assert made == {name: (get_task(name), "validation") for name in SIZES}
+    with pytest.raises(DataError, match="mixture 'mix_evaluated': none of its tasks has a 'test' split"):
+        per_task(lambda task, split, lengths: {task.name: task}, mixture, "test", {})
+    MixtureRegistry.remove("mix_evaluated")
