@@ -313,8 +313,9 @@ def test_an_mnrl_bi_encoder_retrieves_squad_paragraphs_its_initialisation_cannot
 def test_an_english_german_mlm_learns_each_language_beyond_its_unigram_loss(tmp_path):
     """The multilingual guide's mBERT-style commands: one SentencePiece vocabulary learnt by `t5lite
     prepare` from Multi30k's English and German captions and WMT's Romanian, then bert_tiny's MLM on
-    the English + German mixture (300 steps), evaluated at its last step: each language's
-    held-out MLM loss ends below its own unigram loss (about 2 CPU-minutes)."""
+    the English + German mixture (the config's 1000 steps), evaluated at its last step: each
+    language's held-out MLM loss ends below its own unigram loss (English 5.059 against 5.567,
+    German 5.192 against 5.695 measured; at 300 steps both stay above it), 3 to 5 CPU-minutes."""
     data = shared_data_dir()
     raw = data / "multi30k" / "task1" / "raw"
     cli.main(["prepare", "--vocab_size", "4000", "--output", str(tmp_path / "vocab"), "--input", str(raw / "train.en"),
