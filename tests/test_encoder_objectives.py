@@ -219,7 +219,7 @@ def test_the_unigram_baseline_scores_the_held_out_masked_tokens_by_the_training_
                          method="pretraining_logits")["params"]
     (evaluator,) = objective.evaluators(task, "validation", lengths, batch_size=8, max_examples=40).values()
     assert "unigram_loss" not in evaluator.evaluate(module, params).metrics   # nothing counted yet
-    evaluator.count_training_tokens("train", lengths)
+    evaluator.count_training_tokens(task, "train", lengths)
 
     def masked(split, count):
         examples = list(task.get_dataset(split, lengths))[:count]

@@ -213,7 +213,7 @@ def test_a_pretraining_task_is_scored_beside_its_unigram_loss(model, task, monke
     lengths = {"inputs": 64, "targets": 16}
     evaluator = evaluation.Evaluator(pretraining, "validation", lengths, batch_size=8, max_examples=24)
     assert "unigram_loss" not in evaluator.evaluate(module, params).metrics   # nothing counted yet
-    evaluator.count_training_tokens("train", lengths)
+    evaluator.count_training_tokens(pretraining, "train", lengths)
     result = evaluator.evaluate(module, params).metrics
 
     def targets(split, count):
@@ -225,5 +225,5 @@ def test_a_pretraining_task_is_scored_beside_its_unigram_loss(model, task, monke
     assert result["unigram_loss"] == pytest.approx(expected, rel=1e-9)
     assert 0 < result["loss"] and math.isfinite(result["loss"])
     with_metrics = evaluation.Evaluator(task, "validation", LENGTHS, batch_size=4)
-    with_metrics.count_training_tokens("train", LENGTHS)
+    with_metrics.count_training_tokens(task, "train", LENGTHS)
     assert "unigram_loss" not in with_metrics.evaluate(module, params).metrics

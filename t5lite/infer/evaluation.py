@@ -194,13 +194,14 @@ class Evaluator:
                 [(self.vocabulary.encode(label) + [eos])[:self.max_decode_length] for label in self.labels],
                 self.max_decode_length)
 
-    def count_training_tokens(self, split: str, task_feature_lengths: Mapping[str, int], data_dir=None) -> None:
+    def count_training_tokens(self, task, split: str, task_feature_lengths: Mapping[str, int], data_dir=None) -> None:
         """For a task scored by its loss alone (no metric functions: span corruption and the other
-        sequence-to-sequence pre-training tasks), count the target tokens of `split`'s first
-        UNIGRAM_EXAMPLES examples, so that each evaluation also logs `unigram_loss` beside `loss`."""
+        sequence-to-sequence pre-training tasks), count the target tokens of `task`'s `split` (the
+        evaluated task's own: its first UNIGRAM_EXAMPLES examples), so that each evaluation also
+        logs `unigram_loss` beside `loss`."""
         if self.task.metric_fns:
             return
-        examples = self.task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir)
+        examples = task.get_dataset(split, task_feature_lengths, shuffle=False, data_dir=data_dir)
         self.train_counts = unigram.token_counts(ex["targets"] for ex in
                                                  itertools.islice(examples, unigram.UNIGRAM_EXAMPLES))
 

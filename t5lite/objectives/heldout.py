@@ -66,10 +66,11 @@ class LossEvaluator:
         done = sum(self.forward_flops(module, n) for n in self.lengths)
         return EvalResult(scores, [], flops=done, examples=self.examples)
 
-    def count_training_tokens(self, split: str, task_feature_lengths, data_dir=None) -> None:
-        """Count the target tokens of the evaluated task's `split` (its first UNIGRAM_EXAMPLES
-        examples, converted as the evaluated split is), so that each evaluation also logs `unigram_loss`."""
-        rows, _ = converted_rows(self.objective.converter, self.task, split, task_feature_lengths, data_dir,
+    def count_training_tokens(self, task, split: str, task_feature_lengths, data_dir=None) -> None:
+        """Count the target tokens of `task`'s `split` (the evaluated task's own: its first
+        UNIGRAM_EXAMPLES examples, converted as the evaluated split is), so that each evaluation also
+        logs `unigram_loss`."""
+        rows, _ = converted_rows(self.objective.converter, task, split, task_feature_lengths, data_dir,
                                  UNIGRAM_EXAMPLES, self.pack)
         self.train_counts = token_counts([target_tokens(rows)])
 

@@ -176,7 +176,7 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
         batch_size=c.eval_batch_size or c.batch_size, data_dir=c.data_dir, max_examples=c.eval_max_examples)
     for evaluator in evaluators.values():   # a pre-training loss beside what token frequencies alone score
         if isinstance(evaluator, (LossEvaluator, evaluation.Evaluator)):
-            evaluator.count_training_tokens(c.train_split, c.task_feature_lengths, c.data_dir)
+            evaluator.count_training_tokens(evaluator.task, c.train_split, c.task_feature_lengths, c.data_dir)
     return Run(
         config=c, trainer=trainer, state=state, start=start, batches=prefetch(loader),
         step=trainer.jit_train_step(frozen, teacher, masks),
