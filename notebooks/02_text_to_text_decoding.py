@@ -26,8 +26,7 @@
 #
 # The model is tiny and briefly trained, so its guesses are often wrong; what the notebook checks are
 # the decoders' own properties. The text is the corpus every Python install carries; nothing is
-# downloaded. Runs in about 1.5 CPU-minutes on a 2-core CPU (3 to 4 minutes of wall-clock time on a
-# busy machine), most of it training.
+# downloaded. Runs in about 1.5 CPU-minutes on a 2-core CPU, most of it training.
 
 # %%
 # %pip install -q "t5lite[notebooks]" --find-links .

@@ -26,8 +26,7 @@
 # The notebook trains the tiny T5 of the decoding notebook (200 steps of span corruption; if that
 # notebook ran, its checkpoint is reused), measures its held-out loss, quantises it with
 # `t5lite convert --quantize int8`, and prunes it at growing sparsity, by magnitude and at random.
-# Nothing is downloaded. Runs in about 1.5 CPU-minutes on a 2-core CPU (3 to 4 minutes of wall-clock
-# time on a busy machine), most of it training.
+# Nothing is downloaded. Runs in about 1.5 CPU-minutes on a 2-core CPU, most of it training.
 
 # %%
 # %pip install -q "t5lite[notebooks]" --find-links .

@@ -28,7 +28,7 @@
 #
 # SST-2 is read from `data/glue` (or the folder in the `GLUE_DIR` environment variable); when it is
 # not there, the notebook downloads GLUE's `SST-2.zip` (7 MB) as the data guide does. Runs in about
-# 3 CPU-minutes on a 2-core CPU (5 to 7 minutes of wall-clock time on a busy machine), most of it the
+# 3 CPU-minutes on a 2-core CPU, most of it the
 # pre-training.
 
 # %%

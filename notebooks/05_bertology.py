@@ -31,7 +31,7 @@
 # downloaded there when missing: the released model (93.6M parameters, 357 MB). The run time below
 # is measured with allennlp's small test biLM of the same architecture (LSTMs of 64 cells
 # projected to 16); the released model is slower. With the small biLM, about 3 CPU-minutes on a
-# 2-core CPU (4 to 7 minutes of wall-clock time on a busy machine), most of it the base's pre-training,
+# 2-core CPU, most of it the base's pre-training,
 # which it skips when the fine-tuning notebook has left the base there.
 
 # %%
