@@ -2,6 +2,7 @@
 `AlbertForPreTraining` losses on the same weights, SpanBERT's SBO re-derived in numpy from the
 paper's formula, and gradient accumulation over microbatches."""
 import flax
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -295,3 +296,28 @@ def test_a_pretraining_mixture_is_evaluated_task_by_task_each_with_its_unigram_l
     for task in tasks:
         assert 0 < evaluated[f"eval_{task}/mlm_loss"] < 20 and 0 < evaluated[f"eval_{task}/unigram_loss"] < 20
     assert (tmp_path / "eval" / f"{tasks[1]}.validation").is_dir()
+
+
+def test_eval_of_a_pretraining_run_reports_the_unigram_loss_training_logged(tmp_path, clean_gin_state):
+    """`t5lite eval --gin.eval.unigram_split="'train'"` of an MLM run gives the held-out `unigram_loss`
+    its training logged on the same validation examples (and the same `mlm_loss`); without it, none."""
+    import json
+    from conftest import REPO
+    from t5lite import cli
+    from t5lite.train import trainer
+    config = [str(REPO / "configs/local/bert_tiny_pretrain.gin"), str(REPO / "gin/objectives/bert_mlm.gin")]
+    cli.parse_gin(config, [f"MODEL_DIR = '{tmp_path}'", "TRAIN_STEPS = 2", "BATCH_SIZE = 4", "train.eval_every = 2",
+                           "train.eval_max_examples = 16"], entry=("train", trainer.train))
+    trainer.train(progress=False)
+    gin.clear_config()
+    trained = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    (logged,) = [r for r in trained if "eval_unigram_loss" in r]
+    flags = [*(f"--gin_file={f}" for f in config), f"--gin.MODEL_DIR='{tmp_path}'", "--gin.eval.max_examples=16"]
+    cli.main(["eval", *flags, "--gin.eval.unigram_split='train'"])
+    gin.clear_config()
+    cli.main(["eval", *flags])
+    scored = [json.loads(line) for line in
+              (tmp_path / "eval" / "embedded_docs_bert_mlm.validation" / "metrics.jsonl").read_text().splitlines()]
+    assert scored[0]["unigram_loss"] == pytest.approx(logged["eval_unigram_loss"], rel=1e-9)
+    assert scored[0]["mlm_loss"] == pytest.approx(logged["eval_mlm_loss"], rel=1e-5)
+    assert "unigram_loss" not in scored[1]

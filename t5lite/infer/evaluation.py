@@ -361,7 +361,7 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
              data_dir: str | None = None, batch_size: int = 32, max_examples: int | None = None,
              output_dir: str | None = None, rank_classification: bool = True,
              vocabulary_path: str | None = None, fewshot=None, objective=None, meter=None,
-             weights_of: str | None = None) -> dict[str, float]:
+             weights_of: str | None = None, unigram_split: str | None = None) -> dict[str, float]:
     """Evaluates a checkpoint on a task split; writes `<output_dir>/<task>.<split>/predictions.jsonl`
     (a tagger also `predictions.conll`, word / gold / predicted tag per line) and appends a line to
     `.../metrics.jsonl`. `output_dir` defaults to the run's `eval/` folder.
@@ -379,7 +379,11 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
 
     `weights_of` (a run fine-tuned from `checkpoint_path`): the checkpoint's model scored with that
     run's weights grafted in (t5lite.infer.forgetting.grafted; written to that run's `eval/`), to
-    measure what fine-tuning forgot of the checkpoint's task."""
+    measure what fine-tuning forgot of the checkpoint's task.
+
+    `unigram_split` (a pre-training's training split, `'train'`): a held-out loss evaluation (a
+    pre-training objective's, a sequence-to-sequence task without metrics) also reports
+    `unigram_loss`, counted on that split as training counts it (t5lite.infer.unigram)."""
     limit = {"eval.max_examples": max_examples} if max_examples is not None else {}
     require_positive({"eval.batch_size": batch_size, **limit,
                       **{f"TASK_FEATURE_LENGTHS[{k!r}]": v for k, v in task_feature_lengths.items()}})
@@ -412,8 +416,12 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
         else:
             make_evaluators = (functools.partial(evaluators, rank_classification=rank_classification)
                                if objective is None else objective.evaluators)
-            results = evaluate_all(per_task(make_evaluators, task, split, task_feature_lengths, batch_size=batch_size,
-                                            data_dir=data_dir, max_examples=max_examples), module, params)
+            by_task = per_task(make_evaluators, task, split, task_feature_lengths, batch_size=batch_size,
+                               data_dir=data_dir, max_examples=max_examples)
+            for evaluator in by_task.values() if unigram_split is not None else ():
+                if hasattr(evaluator, "count_training_tokens"):   # the held-out loss evaluators
+                    evaluator.count_training_tokens(evaluator.task, unigram_split, task_feature_lengths, data_dir)
+            results = evaluate_all(by_task, module, params)
     if meter is not None:
         meter.add_flops(sum(result.flops for result in results.values()))
     totals = meter.totals() if meter is not None else {}
