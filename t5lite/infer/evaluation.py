@@ -293,6 +293,16 @@ def per_task(make_evaluators, task_or_mixture, split: str, task_feature_lengths:
     return made
 
 
+def count_training_tokens(evaluators_by_task: Mapping[str, Any], split: str, task_feature_lengths: Mapping[str, int],
+                          data_dir: str | None = None) -> None:
+    """Each held-out loss evaluator (a pre-training objective's, or an `Evaluator` of a task without
+    metrics) counts its own task's `split`, so that it also reports `unigram_loss`; the others
+    have no such baseline."""
+    for evaluator in evaluators_by_task.values():
+        if hasattr(evaluator, "count_training_tokens"):
+            evaluator.count_training_tokens(evaluator.task, split, task_feature_lengths, data_dir)
+
+
 def evaluate_all(evaluators_by_task: Mapping[str, Evaluator], module, params) -> dict[str, EvalResult]:
     return {name: e.evaluate(module, params) for name, e in evaluators_by_task.items()}
 
@@ -418,9 +428,8 @@ def evaluate(checkpoint_path: str = gin.REQUIRED, mixture_or_task_name: str = gi
                                if objective is None else objective.evaluators)
             by_task = per_task(make_evaluators, task, split, task_feature_lengths, batch_size=batch_size,
                                data_dir=data_dir, max_examples=max_examples)
-            for evaluator in by_task.values() if unigram_split is not None else ():
-                if hasattr(evaluator, "count_training_tokens"):   # the held-out loss evaluators
-                    evaluator.count_training_tokens(evaluator.task, unigram_split, task_feature_lengths, data_dir)
+            if unigram_split is not None:
+                count_training_tokens(by_task, unigram_split, task_feature_lengths, data_dir)
             results = evaluate_all(by_task, module, params)
     if meter is not None:
         meter.add_flops(sum(result.flops for result in results.values()))

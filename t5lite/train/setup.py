@@ -27,7 +27,6 @@ from t5lite.infer import checkpoint_reader, evaluation, peft_checkpoint
 from t5lite.models import peft as peft_lib
 from t5lite.models.config import ModelConfig
 from t5lite.objectives.base import LossConfig, Objective
-from t5lite.objectives.heldout import LossEvaluator
 from t5lite.run_layout import RunDir
 from t5lite.train import checkpoints, cost, mfu, pruning as pruning_lib, run_dir, summaries
 from t5lite.train.partitioning import Partitioner
@@ -174,9 +173,7 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
     evaluators = {} if not c.eval_every else evaluation.per_task(
         trainer.objective.evaluators, task, c.eval_split, c.task_feature_lengths,
         batch_size=c.eval_batch_size or c.batch_size, data_dir=c.data_dir, max_examples=c.eval_max_examples)
-    for evaluator in evaluators.values():   # a pre-training loss beside what token frequencies alone score
-        if isinstance(evaluator, (LossEvaluator, evaluation.Evaluator)):
-            evaluator.count_training_tokens(evaluator.task, c.train_split, c.task_feature_lengths, c.data_dir)
+    evaluation.count_training_tokens(evaluators, c.train_split, c.task_feature_lengths, c.data_dir)
     return Run(
         config=c, trainer=trainer, state=state, start=start, batches=prefetch(loader),
         step=trainer.jit_train_step(frozen, teacher, masks),
