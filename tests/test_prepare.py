@@ -117,7 +117,8 @@ def crafted_corpus(tmp_path):
     (folder / "e.jsonl").write_text("".join(json.dumps({"text": t}) + "\n"
                                             for t in dropped["page_too_few_sentences_after_dedupe"]), encoding="utf-8")
     everything = first + second + pages[10:12] + dropped["page_too_few_sentences_after_dedupe"]
-    expected = {**line_counts, **page_counts, "page_not_english": 0, "documents_in": len(everything),
+    expected = {**line_counts, **page_counts, "page_not_english": 0, "page_empty_after_dedupe": 0,
+                "documents_in": len(everything),
                 "characters_in": sum(map(len, everything)), "documents_kept": len(expected_texts),
                 "characters_kept": sum(map(len, expected_texts))}
     return folder, expected, expected_texts

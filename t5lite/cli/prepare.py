@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from t5lite.cli.inputs import nonnegative_int, positive_float, positive_int
+from t5lite.errors import ConfigError
 
 
 def add_parser(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -12,9 +14,14 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser = subparsers.add_parser("prepare", parents=[common],
                                    help="clean and de-duplicate raw text (C4's rules) into ArrayRecord shards + "
                                         "manifest.json")
-    parser.add_argument("--input", nargs="+", required=True,
+    parser.add_argument("--input", nargs="+", default=[],
                         help="files or globs: JSON lines with `text` (and `url`), or plain text (one document per "
                              "file); .gz is decompressed, e.g. 'crawl/*.jsonl.gz'")
+    parser.add_argument("--task", nargs="+", default=[], metavar="NAME[:SPLIT]=DATA_DIR",
+                        help="registered tasks whose text, without labels, joins the corpus (task-adaptive "
+                             "pre-training), one document per record, e.g. glue_sst2=data/glue "
+                             "squad_v1:validation=data/squad; the split defaults to train. C4's filters for "
+                             "crawled pages skip them; line de-duplication does not")
     parser.add_argument("--output", required=True, help="a new or empty folder (or an unfinished one, to resume)")
     parser.add_argument("--workers", type=positive_int, default=1,
                         help="worker processes (one input file at a time each)")
@@ -52,25 +59,33 @@ def cmd_vocabulary(args) -> None:
 
 def cmd_prepare(args, gin_files, gin_bindings) -> None:
     if args.vocab_size:
+        if args.task or not args.input:
+            raise ConfigError("t5lite prepare --vocab_size: give --input with one text file per language (no --task)")
         return cmd_vocabulary(args)
     import shlex
-    from t5lite.data import prepare
+    from t5lite.data import prepare, task_documents
+    if not args.input and not args.task:
+        raise ConfigError("t5lite prepare: give --input FILES, --task NAME=DATA_DIR, or both")
     given = {"min_words_per_line": args.min_words, "min_num_sentences": args.min_sentences,
              "max_page_length": args.max_page_length}
     options = prepare.Options(**{k: v for k, v in given.items() if v is not None},
                               language_filter=not args.no_language_filter and _have_langdetect(),
                               bad_words=prepare.read_bad_words(args.bad_words) if args.bad_words else ())
-    flags = ["--input", *args.input, "--output", args.output]
+    flags = (["--input", *args.input] if args.input else []) + (["--task", *args.task] if args.task else [])
+    flags += ["--output", args.output]
     for name in ("split", "bad_words", "min_words", "min_sentences", "max_page_length"):
         if getattr(args, name) not in (None, "train"):
             flags += [f"--{name}", str(getattr(args, name))]
     flags += ["--no_language_filter"] if args.no_language_filter else []
-    manifest = prepare.prepare(args.input, args.output, workers=args.workers, options=options, split=args.split,
+    inputs = [*args.input, *(task_documents.PREFIX + task for task in args.task)]
+    manifest = prepare.prepare(inputs, args.output, workers=args.workers, options=options, split=args.split,
                                command=shlex.join(["t5lite", "prepare", *flags]))
     counts = manifest["counts"]
     print(" ".join(f"{k}={v}" for k, v in counts.items() if v))
+    output = args.output.rstrip("/")
+    data_dir = os.path.dirname(output) if os.path.basename(output) == args.split else output
     print(f"kept {counts['documents_kept']} of {counts['documents_in']} documents in {len(manifest['shards'])} "
-          f"shard(s) in {args.output}; train on them with data_dir={args.output}")
+          f"shard(s) in {args.output}; train on them with data_dir={data_dir or '.'}")
 
 
 def _have_langdetect() -> bool:

@@ -2,8 +2,11 @@
 
 Input files are JSON lines (a name ending in .jsonl or .json, optionally .gz: one object per line
 with a `text` and an optional `url`) or plain text (any other name, optionally .gz: the whole file
-is one document, blank lines being paragraph breaks, as a crawled page is). The work is two passes,
-each input file one unit of work for a pool of worker processes:
+is one document, blank lines being paragraph breaks, as a crawled page is). An input may also be a
+registered task (`task:NAME:SPLIT=DATA_DIR`, `task_documents`): its records' text, without labels,
+one document per record; curated text, it skips C4's page and line filters, sentence count and
+language check, and is de-duplicated with the rest. The work is two passes, each input one unit of
+work for a pool of worker processes:
 
 1. clean: drop pages over `max_page_length` characters, apply C4's line and page filters
    (`c4.clean_page`), keep the survivors in a work file and record each kept line's owner in
@@ -52,7 +55,7 @@ from typing import Iterable, Iterator, Sequence
 from etils import epath
 
 from t5lite import storage, writable
-from t5lite.data import c4
+from t5lite.data import c4, task_documents
 from t5lite.data.prepared import FORMAT, MANIFEST, shard_name
 from t5lite.data.sources import JsonLines, Malformed, open_file
 from t5lite.data.vocab import default_cache_dir
@@ -60,7 +63,7 @@ from t5lite.errors import ConfigError, DataError
 
 JSON_SUFFIXES = (".jsonl", ".json")
 PAGE_REASONS = ("page_too_long", "page_lorem_ipsum", "page_curly_brace", "page_too_few_sentences",
-                "page_too_few_sentences_after_dedupe", "page_not_english", "page_bad_words")
+                "page_too_few_sentences_after_dedupe", "page_empty_after_dedupe", "page_not_english", "page_bad_words")
 LINE_REASONS = ("line_long_word", "line_no_end_mark", "line_too_few_words", "line_javascript", "line_policy",
                 "line_duplicate")
 TOTALS = ("documents_in", "characters_in", "documents_kept", "characters_kept")
@@ -99,11 +102,15 @@ def read_bad_words(path: str) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------- reading documents
 
 def read_documents(path: str) -> Iterator[tuple[int, str, str]]:
-    """(line number, url, text) of each document in `path`; a plain-text file is one document, line 0.
+    """(line number, url, text) of each document in `path`; a plain-text file is one document, line 0;
+    a task input (`task:NAME:SPLIT=DATA_DIR`) gives one document per record (`task_documents`).
 
     A damaged file is a DataError naming it: a truncated gzip, bytes that are not UTF-8, a JSON line
     that is not an object with a string `text`.
     """
+    if task_documents.is_task(path):
+        yield from task_documents.TaskInput.parse(path).documents()
+        return
     try:
         if path.removesuffix(".gz").endswith(JSON_SUFFIXES):
             for number, row in JsonLines()(path):
@@ -131,16 +138,21 @@ def read_documents(path: str) -> Iterator[tuple[int, str, str]]:
 
 
 def expand_inputs(patterns: Sequence[str]) -> list[str]:
-    """The local files the --input patterns (globs, `**` included, or paths) name, sorted; a pattern
-    naming none is an error."""
-    files = set()
+    """The local files the --input patterns (globs, `**` included, or paths) name, sorted, then the task
+    inputs in the order given; a pattern naming none, or a task without the split's data, is an error."""
+    files, tasks = set(), []
     for pattern in patterns:
+        if task_documents.is_task(pattern):
+            task = task_documents.TaskInput.parse(pattern)
+            task.source().num_examples(task.split, task.data_dir)   # fails now, naming the files it needs
+            tasks.append(str(task))
+            continue
         matches = [path for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]
         if not matches:
             raise DataError(f"--input {pattern}: no file matches; give text or JSON-lines files, e.g. "
                             "--input 'crawl/*.jsonl.gz'")
         files.update(matches)
-    return sorted(files)
+    return sorted(files) + list(dict.fromkeys(tasks))
 
 
 # ----------------------------------------------------------------------------- line owners on disk
@@ -227,6 +239,12 @@ class Job:
     options: Options
 
     @property
+    def curated(self) -> bool:
+        """A task's text is curated already: C4's filters for crawled pages (line and page heuristics,
+        sentences, language) do not apply to it; line de-duplication and bad words do."""
+        return task_documents.is_task(self.path)
+
+    @property
     def work_file(self) -> str:
         return _work_file(self.output, self.index)
 
@@ -284,9 +302,9 @@ def clean_file(job: Job) -> dict:
             if len(text) > opts.max_page_length:
                 counts["page_too_long"] += 1
                 continue
-            cleaned = c4.clean_page(text, min_words_per_line=opts.min_words_per_line,
-                                    min_num_sentences=opts.min_num_sentences, max_word_length=opts.max_word_length,
-                                    counts=counts)
+            cleaned = text if job.curated else c4.clean_page(
+                text, min_words_per_line=opts.min_words_per_line, min_num_sentences=opts.min_num_sentences,
+                max_word_length=opts.max_word_length, counts=counts)
             if cleaned is None:
                 continue
             key = page_key(url, job.index, number)
@@ -315,9 +333,11 @@ def filter_file(job: Job) -> dict:
                 owner = owners.lookup(map(c4.line_key, lines))
                 text = c4.keep_owned_lines(row["text"], bytes.fromhex(row["key"]), owner)
                 counts["line_duplicate"] += len(lines) - (text.count("\n") + 1 if text else 0)
-                if not c4.enough_sentences(text, min_num_sentences=opts.min_num_sentences):
+                if job.curated and not text:
+                    counts["page_empty_after_dedupe"] += 1
+                elif not job.curated and not c4.enough_sentences(text, min_num_sentences=opts.min_num_sentences):
                     counts["page_too_few_sentences_after_dedupe"] += 1
-                elif opts.language_filter and not c4.langdetect_english(text):
+                elif opts.language_filter and not job.curated and not c4.langdetect_english(text):
                     counts["page_not_english"] += 1
                 elif not no_badwords(text):
                     counts["page_bad_words"] += 1
@@ -343,6 +363,8 @@ def _save(manifest: dict, output: str) -> None:
 
 def _stat(path: str) -> list[int]:
     """What tells a changed input file: its size and modification time (ns)."""
+    if task_documents.is_task(path):
+        return task_documents.TaskInput.parse(path).stat()
     info = os.stat(path)
     return [info.st_size, info.st_mtime_ns]
 

@@ -31,7 +31,7 @@ def shard_name(split: str, index: int, count: int) -> str:
 def find_manifest(data_dir: str, split: str) -> str | None:
     """The manifest of `split` under `data_dir`, or None when data_dir holds no prepared data.
 
-    A manifest there for another split only is an error: falling back would read other data.
+    A manifest in either place for another split is an error: falling back would read other data.
     """
     for folder in (os.path.join(data_dir, split), data_dir):
         path = os.path.join(folder, MANIFEST)
@@ -39,11 +39,10 @@ def find_manifest(data_dir: str, split: str) -> str | None:
             prepared_split = _read_manifest(path).get("split")
             if prepared_split == split:
                 return path
-            if folder == data_dir:
-                raise DataNotFoundError(
-                    f"{path} holds the prepared split {prepared_split!r}, not {split!r}: prepare {split!r} with "
-                    f"`t5lite prepare --split {split} --output {os.path.join(data_dir, split)} ...` (put each split "
-                    "in its own data_dir/<split> folder)")
+            raise DataNotFoundError(
+                f"{path} holds the prepared split {prepared_split!r}, not {split!r}: prepare {split!r} with "
+                f"`t5lite prepare --split {split} --output {os.path.join(data_dir, split)} ...` (put each split "
+                "in its own data_dir/<split> folder)")
     return None
 
 

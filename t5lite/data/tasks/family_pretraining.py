@@ -1,4 +1,5 @@
-"""Pre-training tasks for every family's objective, over the embedded corpus (no download needed).
+"""Pre-training tasks for every family's objective, over the embedded corpus (no download needed), or
+over a corpus `t5lite prepare` wrote when the task's data_dir holds one.
 
 Encoders (feature converter "encoder"): BERT's masked LM on RoBERTa's FULL-SENTENCES, dynamic or
 static; DOC-SENTENCES; NSP and SOP pairs with MLM; SpanBERT. Decoders ("decoder"): causal LM.
@@ -11,11 +12,13 @@ import functools
 
 from t5lite.data import preprocessors as P
 from t5lite.data.corruption import bart_noise, denoise, masking, sentence_pairs
+from t5lite.data.prepared import PreparedSource
 from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
 from t5lite.data.tasks.pretraining import FEATURES, embedded_docs
 from t5lite.data.vocab import DEFAULT_VOCABULARY
 
-SOURCE = FunctionSource(embedded_docs, splits=("train", "validation"))
+# A corpus `t5lite prepare` wrote when data_dir holds one, else the embedded corpus.
+SOURCE = PreparedSource(fallback=FunctionSource(embedded_docs, splits=("train", "validation")))
 AS_TARGETS = functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"})
 
 

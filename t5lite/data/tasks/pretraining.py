@@ -1,4 +1,5 @@
-"""Pre-training tasks: span corruption on the embedded corpus (no download needed) and on C4."""
+"""Pre-training tasks: span corruption on the embedded corpus (no download needed; a corpus `t5lite
+prepare` wrote replaces it when data_dir holds one) and on C4."""
 from __future__ import annotations
 
 import functools
@@ -23,7 +24,7 @@ FEATURES = {"inputs": Feature(DEFAULT_VOCABULARY), "targets": Feature(DEFAULT_VO
 
 TaskRegistry.add(
     "embedded_docs_span_corruption",
-    source=FunctionSource(embedded_docs, splits=("train", "validation")),
+    source=PreparedSource(fallback=FunctionSource(embedded_docs, splits=("train", "validation"))),
     preprocessors=[functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"}), P.tokenize,
                    P.span_corruption],
     output_features=FEATURES,

@@ -1,10 +1,12 @@
-"""Plain-text language-model tasks: `wikitext2` (the tokenized WikiText-2, one paragraph or heading
-per example) and `embedded_docs_lines` (the embedded corpus, one non-blank line per example).
+"""Plain-text language-model tasks: `wikitext2` and `wikitext103` (WikiText, tokenized or raw, one
+paragraph or heading per example) and `embedded_docs_lines` (the embedded corpus, one non-blank line
+per example).
 
 The text is `targets` (tokenized with the default vocabulary for the subword LMs, "decoder"
 converter) and `targets_pretokenized`, which the word-level converters (`word_lm`, `word_lm_chars`)
 split on whitespace. WikiText-2's files go in `<data_dir>/text/wikitext-2/` as `train.txt` (or
-`wiki.train.tokens`), `valid.txt` and `test.txt`.
+`wiki.train.tokens` / `wiki.train.raw`), `valid.txt` and `test.txt`; WikiText-103's in
+`<data_dir>/text/wikitext-103/`.
 """
 from __future__ import annotations
 
@@ -17,16 +19,20 @@ from t5lite.data.sources import FileSource, TextLines
 from t5lite.data.tasks.pretraining import FEATURES, VALIDATION_EVERY
 
 AS_TARGETS = functools.partial(P.rekey, key_map={"targets": "text"})
-_WIKITEXT = "text/wikitext-2/"
 
-TaskRegistry.add(
-    "wikitext2",
-    source=FileSource({"train": (_WIKITEXT + "train.txt", _WIKITEXT + "wiki.train.tokens"),
-                       "validation": (_WIKITEXT + "valid.txt", _WIKITEXT + "wiki.valid.tokens"),
-                       "test": (_WIKITEXT + "test.txt", _WIKITEXT + "wiki.test.tokens")}, TextLines()),
-    preprocessors=[AS_TARGETS, P.tokenize],
-    output_features={"targets": FEATURES["targets"]},
-)
+
+def wikitext_source(folder: str) -> FileSource:
+    """WikiText's files in `<data_dir>/text/<folder>/`: `train.txt` (PyTorch's examples' name), the
+    release's tokenized `wiki.train.tokens` or its raw `wiki.train.raw`, the first that exists."""
+    def names(short: str) -> tuple[str, ...]:
+        return tuple(f"text/{folder}/{name}" for name in (f"{short}.txt", f"wiki.{short}.tokens", f"wiki.{short}.raw"))
+    return FileSource({split: names(short) for split, short in
+                       (("train", "train"), ("validation", "valid"), ("test", "test"))}, TextLines())
+
+
+for _name, _folder in (("wikitext2", "wikitext-2"), ("wikitext103", "wikitext-103")):
+    TaskRegistry.add(_name, source=wikitext_source(_folder), preprocessors=[AS_TARGETS, P.tokenize],
+                     output_features={"targets": FEATURES["targets"]})
 
 
 def embedded_lines(split: str) -> list[dict]:
