@@ -8,7 +8,7 @@ a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does
 seconds, like the trainer's, add up over resumes); a binding of a name
 it does not know fails the run as the real CLI does, and so does a MODEL_DIR whose RUN_LOCK a live
 process holds (the lock holds its holder's pid for the run's whole time). SIGTERM ends a run with
-exit code 0 and its lock released, as it does a real one."""
+exit code 0 and its lock released, as it does a real one. `probe` writes a probe.json (fake_probe)."""
 import hashlib
 import json
 import os
@@ -22,7 +22,27 @@ RUN_SECONDS = 100.0   # the wall time a fake pre-training run reports in its cos
 UNIGRAM_LOSS = 5.0   # a fake pre-training's unigram baseline: above every cell's held-out loss (2.5 to 3.1)
 
 
+def fake_probe(argv):
+    """`probe`: a probe.json whose model scores 0.80 + a hash of the cell (0.10 more for a cell named
+    good*) at its best layer and whose untrained control scores 0.60; FAKE_PROBE_FAIL fails it."""
+    flags = dict(zip(argv[1::2], argv[2::2]))
+    if os.environ.get("FAKE_PROBE_FAIL"):
+        print("t5lite: error: --data_dir: no UD file", file=sys.stderr)
+        return 2
+    cell = os.path.basename(os.path.dirname(flags["--model"])).split("__seed")[0]
+    digest = int(hashlib.sha256(flags["--model"].encode()).hexdigest()[:8], 16)
+    best = 0.80 + (0.10 if cell.startswith("good") else 0.0) + digest % 100 / 10000
+    name = flags["--name"]
+    os.makedirs(flags["--out"], exist_ok=True)
+    with open(os.path.join(flags["--out"], "probe.json"), "w") as f:
+        json.dump({"model": name, flags["--probes"]: {name: {"accuracy": [best - 0.1, best, best - 0.05]},
+                                                     f"{name} (untrained)": {"accuracy": [0.6, 0.58, 0.55]}}}, f)
+    return 0
+
+
 def main(argv):
+    if argv[0] == "probe":
+        return fake_probe(argv)
     assert argv[0] == "train", argv
     bindings = dict(a[len("--gin."):].split("=", 1) for a in argv[1:] if a.startswith("--gin."))
     for name in bindings:

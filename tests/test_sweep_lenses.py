@@ -155,3 +155,96 @@ def test_a_real_bert_pretraining_logs_the_lens_as_its_own_heldout_evaluation(tmp
     # the unigram baseline, logged beside it, is far below: the model has not yet learnt token frequencies
     cell = report["cells"]["L3_H768_A12"]
     assert cell["lens_baselines"]["heldout_mlm"] < logged[0] - 0.5 and cell["at_chance"]["heldout_mlm"] is True
+
+
+PROBE_LENS = "\nsweep.lenses = {'pos': 'pos_probe'}\nsweep.probe_data_dir = 'data/ud'\n"
+PROBE_CLAIM = "\nsweep.claims = [('good models tag better', 'good_enc_dec', 'lm', 'pos')]\n"
+
+
+def probe_json(out, cell, seed):
+    return json.loads((out / f"{cell}__seed{seed}" / "probe_pos" / "probe.json").read_text())
+
+
+def test_a_probe_lens_probes_each_pretrained_model_and_is_judged_higher_is_better(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + PROBE_LENS + PROBE_CLAIM)
+    out = tmp_path / "out"
+    result = sweep(gin_file, out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    values = {}
+    for name, cell in report["cells"].items():
+        runs = [probe_json(out, name, seed)["pos"] for seed in (0, 1)]
+        values[name] = [100 * max(r[name]["accuracy"]) for r in runs]   # the best layer, x100
+        controls = [100 * max(r[f"{name} (untrained)"]["accuracy"]) for r in runs]
+        mean = np.mean(values[name])
+        low, high = scipy_stats.t.interval(0.95, 1, loc=mean, scale=scipy_stats.sem(values[name]))
+        assert cell["summary"]["pos"] == pytest.approx({"mean": mean, "low": low, "high": high}, rel=1e-12)
+        assert cell["lens_baselines"]["pos"] == pytest.approx(np.mean(controls))
+        assert cell["at_chance"]["pos"] is bool(low <= np.mean(controls)) is False
+    for folder in out.glob("*__seed*"):   # a probe lens alone: the pre-training does not evaluate
+        assert not logged_lens(out, *folder.name.split("__seed"))
+    comparison = report["claims"][0]["tasks"]["pos"]
+    d = np.subtract(values["good_enc_dec"], values["lm"])
+    low, high = scipy_stats.t.interval(0.95, 1, loc=d.mean(), scale=scipy_stats.sem(d))
+    assert (comparison["low"], comparison["high"]) == pytest.approx((low, high), rel=1e-12)
+    assert low > 0 and comparison["verdict"].startswith("reproduced")   # higher is better
+    md = (out / "report.md").read_text()
+    assert "pos (pos probe, best layer)" in md and "untrained control" in md
+    assert f"{np.mean(values['good_enc_dec']):.1f} [" in md
+
+
+def test_runs_made_before_a_probe_lens_are_probed_without_training_again(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    out = tmp_path / "out"
+    assert sweep(gin_file, out).returncode == 0
+    trained = {path: path.stat().st_mtime_ns for path in out.glob("*/*/metrics.jsonl")}
+    gin_file.write_text(gin_file.read_text() + PROBE_LENS)
+    result = sweep(gin_file, out)
+    assert result.returncode == 0, result.stderr
+    assert "4 cell runs, 0 already done, 4 trained but not yet probed" in result.stdout
+    assert {path: path.stat().st_mtime_ns for path in out.glob("*/*/metrics.jsonl")} == trained
+    report = json.loads((out / "report.json").read_text())
+    assert all(len(cell["seeds"]) == 2 and not math.isnan(cell["summary"]["pos"]["mean"])
+               for cell in report["cells"].values())
+
+
+def test_a_failing_probe_fails_its_cell_and_a_rerun_finishes_it(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + PROBE_LENS)
+    out = tmp_path / "out"
+    result = sweep(gin_file, out, env={"FAKE_PROBE_FAIL": "1"})
+    errors = [json.loads(p.read_text()) for p in out.glob("*/error.json")]
+    assert len(errors) == 4 and {e["stage"] for e in errors} == {"probe_pos"}
+    assert "no UD file" in errors[0]["tail"][-1] and not list(out.glob("*/done.json"))
+    assert sweep(gin_file, out).returncode == 0
+    assert len(list(out.glob("*/done.json"))) == 4 and not list(out.glob("*/error.json"))
+
+
+def test_a_probe_lens_needs_the_ud_folder(tmp_path, clean_gin_state):
+    from t5lite.experiments import spec
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + "\nsweep.lenses = {'pos': 'pos_probe'}\n")
+    with pytest.raises(ConfigError, match=r"lens 'pos' probes the pre-trained model on UD English-EWT: set "
+                                          r"sweep.probe_data_dir"):
+        spec.load([str(gin_file)], [], [str(REPO)])
+
+
+@pytest.mark.slow
+def test_a_real_pos_probe_lens_of_a_bert_pretraining(tmp_path):
+    """One cell, one seed of real bert_tiny MLM pre-training at the ci scale with the POS probe lens on
+    the shared UD English-EWT (about a minute): the lens is `t5lite probe`'s best layer x100, and its
+    baseline the untrained control's."""
+    gin_file = tmp_path / "one.gin"
+    gin_file.write_text(f"include '{REPO / 'configs' / 'sweeps' / 'peft_vs_full.gin'}'\n"
+                        "sweep.scales = {'ci': {'seeds': 1, 'pretrain_tokens': 20480, 'batch_size': 32, 'finetune_steps': 2,"
+                        " 'finetune_batch_size': 4, 'eval_max_examples': 8, 'tasks': ['sst2']}}\n"
+                        f"sweep.lenses = {{'pos': 'pos_probe'}}\nsweep.probe_data_dir = '{shared_data_dir() / 'ud'}'\n")
+    out = tmp_path / "out"
+    result = sweep(gin_file, out, f"--gin.DATA_DIR='{shared_data_dir() / 'glue'}'", "--cells=full")
+    assert result.returncode == 0, result.stderr
+    probe = probe_json(out, "full", 0)["pos"]
+    cell = json.loads((out / "report.json").read_text())["cells"]["full"]
+    assert cell["seeds"]["0"]["scores"]["pos"] == pytest.approx(100 * max(probe["full"]["accuracy"]))
+    assert cell["lens_baselines"]["pos"] == pytest.approx(100 * max(probe["full (untrained)"]["accuracy"]))
+    assert all(20 < value < 100 for value in (cell["lens_baselines"]["pos"], cell["seeds"]["0"]["scores"]["pos"]))

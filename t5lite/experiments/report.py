@@ -18,8 +18,8 @@ import numpy as np
 from t5lite import metrics
 from t5lite.errors import T5liteError
 from t5lite.experiments import stats
-from t5lite.experiments.runner import cell_dir, read_json, read_metrics, write_json_atomic
-from t5lite.experiments.spec import Claim, Spec
+from t5lite.experiments.runner import cell_dir, probe_dir, read_json, read_metrics, write_json_atomic
+from t5lite.experiments.spec import PROBE_LENSES, Claim, Spec
 from t5lite.infer.unigram import UNIGRAM_EXAMPLES
 from t5lite.plotting import plain_ticks, pyplot
 from t5lite.run_layout import RunDir
@@ -82,9 +82,11 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
     metric (a lens's from the pre-training run), the cost."""
     pretrain = read_metrics(folder / "pretrain")
     scores = {task: _last_eval(read_metrics(folder / f"finetune_{task}"), metric) for task, metric in spec.tasks.items()}
-    scores |= {lens: _last_eval(pretrain, metric) for lens, metric in spec.lenses.items()}
-    unigram = {lens: _last_eval(pretrain, "unigram_loss") for lens, metric in spec.lenses.items()
+    scores |= {lens: _last_eval(pretrain, metric) for lens, metric in spec.eval_lenses.items()}
+    unigram = {lens: _last_eval(pretrain, "unigram_loss") for lens, metric in spec.eval_lenses.items()
                if metric == _token_loss(pretrain)}
+    for lens, probe in spec.probe_lenses.items():
+        scores[lens], unigram[lens] = probe_scores(probe_dir(folder, probe) / "probe.json", probe)
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(_stage_seconds(folder / stage, seconds)
                               for stage, seconds in done["wall_seconds"].items()) / 3600}
@@ -101,6 +103,15 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
     cost.update({f"cost_{k}": v for k, v in _cost_report(folder / "pretrain").items()})
     curve = [(r["step"], r["loss"]) for r in pretrain if "loss" in r]
     return {"seed": done["seed"], "scores": scores, "lens_baselines": unigram, "cost": cost, "curve": curve}
+
+
+def probe_scores(path: Path, probe: str) -> tuple[float, float]:
+    """(the model's, its untrained control's) best layer's accuracy x100 in a `t5lite probe` JSON;
+    NaN where the file or the probe is missing."""
+    runs = (read_json(path) or {}).get(probe, {})
+    best = {control: max((100 * a for name, r in runs.items() if name.endswith(" (untrained)") == control
+                          for a in r.get("accuracy", [])), default=math.nan) for control in (False, True)}
+    return best[False], best[True]
 
 
 def _token_loss(pretrain: list[dict]) -> str:
@@ -167,6 +178,16 @@ def _lens_baselines(spec: Spec, seeds: dict) -> dict:
     return known
 
 
+def _lens_at_chance(summary: dict, baseline: float | None, metric: str) -> bool:
+    """Whether a lens's interval reaches its baseline from the wrong side: a loss's upper end at or
+    above the unigram loss, an accuracy's lower end at or below the untrained control's."""
+    if baseline is None:
+        return False
+    if direction(metric) < 0:
+        return stats.at_chance(-summary["high"], -baseline)
+    return stats.at_chance(summary["low"], baseline)
+
+
 def _summary(values: list[float]) -> dict:
     mean, low, high = stats.t_interval(values) if values else (math.nan,) * 3
     return {"mean": mean, "low": low, "high": high}
@@ -206,8 +227,8 @@ def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
                             "finetune": list(cell.finetune), "seeds": seeds, "summary": summary,
                             "lens_baselines": lens_baseline,
                             "at_chance": {task: stats.at_chance(summary[task]["low"], baseline[task]) for task in spec.tasks}
-                            | {lens: lens_baseline[lens] is not None and stats.at_chance(-summary[lens]["high"], -lens_baseline[lens])
-                               for lens in spec.lenses},
+                            | {lens: _lens_at_chance(summary[lens], lens_baseline[lens], metric)
+                               for lens, metric in spec.lenses.items()},
                             "cost_per_seed": cost, "errors": errors}
     averaged = [task for task in spec.tasks if not any(cell["at_chance"][task] for cell in cells.values())]
     for cell in cells.values():   # the average over the tasks every cell is above chance on
@@ -285,8 +306,9 @@ def _fmt(summary: dict, bounds: tuple[float, float], chance: bool = False, digit
 
 
 def digits(report: dict, column: str) -> str:
-    """How a column's numbers are written: a lens (a loss in nats, say) to 3 decimals, a score x100 to 1."""
-    return ".3f" if column in report.get("lenses", {}) else ".1f"
+    """How a column's numbers are written: a lens in nats (a loss, a perplexity) to 3 decimals, a score x100 to 1."""
+    metric = report.get("lenses", {}).get(column)
+    return ".3f" if metric is not None and direction(metric) < 0 else ".1f"
 
 
 def _clipping_note(report: dict, columns: list[str], heads: list[str]) -> list[str]:
@@ -309,7 +331,7 @@ def _num(value, spec: str = ".3g") -> str:
 def markdown(report: dict) -> str:
     lenses = report.get("lenses", {})
     columns = [*report["tasks"], "glue_average", *lenses]
-    heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"] + [f"{lens} ({m}, held out)" for lens, m in lenses.items()]
+    heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"] + [_lens_head(lens, m) for lens, m in lenses.items()]
     lines = [f"# Sweep `{report['sweep']}` at the `{report['scale']}` scale", "",
              f"Seeds {report['seeds']}; pre-training budget {report['pretrain_tokens_budget']} tokens per cell "
              f"(batch {report['batch_size']}); fine-tuning {report['finetune_steps']} steps per task. "
@@ -372,6 +394,10 @@ def _chance_note(report: dict) -> list[str]:
             f"chance). {average}"]
 
 
+def _lens_head(lens: str, metric: str) -> str:
+    return f"{lens} ({PROBE_LENSES[metric]} probe, best layer)" if metric in PROBE_LENSES else f"{lens} ({metric}, held out)"
+
+
 def _lens_baseline_text(report: dict, lens: str) -> str | None:
     """A lens's unigram baseline as the table shows it: one value where every cell's agrees to the
     digits shown, else their range; None where no cell has one."""
@@ -387,14 +413,30 @@ def _lens_note(report: dict) -> list[str]:
         return []
     count = report.get("pretrain_eval_examples")
     read = f"the first {count} examples" if count else "every example"
-    names = ", ".join(f"{lens} is `eval_{metric}`" for lens, metric in lenses.items())
-    return ["", f"Lenses, of the pre-trained model itself at its last step, on {read} of its pre-training task's "
+    held_out = {lens: metric for lens, metric in lenses.items() if metric not in PROBE_LENSES}
+    probed = {lens: PROBE_LENSES[metric] for lens, metric in lenses.items() if metric in PROBE_LENSES}
+    lines = []
+    if held_out:
+        names = ", ".join(f"{lens} is `eval_{metric}`" for lens, metric in held_out.items())
+        lines += [
+            "", f"Lenses, of the pre-trained model itself at its last step, on {read} of its pre-training task's "
             f"validation split (converted as training converts them): {names}. A lower loss or perplexity is better. "
             "The baseline of a lens that is the pre-training's own token cross entropy (`mlm_loss`, a causal LM's "
             "`loss`) is the run's `unigram_loss`: the same targets scored by the token frequencies of its first "
             f"{UNIGRAM_EXAMPLES:,} training examples, what a model that ignores its input scores; {AT_CHANCE} marks a "
             "cell whose interval reaches it (its upper end at or above). Other lenses have no baseline, and – is "
             "shown where a cell's objective does not log that metric or its runs predate the baseline."]
+    if probed:
+        names = ", ".join(f"{lens} is the {probe} probe's" for lens, probe in probed.items())
+        lines += [
+            "", f"{'Probe lenses' if held_out else 'Lenses'}, of the pre-trained model at its last step, by `t5lite probe` "
+            f"on UD English-EWT (a linear probe per layer, trained on those of the first 500 training sentences and "
+            f"scored on those of the first 200 test sentences that fit the model's positions): {names} test accuracy "
+            "x100 at its best layer. "
+            "A higher accuracy is better. Its baseline is the same probe on the same shape of model freshly "
+            f"initialised (the probe's untrained control, best layer): what word identity alone gives; {AT_CHANCE} "
+            "marks a cell whose interval reaches it (its lower end at or below)."]
+    return lines
 
 
 def plan(report: dict) -> list[str]:

@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,8 +180,10 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
     with 128 + the signal."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(cell, seed) for cell in spec.cells for seed in spec.seeds]
-    todo = [(c, s) for c, s in jobs if not is_done(out, c, s)]
-    log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done")
+    todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unprobed(spec, cell_dir(out, c, s))]
+    to_probe = sum(is_done(out, c, s) for c, s in todo)
+    log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done"
+        + (f", {to_probe} trained but not yet probed" if to_probe else ""))
     workers = max(1, parallel or spec.parallel)
     progress = Progress(len(todo), workers, log)
 
@@ -208,10 +211,13 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "error.json").unlink(missing_ok=True)
     steps = spec.pretrain_steps(cell)
-    seconds = {}
+    done = read_json(folder / "done.json")
+    seconds = done.get("wall_seconds", {}) if isinstance(done, dict) else {}
     for stage, files, bindings in stages(spec, cell, seed, folder):
         run_dir = folder / stage
         wanted = steps if stage == "pretrain" else spec.finetune_steps
+        if stage in seconds and _last_logged_step(run_dir) >= wanted:
+            continue   # finished in an earlier run of the sweep (which had fewer lenses)
         tell(f"{stage}, {wanted} steps")
         started = time.time()
         try:
@@ -225,6 +231,10 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
             return f"FAILED in {stage} (see {folder / 'error.json'})"
         if (reached := _last_logged_step(run_dir)) < wanted:
             return f"stopped in {stage} at step {reached} of {wanted} (a signal; run the sweep again to resume)"
+        if stage == "pretrain" and (failed := _probe(spec, cell, folder, children, tell)):
+            return failed
+    if _unprobed(spec, folder) and (failed := _probe(spec, cell, folder, children, tell)):
+        return failed
     write_json_atomic(folder / "done.json", {
         "cell": cell.name, "seed": seed, "pretrain_steps": steps, "pretrain_tokens_budget": spec.pretrain_tokens,
         "pretrain_tokens": steps * spec.batch_size * cell.tokens_per_row, "batch_size": spec.batch_size,
@@ -237,7 +247,7 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
     pre-training (evaluating its task's validation split at the last step where the sweep has
     lenses), then fine-tuning on each task from its checkpoint (MODEL_DIR not yet bound)."""
     steps = spec.pretrain_steps(cell)
-    lens_eval = [f"train.eval_every = {steps}", f"train.eval_max_examples = {spec.pretrain_eval_examples}"] if spec.lenses else []
+    lens_eval = [f"train.eval_every = {steps}", f"train.eval_max_examples = {spec.pretrain_eval_examples}"] if spec.eval_lenses else []
     out = [("pretrain", list(cell.pretrain), [
         *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {steps}",
         f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}", *lens_eval])]
@@ -250,6 +260,40 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
             f"train.checkpoint_every = {spec.finetune_steps}", *spec.scale_bindings,
             *([f"DATA_DIR = '{spec.data_dir}'"] if spec.data_dir else [])]))
     return out
+
+
+def probe_dir(folder: Path, probe: str) -> Path:
+    return folder / f"probe_{probe}"
+
+
+def _unprobed(spec: Spec, folder: Path) -> bool:
+    """Whether a probe lens of the sweep has no result in this (cell, seed)'s folder yet."""
+    return any(not isinstance(read_json(probe_dir(folder, probe) / "probe.json"), dict)
+               for probe in spec.probe_lenses.values())
+
+
+def _probe(spec: Spec, cell: Cell, folder: Path, children: Children, tell) -> str | None:
+    """`t5lite probe` of the pre-trained model for each probe lens still without a result; None, or
+    why the (cell, seed) stopped."""
+    for probe in dict.fromkeys(spec.probe_lenses.values()):
+        out = probe_dir(folder, probe)
+        if isinstance(read_json(out / "probe.json"), dict):
+            continue
+        shutil.rmtree(out, ignore_errors=True)   # a probe stopped part-way: `t5lite probe` wants a new folder
+        tell(f"{probe} probe")
+        argv = [*(list(spec.command) or [sys.executable, "-m", "t5lite.cli"]), "probe",
+                "--model", str(folder / "pretrain"), "--name", cell.name, "--data_dir", str(spec.probe_data_dir),
+                "--probes", probe, "--out", str(out)]
+        with open(folder / f"probe_{probe}.log", "a") as log:
+            try:
+                code = children.call(argv, log)
+            except Stopped as signal_name:
+                return f"stopped in the {probe} probe by {signal_name} (run the sweep again to resume)"
+        if code != 0:
+            tail = (folder / f"probe_{probe}.log").read_text(errors="replace").splitlines()[-ERROR_TAIL_LINES:]
+            write_json_atomic(folder / "error.json", {"stage": f"probe_{probe}", "returncode": code, "tail": tail})
+            return f"FAILED in the {probe} probe (see {folder / 'error.json'})"
+    return None
 
 
 def _step_teller(run_dir: Path, stage: str, wanted: int, tell):

@@ -19,6 +19,8 @@ CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bind
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
               "eval_max_examples", "pretrain_eval_examples", "bindings", "parallel", "tasks", "pilot"}
 PILOT_SEEDS = 3   # a pilot's seeds unless the scale's `pilot` says otherwise
+# Lens metrics measured by `t5lite probe` on the pre-trained model (the probe it runs), not logged by its run.
+PROBE_LENSES = {"pos_probe": "pos"}
 POSITIVE_SCALE_KEYS = {"pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size", "eval_max_examples",
                        "pretrain_eval_examples", "parallel"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -79,6 +81,17 @@ class Spec:
     pilot_sizes: Mapping = dataclasses.field(default_factory=dict)   # `pilot`'s fields where they differ
     lenses: Mapping[str, str] = dataclasses.field(default_factory=dict)   # lens -> the pre-training run's eval metric
     pretrain_eval_examples: int | None = None   # how many held-out examples the lenses read (None: the split)
+    probe_data_dir: str | None = None   # UD English-EWT, for the probe lenses
+
+    @property
+    def probe_lenses(self) -> dict[str, str]:
+        """{lens: probe} of the lenses `t5lite probe` measures."""
+        return {lens: PROBE_LENSES[metric] for lens, metric in self.lenses.items() if metric in PROBE_LENSES}
+
+    @property
+    def eval_lenses(self) -> dict[str, str]:
+        """{lens: metric} of the lenses the pre-training run's own evaluation logs."""
+        return {lens: metric for lens, metric in self.lenses.items() if metric not in PROBE_LENSES}
 
     def pretrain_steps(self, cell: Cell) -> int:
         """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1."""
@@ -88,12 +101,15 @@ class Spec:
 @gin.configurable
 def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = gin.REQUIRED,
           tasks: Mapping = gin.REQUIRED, scales: Mapping = gin.REQUIRED, claims: Sequence = (),
-          command: Sequence[str] = (), data_dir: str | None = None, lenses: Mapping | None = None) -> Spec:
+          command: Sequence[str] = (), data_dir: str | None = None, lenses: Mapping | None = None,
+          probe_data_dir: str | None = None) -> Spec:
     """The sweep a gin file describes, checked. `data_dir` is the fine-tuning configs' DATA_DIR (the GLUE
     folder); `command` replaces `python -m t5lite.cli` as what runs `train`. `lenses` names metrics
     of the pre-trained model itself, {lens: metric}: each pre-training run evaluates its task's
     validation split at its last step and the lens is its `eval_<metric>` (e.g. 'mlm_loss'), a
-    column beside the tasks that claims may name; a cell whose objective logs no such metric has none."""
+    column beside the tasks that claims may name; a cell whose objective logs no such metric has none.
+    The metric 'pos_probe' is instead the best layer's accuracy of `t5lite probe --probes pos` on the
+    pre-trained model, reading UD English-EWT from `probe_data_dir`."""
     if scale not in scales:
         raise ConfigError(f"sweep {name!r}: SWEEP_SCALE={scale!r} is not one of {sorted(scales)}; "
                           f"pass --gin.SWEEP_SCALE=\"'{next(iter(scales), 'ci')}'\"")
@@ -116,7 +132,10 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
             raise ConfigError(f"sweep {name!r} lens {lens!r} has a task's name; name it apart from {sorted(tasks)}")
         if not isinstance(metric, str) or not NAME.fullmatch(metric):
             raise ConfigError(f"sweep {name!r} lens {lens!r}: its metric is {metric!r}; give the name the pre-training "
-                              "run logs as eval_<metric>, e.g. 'mlm_loss'")
+                              f"run logs as eval_<metric>, e.g. 'mlm_loss', or one of {sorted(PROBE_LENSES)}")
+        if metric in PROBE_LENSES and not probe_data_dir:
+            raise ConfigError(f"sweep {name!r} lens {lens!r} probes the pre-trained model on UD English-EWT: set "
+                              "sweep.probe_data_dir to its folder, e.g. --gin.sweep.probe_data_dir=\"'data/ud'\"")
     parsed = []
     for cell_name, cell in cells.items():
         _check_name(f"sweep {name!r} cell {cell_name!r}", cell_name)
@@ -145,7 +164,8 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         raise ConfigError(f"sweep {name!r} scale {scale!r}: tasks {unknown} are not in sweep.tasks {sorted(tasks)}")
     tasks = {t: m for t, m in tasks.items() if t in size.get("tasks", tasks)}   # a scale may run fewer
     return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), claims=claims_, command=tuple(command),
-                data_dir=data_dir, pilot_sizes=pilot_sizes, lenses=dict(lenses), **sizes)
+                data_dir=data_dir, pilot_sizes=pilot_sizes, lenses=dict(lenses), probe_data_dir=probe_data_dir,
+                **sizes)
 
 
 def _sizes(where: str, size: Mapping) -> dict:
