@@ -373,12 +373,12 @@ def test_a_claim_naming_no_cell_or_column_is_a_one_line_error(tmp_path, claim, m
 
 
 @pytest.mark.parametrize("name", ["t5_table2", "t5_objectives", "bert_tasks", "bert_sizes", "roberta_masking",
-                                  "encoder_objectives", "peft_vs_full"])
+                                  "encoder_objectives", "peft_vs_full", "pretraining_corpus"])
 @pytest.mark.parametrize("scale", ["ci", "cpu", "tpu"])
 def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
     from t5lite.experiments import spec
     sweep_ = spec.load([str(REPO / "configs" / "sweeps" / f"{name}.gin")],
-                       ["DATA_DIR = 'data/glue'", f"SWEEP_SCALE = '{scale}'"], [str(REPO)])
+                       ["DATA_DIR = 'data/glue'", "UD_DIR = 'data/ud'", f"SWEEP_SCALE = '{scale}'"], [str(REPO)])
     assert len(sweep_.cells) >= 2 and sweep_.claims and sweep_.data_dir == "data/glue"
     import gin
     from t5lite import cli
