@@ -157,7 +157,7 @@ def test_a_real_bert_pretraining_logs_the_lens_as_its_own_heldout_evaluation(tmp
     assert cell["lens_baselines"]["heldout_mlm"] < logged[0] - 0.5 and cell["at_chance"]["heldout_mlm"] is True
 
 
-PROBE_LENS = "\nsweep.lenses = {'pos': 'pos_probe'}\nsweep.probe_data_dir = 'data/ud'\n"
+PROBE_LENS = f"\nsweep.lenses = {{'pos': 'pos_probe'}}\nsweep.probe_data_dir = '{shared_data_dir() / 'ud'}'\n"
 PROBE_CLAIM = "\nsweep.claims = [('good models tag better', 'good_enc_dec', 'lm', 'pos')]\n"
 
 
@@ -219,6 +219,15 @@ def test_a_failing_probe_fails_its_cell_and_a_rerun_finishes_it(tmp_path):
     assert "no UD file" in errors[0]["tail"][-1] and not list(out.glob("*/done.json"))
     assert sweep(gin_file, out).returncode == 0
     assert len(list(out.glob("*/done.json"))) == 4 and not list(out.glob("*/error.json"))
+
+
+def test_a_probe_lens_without_its_ud_files_stops_before_any_run(tmp_path):
+    gin_file = write_sweep(tmp_path)
+    gin_file.write_text(gin_file.read_text() + f"\nsweep.lenses = {{'pos': 'pos_probe'}}\nsweep.probe_data_dir = '{tmp_path}'\n")
+    result = sweep(gin_file, tmp_path / "out")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"sweep.probe_data_dir {tmp_path} holds no en_ewt/en_ewt-ud-train.conllu" in result.stderr
+    assert not list((tmp_path / "out").glob("*__seed*"))   # no run started
 
 
 def test_a_probe_lens_needs_the_ud_folder(tmp_path, clean_gin_state):

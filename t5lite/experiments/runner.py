@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from t5lite import finite
+from t5lite.errors import ConfigError
 from t5lite.experiments.spec import Cell, Spec
 from t5lite.run_layout import RunDir
 from t5lite.train import summaries
@@ -178,6 +179,7 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
     """Runs every unfinished (cell, seed), `parallel` (default: the scale's) at a time, saying how
     each goes. Stopped by a STOP_SIGNALS signal, it waits for the running trains to save and exits
     with 128 + the signal."""
+    _check_probe_data(spec)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(cell, seed) for cell in spec.cells for seed in spec.seeds]
     todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unprobed(spec, cell_dir(out, c, s))]
@@ -260,6 +262,17 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
             f"train.checkpoint_every = {spec.finetune_steps}", *spec.scale_bindings,
             *([f"DATA_DIR = '{spec.data_dir}'"] if spec.data_dir else [])]))
     return out
+
+
+def _check_probe_data(spec: Spec) -> None:
+    """A probe lens's UD files exist before any training starts, so a wrong folder costs no run."""
+    from t5lite.analysis.probe import SPLITS
+    for probe in dict.fromkeys(spec.probe_lenses.values()):
+        pattern, *splits = SPLITS[probe]
+        missing = [pattern.format(split) for split in splits if not (Path(spec.probe_data_dir) / pattern.format(split)).is_file()]
+        if missing:
+            raise ConfigError(f"sweep.probe_data_dir {spec.probe_data_dir} holds no {', '.join(missing)} for the {probe} "
+                              "probe lens: download UD English-EWT there (docs/guides/data.md) or point UD_DIR at it")
 
 
 def probe_dir(folder: Path, probe: str) -> Path:
