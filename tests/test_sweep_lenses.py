@@ -25,13 +25,18 @@ def logged_lens(out, cell, seed):
     return [r["eval_mlm_loss"] for r in rows if "eval_mlm_loss" in r]
 
 
-def test_each_pretraining_evaluates_at_its_last_step_and_the_report_judges_the_lens_lower_is_better(tmp_path):
+def finished_sweep(tmp_path, extra: str):
+    """The toy sweep with `extra` gin lines, run to its end: its folder and report."""
     gin_file = write_sweep(tmp_path)
-    gin_file.write_text(gin_file.read_text() + LENS + LENS_CLAIM)
+    gin_file.write_text(gin_file.read_text() + extra)
     out = tmp_path / "out"
     result = sweep(gin_file, out)
     assert result.returncode == 0, result.stderr
-    report = json.loads((out / "report.json").read_text())
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_each_pretraining_evaluates_at_its_last_step_and_the_report_judges_the_lens_lower_is_better(tmp_path):
+    out, report = finished_sweep(tmp_path, LENS + LENS_CLAIM)
     assert report["lenses"] == {"heldout": "mlm_loss"} and report["pretrain_eval_examples"] == 16   # the ci scale's
     values = {}
     for name, cell in report["cells"].items():
@@ -166,12 +171,7 @@ def probe_json(out, cell, seed):
 
 
 def test_a_probe_lens_probes_each_pretrained_model_and_is_judged_higher_is_better(tmp_path):
-    gin_file = write_sweep(tmp_path)
-    gin_file.write_text(gin_file.read_text() + PROBE_LENS + PROBE_CLAIM)
-    out = tmp_path / "out"
-    result = sweep(gin_file, out)
-    assert result.returncode == 0, result.stderr
-    report = json.loads((out / "report.json").read_text())
+    out, report = finished_sweep(tmp_path, PROBE_LENS + PROBE_CLAIM)
     values = {}
     for name, cell in report["cells"].items():
         runs = [probe_json(out, name, seed)["pos"] for seed in (0, 1)]
