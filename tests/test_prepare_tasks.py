@@ -175,3 +175,28 @@ def test_cli_prints_the_data_dir_to_train_with(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["prepare", "--output", str(tmp_path / "none")])
     assert e.value.code == 2
+
+
+def test_list_fields_give_one_line_per_string_and_other_values_none():
+    from t5lite.data.registry import FunctionSource, TaskRegistry
+    from t5lite.data.task_documents import TaskInput
+    rows = [{"passage": ["First  passage.", "Second\nline."], "question": 7, "label": "yes"},
+            {"passage": "", "question": "Only a question?"}, {"passage": None, "question": None}]
+    TaskRegistry.add("my_list_texts", source=FunctionSource(lambda split: rows, splits=("train",)),
+                     preprocessors=[], output_features={})
+    try:
+        documents = list(TaskInput.parse("my_list_texts=unused").documents())
+    finally:
+        TaskRegistry.remove("my_list_texts")
+    assert documents == [(0, "", "First passage.\nSecond\nline."), (1, "", "Only a question?")]
+
+
+def test_a_task_without_text_fields_is_refused_naming_its_fields(tmp_path):
+    from t5lite.data.registry import FunctionSource, TaskRegistry
+    TaskRegistry.add("my_numbers", source=FunctionSource(lambda split: [{"label": 1, "idx": 0}], splits=("train",)),
+                     preprocessors=[], output_features={})
+    try:
+        with pytest.raises(DataError, match=r"--task my_numbers: its records have no text field \(idx, label;"):
+            prepare([f"task:my_numbers={tmp_path}"], str(tmp_path / "out"), options=OPTIONS, progress=False)
+    finally:
+        TaskRegistry.remove("my_numbers")

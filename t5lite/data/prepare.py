@@ -144,7 +144,7 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
     for pattern in patterns:
         if task_documents.is_task(pattern):
             task = task_documents.TaskInput.parse(pattern)
-            task.source().num_examples(task.split, task.data_dir)   # fails now, naming the files it needs
+            task.source().records(task.split, task.data_dir)   # fails now, naming the files it needs
             tasks.append(str(task))
             continue
         matches = [path for path in glob.glob(pattern, recursive=True) if os.path.isfile(path)]

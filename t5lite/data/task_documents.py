@@ -69,18 +69,23 @@ class TaskInput:
     def documents(self) -> Iterator[tuple[int, str, str]]:
         """(record index, "", text) per record with text: its text fields' lines, blank lines dropped."""
         records = self.source().records(self.split, self.data_dir)
-        fields = None
         for index in range(len(records)):
             record = records[index]
-            if fields is None:
-                fields = [f for f in TEXT_FIELDS if f in record]
-                if not fields:
-                    raise DataError(f"--task {self.name}: its records have no text field ({', '.join(sorted(record))}; "
-                                    f"text fields are {', '.join(TEXT_FIELDS)}); give a task with text")
-            lines = [" ".join(line.split()) for f in fields for line in str(record.get(f) or "").splitlines()]
+            fields = [f for f in TEXT_FIELDS if f in record]
+            if index == 0 and not fields:
+                raise DataError(f"--task {self.name}: its records have no text field ({', '.join(sorted(record))}; "
+                                f"text fields are {', '.join(TEXT_FIELDS)}); give a task with text")
+            lines = [" ".join(line.split()) for f in fields for value in _strings(record.get(f))
+                     for line in value.splitlines()]
             text = "\n".join(line for line in lines if line)
             if text:
                 yield index, "", text
+
+
+def _strings(value) -> list[str]:
+    """A text field's strings: the string, or a list's strings (several passages); nothing else."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, str)]
 
 
 def is_task(name: str) -> bool:
