@@ -385,10 +385,13 @@ def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
     from t5lite.data.registry import TaskRegistry
     from t5lite.train.trainer import train
     from t5lite.experiments.runner import stages
-    for cell in sweep_.cells:   # every run the cell starts parses as `t5lite train` parses it
+    from t5lite.train.trainer import model_config
+    for cell in sweep_.cells:   # every run the cell starts parses as `t5lite train` parses it, and builds its model
         for stage, files, bindings in stages(sweep_, cell, 0, Path("/tmp/cell")):
             gin.clear_config()
             cli.parse_gin(list(files), [*bindings, "MODEL_DIR = '/tmp/run'"], entry=("train", train))
+            if "train.objective" in gin.config_str():   # else text to text, the trainer's default
+                gin.query_parameter("train.objective").scoped_configurable_fn().build_model(model_config())
             task = TaskRegistry.get(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
             if stage.startswith("finetune") and task.name.startswith("gpt_glue_"):
                 # GPT-1's similarity tasks read both orders, and their converter must say so

@@ -58,6 +58,10 @@ class HeadObjective(Objective):
             raise ConfigError(f"global_tokens.which={global_tokens()!r} marks Longformer's global tokens, but the model "
                               "attends to every token (attention_window=None): set model_config overrides "
                               "attention_window, or global_tokens.which=None")
+        if self.pooling == "pooler" and not config.pooler:
+            raise ConfigError(f"{type(self).__name__}.pooling = 'pooler', but the model has no pooler "
+                              "(model_config.pooler = False: RoBERTa, ELECTRA and DeBERTa pre-train none); set "
+                              f"{type(self).__name__}.pooling = 'first' to classify its first token's state")
         return WithHead(config, self.head(config), self.pooling)
 
     def init_features(self, feature_lengths: Mapping[str, int]) -> dict[str, Any]:
