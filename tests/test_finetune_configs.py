@@ -82,6 +82,20 @@ def test_bert_tiny_sst2_trains_evaluates_and_t5lite_eval_gives_the_same_accuracy
     assert metrics["accuracy"] == pytest.approx(evals[0]["eval_accuracy"])
 
 
+def test_train_examples_trains_on_that_many_labels_and_says_so(tmp_path, caplog):
+    """SST-2 with `train.train_examples = 32`: the run says what it reads; a count below 1 is refused."""
+    from t5lite.errors import ConfigError
+    bindings = [f"MODEL_DIR = '{tmp_path / 'few'}'", "INITIAL_CHECKPOINT_PATH = None", f"DATA_DIR = '{GLUE}'",
+                "TRAIN_STEPS = 2", "EVAL_EVERY = 0", "BATCH_SIZE = 8"]
+    with caplog.at_level("INFO", logger="t5lite"):
+        _train("configs/local/bert_tiny_finetune_sst2.gin", [*bindings, "train.train_examples = 32"])
+    assert "training on 32 of the 67349 examples of 'train' (train.train_examples, drawn with train_examples_seed 0)" \
+        in caplog.text
+    gin.clear_config()
+    with pytest.raises(ConfigError, match=r"train.train_examples=0: give a whole number of at least 1"):
+        _train("configs/local/bert_tiny_finetune_sst2.gin", [*bindings, "train.train_examples = 0"])
+
+
 def test_a_hugging_face_bert_grafts_into_the_backbone(tmp_path):
     """A Hugging Face BERT of bert_tiny's shape, imported with `t5lite convert`, fine-tuned at
     learning rate 0: the backbone is the checkpoint's exactly; the head is new (the checkpoint has none)."""

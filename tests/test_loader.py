@@ -258,3 +258,42 @@ def test_a_position_of_the_streaming_loader_is_refused_with_the_reason(task):
     continue from it without replaying the stream, so it says so instead of restarting the data."""
     with pytest.raises(ConfigError, match="written by the streaming loader"):
         _loader(task).restore({"examples_consumed": 10, "seed": 7, "process_index": 0, "process_count": 1})
+
+
+def _prefixes(loader, count):
+    """The row numbers (each text's first two characters) of the next `count` examples."""
+    examples = itertools.islice(loader.source.examples(), count)
+    return [CharVocab().decode(e["inputs"][:2]) for e in examples]
+
+
+def test_max_examples_keeps_one_subset_for_every_training_seed_and_each_epoch_reads_it_all(task):
+    seen = _prefixes(_loader(task, max_examples=10), 30)   # three epochs of 10
+    assert len(set(seen)) == 10 and all(sorted(seen[i:i + 10]) == sorted(set(seen)) for i in (0, 10, 20))
+    assert seen[:10] != seen[10:20]   # reshuffled each epoch
+    other_seed = Loader(task, "train", LENGTHS, 4, pack=True, seed=8, max_examples=10)
+    assert set(_prefixes(other_seed, 10)) == set(seen)
+    assert set(_prefixes(_loader(task, max_examples=10, subset_seed=1), 10)) != set(seen)
+    assert len(set(_prefixes(_loader(task, max_examples=57), 57))) == 57 == _loader(task, max_examples=500).source.split_size
+    straight = _take(_loader(task, max_examples=10), 12)
+    first = _loader(task, max_examples=10)
+    _take(first, 5)
+    resumed = _loader(task, max_examples=10)
+    resumed.restore(first.state())
+    _assert_same(_take(resumed, 7), straight[5:])
+
+
+def test_max_examples_of_a_streamed_source_is_refused():
+    class Streamed:
+        splits = ("train",)
+
+        def load(self, split, **kwargs):
+            return iter([{"text": "ab"}])
+    name = "test_loader_streamed"
+    TaskRegistry.remove(name)
+    streamed = TaskRegistry.add(name, Streamed(), [], {})
+    try:
+        with pytest.raises(ConfigError, match="train.train_examples=5 draws examples of one task's split; "
+                                              "'test_loader_streamed' is a mixture or a streamed source"):
+            Loader(streamed, "train", LENGTHS, 4, max_examples=5)
+    finally:
+        TaskRegistry.remove(name)

@@ -81,19 +81,37 @@ def _allow_grain_flags() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
+class Subset:
+    """Records `indices` of a random-access source, as a random-access source (picklable for grain's workers)."""
+
+    def __init__(self, source, indices):
+        self.source, self.indices = source, [int(i) for i in indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        return self.source[self.indices[i]]
+
+
 class GrainExamples:
     """A random-access task's examples, as blocks read through grain; position = (block, offset)."""
 
     def __init__(self, task: Task, split, sequence_length, seed, shuffle, repeat, data_dir, shard_index,
-                 shard_count, block_size: int, worker_count: int):
+                 shard_count, block_size: int, worker_count: int, max_examples: int | None = None,
+                 subset_seed: int = 0):
         if block_size < 1:
             raise ConfigError(f"Loader block_size must be positive, got {block_size}")
         self.task, self.sequence_length, self.seed, self.block_size = task, sequence_length, seed, block_size
         self.worker_count = worker_count
         self._describe = (task, split, shard_index, shard_count, data_dir)
-        records = grain.MapDataset.source(task.source.records(split, data_dir))
-        if len(records) == 0:
+        source = task.source.records(split, data_dir)
+        if len(source) == 0:
             raise _empty_error(*self._describe)
+        self.split_size = len(source)
+        if max_examples is not None and max_examples < len(source):   # the same subset for every training seed
+            source = Subset(source, np.random.default_rng(derived_seed(subset_seed, 2)).permutation(len(source))[:max_examples])
+        records = grain.MapDataset.source(source)
         self.records_per_epoch = -(-len(records) // shard_count)  # of this shard, at most
         if shuffle:
             records = records.shuffle(seed=derived_seed(seed, 0))
@@ -197,13 +215,15 @@ class Loader:
 
     `shard_index`/`shard_count` say which data-parallel replica group this process feeds (default:
     one shard per process); `block_size` is how many records are preprocessed together;
-    `worker_count` grain processes preprocess blocks (0: in this process)."""
+    `worker_count` grain processes preprocess blocks (0: in this process); `max_examples` keeps that
+    many records of the split (a random-access task's), drawn by `subset_seed` before the shuffle
+    of `seed`, so every training seed reads the same subset."""
 
     def __init__(self, task: Task | Mixture, split: str, task_feature_lengths: Mapping[str, int],
                  global_batch_size: int, feature_converter: str = "enc_dec", pack: bool = True, seed: int = 0,
                  shuffle: bool = True, repeat: bool = True, data_dir: str | None = None,
                  shard_index: int | None = None, shard_count: int | None = None, block_size: int = 128,
-                 worker_count: int = 0):
+                 worker_count: int = 0, max_examples: int | None = None, subset_seed: int = 0):
         self.shard_index = jax.process_index() if shard_index is None else shard_index
         self.shard_count = jax.process_count() if shard_count is None else shard_count
         if global_batch_size % self.shard_count:
@@ -217,7 +237,11 @@ class Loader:
         args = (task, split, self.task_feature_lengths, seed, shuffle, repeat, data_dir, self.shard_index,
                 self.shard_count)
         if isinstance(task, Task) and hasattr(task.source, "records"):
-            self.source = GrainExamples(*args, block_size=block_size, worker_count=worker_count)
+            self.source = GrainExamples(*args, block_size=block_size, worker_count=worker_count,
+                                        max_examples=max_examples, subset_seed=subset_seed)
+        elif max_examples is not None:
+            raise ConfigError(f"train.train_examples={max_examples} draws examples of one task's split; "
+                              f"{task.name!r} is a mixture or a streamed source: train on one of its tasks")
         else:
             self.source = StreamedExamples(*args)
 

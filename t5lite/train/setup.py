@@ -64,6 +64,8 @@ class TrainConfig:
     peak_flops_per_device: float | None = None
     partitioner: Partitioner | None = None
     train_split: str = "train"
+    train_examples: int | None = None
+    train_examples_seed: int = 0
     eval_every: int = 0
     eval_split: str = "validation"
     eval_batch_size: int | None = None
@@ -78,6 +80,7 @@ class TrainConfig:
 
     def __post_init__(self):
         require_positive({"TRAIN_STEPS": self.train_steps, "BATCH_SIZE": self.batch_size,
+                          **({"train.train_examples": self.train_examples} if self.train_examples is not None else {}),
                           "train.log_every": self.log_every, "train.checkpoint_every": self.checkpoint_every,
                           "train.keep_checkpoints": self.keep_checkpoints,
                           "train.num_microbatches": self.num_microbatches,
@@ -149,8 +152,13 @@ def setup(config: TrainConfig, checkpointer: checkpoints.Checkpointer, meter: co
     make_loader = functools.partial(
         Loader, task, c.train_split, c.task_feature_lengths, c.batch_size, c.feature_converter, pack=c.pack,
         seed=c.seed, data_dir=c.data_dir, shard_index=shard_index, shard_count=shard_count,
-        block_size=c.data_block_size, worker_count=c.data_workers)
+        block_size=c.data_block_size, worker_count=c.data_workers, max_examples=c.train_examples,
+        subset_seed=c.train_examples_seed)
     loader = make_loader()
+    if c.train_examples is not None:
+        split_size = loader.source.split_size
+        log.info("training on %d of the %d examples of %r (train.train_examples, drawn with train_examples_seed %d)",
+                 min(c.train_examples, split_size), split_size, c.train_split, c.train_examples_seed)
     feature_lengths = loader.converter.model_feature_lengths(c.task_feature_lengths, pack=c.pack)
     trainer = TrainTask(model, optimizer, schedule, partitioner, feature_lengths, c.loss, c.num_microbatches,
                         objective, c.peft, c.quantization)

@@ -80,7 +80,8 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           initial_checkpoint_path: str | None = None, initial_checkpoint_restore: str = "params",
           vocabulary_path: str | None = None,
           peak_flops_per_device: float | None = None, partitioner: Partitioner | None = None,
-          train_split: str = "train", eval_every: int = 0, eval_split: str = "validation",
+          train_split: str = "train", train_examples: int | None = None, train_examples_seed: int = 0,
+          eval_every: int = 0, eval_split: str = "validation",
           eval_batch_size: int | None = None,
           eval_max_examples: int | None = None, allow_config_change: bool = False, objective: Objective | None = None,
           data_block_size: int = 128, data_workers: int = 0, peft: peft_lib.Method | None = None,
@@ -88,7 +89,9 @@ def train(model_dir: str = gin.REQUIRED, mixture_or_task_name: str = gin.REQUIRE
           progress: bool = True) -> dict:
     """Trains (or resumes) a model in `model_dir`; returns the last logged metrics.
 
-    The task's `train_split` is trained on (e.g. 'validation' where a dataset ships no train file).
+    The task's `train_split` is trained on (e.g. 'validation' where a dataset ships no train file);
+    with `train_examples` = N, only N of its examples, drawn by `train_examples_seed` (the same N for
+    every training seed), as learning curves over label counts (ULMFiT's Figure 3) need.
     With `eval_every`, the task's `eval_split` is evaluated every that many steps and at the end
     (t5lite.infer.evaluation): `eval_`-prefixed metrics go to metrics.jsonl, the predictions to
     `eval/<task>.<split>/predictions.jsonl`.
