@@ -90,7 +90,7 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(_stage_seconds(folder / stage, seconds)
                               for stage, seconds in done["wall_seconds"].items()) / 3600}
-    log = (folder / "pretrain.log").read_text(errors="replace")
+    log = (folder / "pretrain.log").read_text(errors="replace") if (folder / "pretrain.log").exists() else ""
     flops, params = FLOPS_LINE.search(log), PARAMS_LINE.search(log)
     if flops:   # the trainer's own FLOPs per step (t5lite.train.mfu) and parameter count
         cost["flops"] = float(flops.group(1)) * done["pretrain_steps"]
@@ -146,7 +146,8 @@ def dev_labels(spec: Spec, task: str) -> list:
     the task's validation split, in file order, as the evaluation reads them."""
     import t5lite.data.tasks  # noqa: F401  (registers the tasks)
     from t5lite.data.registry import TaskRegistry
-    rows = TaskRegistry.get(f"{spec.cells[0].task_prefix}{task}").source.load("validation", data_dir=spec.data_dir)
+    rows = TaskRegistry.get(f"{spec.cells[0].task_prefix}{spec.registered_task(task)}").source.load(
+        "validation", data_dir=spec.data_dir)
     return [row["label"] for row in itertools.islice(rows, spec.eval_max_examples)]
 
 

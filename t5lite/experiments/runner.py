@@ -182,7 +182,7 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
     _check_probe_data(spec)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(cell, seed) for cell in spec.cells for seed in spec.seeds]
-    todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unprobed(spec, cell_dir(out, c, s))]
+    todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unprobed(spec, c, cell_dir(out, c, s))]
     to_probe = sum(is_done(out, c, s) for c, s in todo)
     log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done"
         + (f", {to_probe} trained but not yet probed" if to_probe else ""))
@@ -235,7 +235,7 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
             return f"stopped in {stage} at step {reached} of {wanted} (a signal; run the sweep again to resume)"
         if stage == "pretrain" and (failed := _probe(spec, cell, folder, children, tell)):
             return failed
-    if _unprobed(spec, folder) and (failed := _probe(spec, cell, folder, children, tell)):
+    if _unprobed(spec, cell, folder) and (failed := _probe(spec, cell, folder, children, tell)):
         return failed
     write_json_atomic(folder / "done.json", {
         "cell": cell.name, "seed": seed, "pretrain_steps": steps, "pretrain_tokens_budget": spec.pretrain_tokens,
@@ -247,16 +247,19 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
 def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, list[str], list[str]]]:
     """(stage name, gin files, bindings) of each `t5lite train` a (cell, seed) runs, in order:
     pre-training (evaluating its task's validation split at the last step where the sweep has
-    lenses), then fine-tuning on each task from its checkpoint (MODEL_DIR not yet bound)."""
+    lenses), then fine-tuning on each task (column) from its checkpoint, or from scratch for a cell
+    without pre-training (MODEL_DIR not yet bound)."""
     steps = spec.pretrain_steps(cell)
     lens_eval = [f"train.eval_every = {steps}", f"train.eval_max_examples = {spec.pretrain_eval_examples}"] if spec.eval_lenses else []
     out = [("pretrain", list(cell.pretrain), [
         *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {steps}",
-        f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}", *lens_eval])]
+        f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}", *lens_eval])] if cell.pretrain else []
+    start = f"'{folder / 'pretrain'}'" if cell.pretrain else "None"
     for task in spec.tasks:
         out.append((f"finetune_{task}", list(cell.finetune), [
-            *cell.finetune_bindings_for(task), f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{task}'",
-            f"INITIAL_CHECKPOINT_PATH = '{folder / 'pretrain'}'", f"TRAIN_STEPS = {spec.finetune_steps}",
+            *spec.variant_bindings(task), *cell.finetune_bindings_for(task),
+            f"MIXTURE_OR_TASK_NAME = '{cell.task_prefix}{spec.registered_task(task)}'",
+            f"INITIAL_CHECKPOINT_PATH = {start}", f"TRAIN_STEPS = {spec.finetune_steps}",
             f"BATCH_SIZE = {spec.finetune_batch_size}", f"EVAL_EVERY = {spec.finetune_steps}",
             f"train.eval_max_examples = {spec.eval_max_examples}", f"train.seed = {seed}",
             f"train.checkpoint_every = {spec.finetune_steps}", *spec.scale_bindings,
@@ -279,16 +282,16 @@ def probe_dir(folder: Path, probe: str) -> Path:
     return folder / f"probe_{probe}"
 
 
-def _unprobed(spec: Spec, folder: Path) -> bool:
-    """Whether a probe lens of the sweep has no result in this (cell, seed)'s folder yet."""
-    return any(not isinstance(read_json(probe_dir(folder, probe) / "probe.json"), dict)
-               for probe in spec.probe_lenses.values())
+def _unprobed(spec: Spec, cell: Cell, folder: Path) -> bool:
+    """Whether a probe lens of the sweep has no result in this pre-trained (cell, seed)'s folder yet."""
+    return bool(cell.pretrain) and any(not isinstance(read_json(probe_dir(folder, probe) / "probe.json"), dict)
+                                       for probe in spec.probe_lenses.values())
 
 
 def _probe(spec: Spec, cell: Cell, folder: Path, children: Children, tell) -> str | None:
     """`t5lite probe` of the pre-trained model for each probe lens still without a result; None, or
     why the (cell, seed) stopped."""
-    for probe in dict.fromkeys(spec.probe_lenses.values()):
+    for probe in dict.fromkeys(spec.probe_lenses.values() if cell.pretrain else ()):
         out = probe_dir(folder, probe)
         if isinstance(read_json(out / "probe.json"), dict):
             continue

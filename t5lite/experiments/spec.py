@@ -82,6 +82,15 @@ class Spec:
     lenses: Mapping[str, str] = dataclasses.field(default_factory=dict)   # lens -> the pre-training run's eval metric
     pretrain_eval_examples: int | None = None   # how many held-out examples the lenses read (None: the split)
     probe_data_dir: str | None = None   # UD English-EWT, for the probe lenses
+    task_variants: Mapping[str, tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
+
+    def registered_task(self, column: str) -> str:
+        """The task a column fine-tunes on (a variant's own task, else the column), before the cell's prefix."""
+        return self.task_variants[column][0] if column in self.task_variants else column
+
+    def variant_bindings(self, column: str) -> tuple[str, ...]:
+        """The fine-tuning bindings a task variant adds (e.g. 'train.train_examples = 100')."""
+        return self.task_variants[column][1] if column in self.task_variants else ()
 
     @property
     def probe_lenses(self) -> dict[str, str]:
@@ -94,7 +103,10 @@ class Spec:
         return {lens: metric for lens, metric in self.lenses.items() if metric not in PROBE_LENSES}
 
     def pretrain_steps(self, cell: Cell) -> int:
-        """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1."""
+        """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1; 0 for
+        a cell that fine-tunes from scratch."""
+        if not cell.pretrain:
+            return 0
         return max(1, self.pretrain_tokens // (self.batch_size * cell.tokens_per_row))
 
 
@@ -102,14 +114,19 @@ class Spec:
 def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = gin.REQUIRED,
           tasks: Mapping = gin.REQUIRED, scales: Mapping = gin.REQUIRED, claims: Sequence = (),
           command: Sequence[str] = (), data_dir: str | None = None, lenses: Mapping | None = None,
-          probe_data_dir: str | None = None) -> Spec:
+          probe_data_dir: str | None = None, task_variants: Mapping | None = None) -> Spec:
     """The sweep a gin file describes, checked. `data_dir` is the fine-tuning configs' DATA_DIR (the GLUE
     folder); `command` replaces `python -m t5lite.cli` as what runs `train`. `lenses` names metrics
     of the pre-trained model itself, {lens: metric}: each pre-training run evaluates its task's
     validation split at its last step and the lens is its `eval_<metric>` (e.g. 'mlm_loss'), a
     column beside the tasks that claims may name; a cell whose objective logs no such metric has none.
     The metric 'pos_probe' is instead the best layer's accuracy of `t5lite probe --probes pos` on the
-    pre-trained model, reading UD English-EWT from `probe_data_dir`."""
+    pre-trained model, reading UD English-EWT from `probe_data_dir`.
+
+    A cell with `'pretrain': []` fine-tunes from random weights (the from-scratch row). A column of
+    `tasks` may be a variant of a task, `task_variants = {'sst2_100': ('sst2', ['train.train_examples
+    = 100'])}`: the task fine-tuned with those bindings too (fewer labels, another rate), judged on
+    the task's dev set like the task itself."""
     if scale not in scales:
         raise ConfigError(f"sweep {name!r}: SWEEP_SCALE={scale!r} is not one of {sorted(scales)}; "
                           f"pass --gin.SWEEP_SCALE=\"'{next(iter(scales), 'ci')}'\"")
@@ -125,6 +142,15 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
                           "between seeds: give 'seeds': 2 or more")
     for task in tasks:
         _check_name(f"sweep {name!r} task {task!r}", task)
+    variants = {}
+    for column, given in dict(task_variants or {}).items():
+        where = f"sweep {name!r} task variant {column!r}"
+        if column not in tasks:
+            raise ConfigError(f"{where} is not a column of sweep.tasks {sorted(tasks)}; add it there with its metric")
+        if (not isinstance(given, (list, tuple)) or len(given) != 2 or not isinstance(given[0], str)
+                or not isinstance(given[1], (list, tuple)) or not all(isinstance(b, str) for b in given[1])):
+            raise ConfigError(f"{where}: give (task, [bindings]), e.g. ('sst2', ['train.train_examples = 100'])")
+        variants[column] = (given[0], tuple(given[1]))
     lenses = dict(lenses or {})
     for lens, metric in lenses.items():
         _check_name(f"sweep {name!r} lens {lens!r}", lens)
@@ -141,8 +167,9 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         _check_name(f"sweep {name!r} cell {cell_name!r}", cell_name)
         _check_keys(f"sweep {name!r} cell {cell_name!r}", cell, CELL_KEYS)
         _check_positive(f"sweep {name!r} cell {cell_name!r} 'tokens_per_row'", cell.get("tokens_per_row", 1))
-        if not cell.get("pretrain") or not cell.get("finetune"):
-            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files")
+        if "pretrain" not in cell or not cell.get("finetune"):
+            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files "
+                              "('pretrain': [] fine-tunes from scratch)")
         fields = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in cell.items()}
         per_task = dict(cell.get("task_bindings", {}))
         if set(per_task) - set(tasks):
@@ -159,13 +186,16 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         for row in (claim.better, claim.worse):
             if row not in names:
                 raise ConfigError(f"sweep {name!r} claim {claim.text!r}: no cell named {row!r} (cells: {sorted(names)})")
-    unknown = sorted(set(size.get("tasks", ())) - set(tasks))
-    if unknown:
-        raise ConfigError(f"sweep {name!r} scale {scale!r}: tasks {unknown} are not in sweep.tasks {sorted(tasks)}")
-    tasks = {t: m for t, m in tasks.items() if t in size.get("tasks", tasks)}   # a scale may run fewer
+    if "tasks" in size:   # a scale may run fewer: the columns of its tasks, variants included
+        underlying = {column: variants.get(column, (column,))[0] for column in tasks}
+        kept = {t: m for t, m in tasks.items() if underlying[t] in size["tasks"]}
+        if not kept:
+            raise ConfigError(f"sweep {name!r} scale {scale!r}: its tasks {sorted(size['tasks'])} leave none of "
+                              f"sweep.tasks {sorted(tasks)}")
+        tasks = kept
     return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), claims=claims_, command=tuple(command),
                 data_dir=data_dir, pilot_sizes=pilot_sizes, lenses=dict(lenses), probe_data_dir=probe_data_dir,
-                **sizes)
+                task_variants=variants, **sizes)
 
 
 def _sizes(where: str, size: Mapping) -> dict:
