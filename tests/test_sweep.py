@@ -373,10 +373,13 @@ def test_a_claim_naming_no_cell_or_column_is_a_one_line_error(tmp_path, claim, m
 
 
 @pytest.mark.parametrize("name", ["t5_table2", "t5_objectives", "bert_tasks", "bert_sizes", "roberta_masking",
-                                  "encoder_objectives", "peft_vs_full", "pretraining_corpus"])
+                                  "encoder_objectives", "peft_vs_full", "pretraining_corpus", "ulmfit_labels"])
 @pytest.mark.parametrize("scale", ["ci", "cpu", "tpu"])
-def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
+def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state, tmp_path):
+    import contextlib
     from t5lite.experiments import spec
+    (tmp_path / "data").mkdir()   # the layout the sweeps' relative paths name (the word LMs read their vocabulary)
+    (tmp_path / "data" / "text").symlink_to(shared_data_dir() / "text")
     sweep_ = spec.load([str(REPO / "configs" / "sweeps" / f"{name}.gin")],
                        ["DATA_DIR = 'data/glue'", "UD_DIR = 'data/ud'", f"SWEEP_SCALE = '{scale}'"], [str(REPO)])
     assert len(sweep_.cells) >= 2 and sweep_.claims and sweep_.data_dir == "data/glue"
@@ -391,7 +394,8 @@ def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state):
             gin.clear_config()
             cli.parse_gin(list(files), [*bindings, "MODEL_DIR = '/tmp/run'"], entry=("train", train))
             if "train.objective" in gin.config_str():   # else text to text, the trainer's default
-                gin.query_parameter("train.objective").scoped_configurable_fn().build_model(model_config())
+                with contextlib.chdir(tmp_path):
+                    gin.query_parameter("train.objective").scoped_configurable_fn().build_model(model_config())
             task = TaskRegistry.get(gin.query_parameter("%MIXTURE_OR_TASK_NAME"))
             if stage.startswith("finetune") and task.name.startswith("gpt_glue_"):
                 # GPT-1's similarity tasks read both orders, and their converter must say so
