@@ -257,3 +257,15 @@ def test_a_real_pos_probe_lens_of_a_bert_pretraining(tmp_path):
     assert cell["seeds"]["0"]["scores"]["pos"] == pytest.approx(100 * max(probe["full"]["accuracy"]))
     assert cell["lens_baselines"]["pos"] == pytest.approx(100 * max(probe["full (untrained)"]["accuracy"]))
     assert all(20 < value < 100 for value in (cell["lens_baselines"]["pos"], cell["seeds"]["0"]["scores"]["pos"]))
+
+
+@pytest.mark.parametrize("metric, summary, baseline, at_chance", [
+    ("pos_probe", {"low": 59.0, "high": 70.0}, 60.0, True),    # an accuracy whose interval reaches the control
+    ("pos_probe", {"low": 61.0, "high": 70.0}, 60.0, False),
+    ("mlm_loss", {"low": 4.0, "high": 5.1}, 5.0, True),        # a loss whose interval reaches the unigram loss
+    ("mlm_loss", {"low": 4.0, "high": 4.9}, 5.0, False),
+    ("mlm_loss", {"low": 4.0, "high": 4.9}, None, False),      # no baseline, no mark
+])
+def test_a_lens_is_at_chance_when_its_interval_reaches_its_baseline_from_the_wrong_side(metric, summary, baseline, at_chance):
+    from t5lite.experiments.report import _lens_at_chance
+    assert _lens_at_chance(summary, baseline, metric) is at_chance
