@@ -110,3 +110,18 @@ def test_sequences_longer_than_a_learned_position_table_are_refused():
     params = jax.eval_shape(lambda: module.init(jax.random.key(0), encoder_input_tokens=jnp.ones((1, 16), jnp.int32)))
     with pytest.raises(ValueError, match="max_position_embeddings=16"):
         jax.eval_shape(lambda p: module.apply(p, encoder_input_tokens=jnp.ones((1, 17), jnp.int32)), params)
+
+
+def test_a_model_with_one_token_type_reads_a_pairs_second_segment_as_type_0():
+    """RoBERTa has one token type: a BERT-style pair (second segment marked 1) reads as all zeros, as
+    RoBERTa's tokenizer marks it, instead of past the one-row table (NaN); BERT keeps its two types."""
+    ids = jnp.asarray(np.random.RandomState(1).randint(3, 900, (1, 6)))
+    pair = jnp.asarray([[0, 0, 0, 1, 1, 1]])
+    for preset, differs in (("roberta_tiny", False), ("bert_tiny", True)):
+        module = models.build(models.get_config(preset))
+        variables = random_variables(module)
+        encode = jax.jit(functools.partial(module.apply, method="encode"))
+        as_pair = np.asarray(encode(variables, encoder_input_tokens=ids, token_type_ids=pair))
+        as_one = np.asarray(encode(variables, encoder_input_tokens=ids, token_type_ids=jnp.zeros_like(pair)))
+        assert np.isfinite(as_pair).all()
+        assert bool(np.abs(as_pair - as_one).max() > 1e-3) is differs

@@ -129,7 +129,9 @@ class Stack(nn.Module):
         if cfg.position_encoding in ("learned", "sinusoidal"):
             x = x + L.AbsolutePositionEmbedding(cfg, name="position_embedder")(positions)
         if cfg.type_vocab_size:
-            token_types = jnp.zeros_like(tokens) if token_types is None else token_types
+            # One token type (RoBERTa): every token is type 0, as RoBERTa's tokenizer makes them; a pair's
+            # second segment marked 1 by a BERT-style converter would read past the table (NaN).
+            token_types = jnp.zeros_like(tokens) if token_types is None or cfg.type_vocab_size == 1 else token_types
             x = x + L.Embed(cfg.type_vocab_size, cfg.embed_dim, L.dtype_of(cfg), L.init_std(cfg, 1.0),
                             ("token_types", "embed"), L.quantized(cfg), name="token_type_embedder")(token_types)
         if cfg.embedding_norm:
