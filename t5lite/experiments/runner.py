@@ -297,17 +297,15 @@ def _probe(spec: Spec, cell: Cell, folder: Path, children: Children, tell) -> st
             continue
         shutil.rmtree(out, ignore_errors=True)   # a probe stopped part-way: `t5lite probe` wants a new folder
         tell(f"{probe} probe")
-        argv = [*(list(spec.command) or [sys.executable, "-m", "t5lite.cli"]), "probe",
-                "--model", str(folder / "pretrain"), "--name", cell.name, "--data_dir", str(spec.probe_data_dir),
-                "--probes", probe, "--out", str(out)]
-        with open(folder / f"probe_{probe}.log", "a") as log:
-            try:
-                code = children.call(argv, log)
-            except Stopped as signal_name:
-                return f"stopped in the {probe} probe by {signal_name} (run the sweep again to resume)"
-        if code != 0:
-            tail = (folder / f"probe_{probe}.log").read_text(errors="replace").splitlines()[-ERROR_TAIL_LINES:]
-            write_json_atomic(folder / "error.json", {"stage": f"probe_{probe}", "returncode": code, "tail": tail})
+        args = ["probe", "--model", str(folder / "pretrain"), "--name", cell.name, "--data_dir",
+                str(spec.probe_data_dir), "--probes", probe, "--out", str(out)]
+        try:
+            result = _run_cli(spec, args, folder / f"probe_{probe}.log", children)
+        except Stopped as signal_name:
+            return f"stopped in the {probe} probe by {signal_name} (run the sweep again to resume)"
+        if result is not None:
+            write_json_atomic(folder / "error.json", {"stage": f"probe_{probe}", "returncode": result[0],
+                                                      "tail": result[1]})
             return f"FAILED in the {probe} probe (see {folder / 'error.json'})"
     return None
 
@@ -328,8 +326,14 @@ def _step_teller(run_dir: Path, stage: str, wanted: int, tell):
 def _train(spec: Spec, files: list[str], bindings: list[str], log_path: Path, children: Children,
            while_running=lambda: None):
     """One `t5lite train`; None on success, else (return code, last lines of its output)."""
-    command = list(spec.command) or [sys.executable, "-m", "t5lite.cli"]
-    argv = [*command, "train", *(f"--gin_file={f}" for f in files), *(_flag(b) for b in bindings)]
+    return _run_cli(spec, ["train", *(f"--gin_file={f}" for f in files), *(_flag(b) for b in bindings)], log_path,
+                    children, while_running)
+
+
+def _run_cli(spec: Spec, args: list[str], log_path: Path, children: Children, while_running=lambda: None):
+    """One `t5lite` command (`sweep.command` in place of `python -m t5lite.cli`); None on success, else
+    (return code, last lines of its output)."""
+    argv = [*(list(spec.command) or [sys.executable, "-m", "t5lite.cli"]), *args]
     with open(log_path, "a") as log:   # a rerun adds to it: a resumed stage keeps its first start's lines
         code = children.call(argv, log, while_running)
     if code == 0:

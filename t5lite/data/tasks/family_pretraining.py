@@ -12,18 +12,15 @@ import functools
 
 from t5lite.data import preprocessors as P
 from t5lite.data.corruption import bart_noise, denoise, masking, sentence_pairs
-from t5lite.data.prepared import PreparedSource
-from t5lite.data.registry import Feature, FunctionSource, TaskRegistry
-from t5lite.data.tasks.pretraining import FEATURES, embedded_docs
+from t5lite.data.registry import Feature, TaskRegistry
+from t5lite.data.tasks.pretraining import EMBEDDED_SOURCE, FEATURES
 from t5lite.data.vocab import DEFAULT_VOCABULARY
 
-# A corpus `t5lite prepare` wrote when data_dir holds one, else the embedded corpus.
-SOURCE = PreparedSource(fallback=FunctionSource(embedded_docs, splits=("train", "validation")))
 AS_TARGETS = functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"})
 
 
 def _add(name: str, preprocessors, output_features=FEATURES) -> None:
-    TaskRegistry.add(f"embedded_docs_{name}", source=SOURCE, preprocessors=preprocessors,
+    TaskRegistry.add(f"embedded_docs_{name}", source=EMBEDDED_SOURCE, preprocessors=preprocessors,
                      output_features=output_features)
 
 

@@ -24,13 +24,13 @@ from t5lite.data.registry import ExamplesProportional, MixtureRegistry, TaskRegi
 from t5lite.data.sources import FileSource, ParallelText
 from t5lite.data.tasks import bert_finetune  # noqa: F401  (registers bert_glue_sst2, read here in Fake-English)
 from t5lite.data.tasks import multi30k_text  # noqa: F401  (registers multi30k_<lang>_lines, read here for MLM)
-from t5lite.data.tasks.family_pretraining import FULL_SENTENCES, SOURCE
-from t5lite.data.tasks.pretraining import FEATURES
+from t5lite.data.tasks.family_pretraining import FULL_SENTENCES
+from t5lite.data.tasks.pretraining import EMBEDDED_SOURCE, FEATURES
 
 FAKE_ENGLISH_MLM = [sentence_pairs.tokenize_sentences, FULL_SENTENCES, fake_english.twins, masking.bert_mlm,
                     fake_english.fake_english]
 
-for _name, _source in (("embedded_docs", SOURCE), ("wikitext2", TaskRegistry.get("wikitext2").source)):
+for _name, _source in (("embedded_docs", EMBEDDED_SOURCE), ("wikitext2", TaskRegistry.get("wikitext2").source)):
     TaskRegistry.add(f"{_name}_fake_english_mlm", source=_source, preprocessors=FAKE_ENGLISH_MLM,
                      output_features=FEATURES)
 

@@ -21,10 +21,12 @@ def embedded_docs(split: str) -> list[dict]:
 
 
 FEATURES = {"inputs": Feature(DEFAULT_VOCABULARY), "targets": Feature(DEFAULT_VOCABULARY)}
+# A corpus `t5lite prepare` wrote when data_dir holds one, else the embedded corpus.
+EMBEDDED_SOURCE = PreparedSource(fallback=FunctionSource(embedded_docs, splits=("train", "validation")))
 
 TaskRegistry.add(
     "embedded_docs_span_corruption",
-    source=PreparedSource(fallback=FunctionSource(embedded_docs, splits=("train", "validation"))),
+    source=EMBEDDED_SOURCE,
     preprocessors=[functools.partial(P.rekey, key_map={"inputs": None, "targets": "text"}), P.tokenize,
                    P.span_corruption],
     output_features=FEATURES,
