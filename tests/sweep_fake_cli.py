@@ -8,7 +8,8 @@ a pre-training there with exit code 0, as `t5lite train` stopped by SIGTERM does
 seconds, like the trainer's, add up over resumes); a binding of a name
 it does not know fails the run as the real CLI does, and so does a MODEL_DIR whose RUN_LOCK a live
 process holds (the lock holds its holder's pid for the run's whole time). SIGTERM ends a run with
-exit code 0 and its lock released, as it does a real one. `probe` writes a probe.json (fake_probe)."""
+exit code 0 and its lock released, as it does a real one. A run started from a checkpoint writes
+started_from.json: the path and the steps that run had logged. `probe` writes a probe.json (fake_probe)."""
 import hashlib
 import json
 import os
@@ -67,6 +68,12 @@ def fake_train(bindings, model_dir):
     """Writes the run's metrics (and a pre-training's cost.json) after FAKE_SLEEP seconds, a step
     every FAKE_STEP_SECONDS."""
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+    start = bindings.get("INITIAL_CHECKPOINT_PATH", "None").strip("'")
+    if start != "None":   # what the run started from, and how many steps that run had logged by then
+        metrics = os.path.join(start, "metrics.jsonl")
+        logged = sum(1 for _ in open(metrics)) if os.path.exists(metrics) else 0
+        with open(os.path.join(model_dir, "started_from.json"), "w") as f:
+            json.dump({"path": start, "steps_logged": logged}, f)
     cell = os.path.basename(os.path.dirname(model_dir)).split("__seed")[0]
     key = "|".join(f"{n}={v}" for n, v in sorted(bindings.items()) if n not in ("MODEL_DIR", "INITIAL_CHECKPOINT_PATH"))
     digest = int(hashlib.sha256(f"{cell}|{key}".encode()).hexdigest()[:8], 16)

@@ -198,7 +198,7 @@ def elmo_run(tmp_path_factory):
     ["infer", "--gin.CHECKPOINT_PATH='{run}'", "a prompt"],
     ["eval", "--gin.CHECKPOINT_PATH='{run}'"],
     ["attention", "--model", "{run}", "--data_dir", "{tmp}", "--out", "{tmp}/a"],
-    ["probe", "--model", "{run}", "--data_dir", "{tmp}", "--out", "{tmp}/p"],
+    ["probe", "--model", "{run}", "--cross_lingual", "--out", "{tmp}/p"],
 ])
 def test_an_elmo_run_is_refused_by_commands_for_transformers(elmo_run, tmp_path, capsys, argv):
     """Before any work, in one line that says what the run is and which commands read it."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, shared_data_dir
+from conftest import REPO, shared_data_dir, write_glove
 
 from t5lite.errors import ConfigError
 
@@ -373,13 +373,16 @@ def test_a_claim_naming_no_cell_or_column_is_a_one_line_error(tmp_path, claim, m
 
 
 @pytest.mark.parametrize("name", ["t5_table2", "t5_objectives", "bert_tasks", "bert_sizes", "roberta_masking",
-                                  "encoder_objectives", "peft_vs_full", "pretraining_corpus", "ulmfit_labels"])
+                                  "encoder_objectives", "peft_vs_full", "pretraining_corpus", "ulmfit_labels",
+                                  "feature_based"])
 @pytest.mark.parametrize("scale", ["ci", "cpu", "tpu"])
 def test_shipped_sweeps_parse_at_every_scale(name, scale, clean_gin_state, tmp_path):
     import contextlib
     from t5lite.experiments import spec
     (tmp_path / "data").mkdir()   # the layout the sweeps' relative paths name (the word LMs read their vocabulary)
     (tmp_path / "data" / "text").symlink_to(shared_data_dir() / "text")
+    if name == "feature_based":   # its glove cell's vectors, where the sweep file says to write them
+        write_glove(tmp_path / "data" / "glove.6B.50d.100k.txt", 200)
     sweep_ = spec.load([str(REPO / "configs" / "sweeps" / f"{name}.gin")],
                        ["DATA_DIR = 'data/glue'", "UD_DIR = 'data/ud'", f"SWEEP_SCALE = '{scale}'"], [str(REPO)])
     assert len(sweep_.cells) >= 2 and sweep_.claims and sweep_.data_dir == "data/glue"

@@ -64,10 +64,10 @@ def encoder_states(subject: Subject, tokens: np.ndarray, positions: np.ndarray, 
 
 
 def fitting(subject: Subject, sentences: Sequence[words.Sentence], source: str = "") -> list[words.Sentence]:
-    """The sentences whose subwords fit the model's learned positions (ELMo has none: all); refused
+    """The sentences whose subwords fit the model's learned positions (ELMo and static vectors have none: all); refused
     when none does, naming `source` (the file they were read from) when given: the analyses would
     have nothing to read."""
-    config = subject.module.config
+    config = getattr(subject.module, "config", None)    # static vectors: no module
     if getattr(config, "position_encoding", None) != "learned":
         return list(sentences)
     limit = config.max_position_embeddings
@@ -121,3 +121,24 @@ def run(subject: Subject, encoded: Sequence[Encoded], attention: bool = False, b
             if probs is not None:
                 weights[i] = probs[:, row, :, :n, :n]
     return states, (weights if attention else None)
+
+
+def word_states(subject: Subject, sentences: Sequence[words.Sentence]) -> tuple[list[np.ndarray], list[Encoded]]:
+    """Per sentence, the states [layers + 1, positions, d] the analyses read and where each word
+    sits in them (`Encoded.starts` / `stops`). Transformers: the embeddings, then each layer, over
+    the sentence's subwords (`run`); ELMo: the char-CNN token vector, then each biLSTM layer, one
+    position per word (t5lite.interop.elmo.embed, every sentence from zero states); static vectors:
+    one layer, the word's vector (`WordVectors.vector_of`; zeros for a word the table lacks)."""
+    if subject.word_vectors is None and subject.module.config.arch != "bilm":
+        encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
+        return run(subject, encoded)[0], encoded
+    if subject.word_vectors is not None:
+        table = subject.word_vectors
+        zero = np.zeros(table.vectors.shape[1], np.float32)
+        states = [np.stack([v if (v := table.vector_of(w)) is not None else zero for w in s.words])[None].astype(np.float32)
+                  for s in sentences]
+    else:
+        from t5lite.interop import elmo
+        states = elmo.embed(subject.module, subject.variables, [s.words for s in sentences])
+    finite.require_finite(states, "word vectors" if subject.word_vectors is not None else "hidden states", subject.checkpoint)
+    return states, [words.one_position_per_word(len(s.words)) for s in sentences]

@@ -12,26 +12,12 @@ import numpy as np
 from t5lite import finite
 from t5lite.analysis import forward, loading, words
 from t5lite.errors import ConfigError, DataError
-from t5lite.interop import elmo
 
 POOLS = ("same", "all")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def _layer_states(subject: loading.Subject, sentences: Sequence[words.Sentence]):
-    """(per sentence [layers, positions, dim], per sentence each word's position). ELMo: layer 0 the
-    char-CNN token vector, then each biLSTM layer (t5lite.interop.elmo.embed, every sentence from
-    zero states); Transformers: the embeddings, then each layer, at each word's first subword."""
-    if subject.module.config.arch == "bilm":
-        states = elmo.embed(subject.module, subject.variables, [s.words for s in sentences])
-        finite.require_finite(states, "hidden states", subject.checkpoint)
-        return states, [range(len(s.words)) for s in sentences]
-    encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
-    states, _ = forward.run(subject, encoded)
-    return states, [e.starts for e in encoded]
 
 
 def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], word: str, layer: int = -1,
@@ -46,7 +32,8 @@ def neighbours(subject: loading.Subject, sentences: Sequence[words.Sentence], wo
     chosen = [s for s in sentences if target in (w.lower() for w in s.words)] if pool == "same" else list(sentences)
     if not any(target in (w.lower() for w in s.words) for s in chosen):
         raise DataError(f"--neighbours {word!r} does not occur in the corpus; pick a word it has")
-    states, starts = _layer_states(subject, chosen)
+    states, encoded = forward.word_states(subject, chosen)
+    starts = [e.starts for e in encoded]
     layers = states[0].shape[0]
     if not -layers <= layer < layers:
         raise ConfigError(f"--layer {layer}: this model has layers 0 (embeddings) to {layers - 1}")

@@ -37,8 +37,7 @@ ENTITY_TYPES = tuple(dict.fromkeys(t[2:] for t in UNER_TAGS if t != "O"))   # PE
 def features(subject: loading.Subject, sentences: Sequence[words.Sentence], span_pooling: str | None = None):
     """Per sentence [layers + 1, words, d_model]: each word's first subword in every layer; with
     `span_pooling`, per sentence [layers + 1, entity spans, d] (t5lite.analysis.spans) instead."""
-    encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
-    states, _ = forward.run(subject, encoded)
+    states, encoded = forward.word_states(subject, sentences)
     if span_pooling is None:
         return [h[:, e.starts] for h, e in zip(states, encoded)]
     return [spans.span_vectors(h, e, spans.entity_spans(s), span_pooling)

@@ -122,6 +122,12 @@ class Encoded:
     special: np.ndarray                 # [n] bool: a token no word owns ([CLS], [SEP], EOS)
 
 
+def one_position_per_word(n: int) -> Encoded:
+    """Where the words of a model that reads whole words (ELMo, static vectors) sit: word i at position i."""
+    positions = np.arange(n, dtype=np.int32)
+    return Encoded(positions, positions, positions + 1, np.zeros(n, bool))
+
+
 def encode(vocabulary, words: Sequence[str], arch: str) -> Encoded:
     """`words` as model inputs: [CLS] w1 .. wn [SEP] (encoders), w1 .. wn EOS (encoder-decoders'
     encoders), w1 .. wn (decoders). A word with no subword of its own gets the UNK id, so every

@@ -43,6 +43,11 @@ class WordVectors:
     def __getitem__(self, word: str) -> np.ndarray:
         return self.vectors[self.index[word]]
 
+    def vector_of(self, word: str) -> np.ndarray | None:
+        """A word's vector, tried as written, then lowercased (GloVe's words are); None if it has neither."""
+        form = word if word in self.index else word.lower()
+        return self[form] if form in self.index else None
+
     def rows_of(self, text: str) -> list[int]:
         """The rows of a text's whitespace tokens that have one, tried as written, then without
         surrounding punctuation, then lower-cased (sentence-transformers' WhitespaceTokenizer's

@@ -242,7 +242,8 @@ def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
             "finetune_steps": spec.finetune_steps, "eval_max_examples": spec.eval_max_examples,
             "baselines": baseline, "baseline_note": baseline_note,
             "average_tasks": averaged, "cells": cells,
-            "claims": [judge(claim, cells, spec.tasks, spec.lenses) for claim in spec.claims]}
+            "claims": [judge(claim, cells, spec.tasks, spec.lenses) for claim in spec.claims]} | (
+        {"probe_models": probed} if (probed := {c.name: c.probe_model for c in spec.cells if c.probe_model}) else {})
 
 
 def judge(claim: Claim, cells: dict, tasks: dict, lenses: dict | None = None) -> dict:
@@ -430,14 +431,22 @@ def _lens_note(report: dict) -> list[str]:
     if probed:
         names = ", ".join(f"{lens} is the {probe} probe's" for lens, probe in probed.items())
         lines += [
-            "", f"{'Probe lenses' if held_out else 'Lenses'}, of the pre-trained model at its last step, by `t5lite probe` "
+            "", f"{'Probe lenses' if held_out else 'Lenses'}, of the pre-trained model at its last step{_probe_models(report)}, "
+            "by `t5lite probe` "
             f"on UD English-EWT (a linear probe per layer, trained on those of the first 500 training sentences and "
             f"scored on those of the first 200 test sentences that fit the model's positions): {names} test accuracy "
             "x100 at its best layer. "
             "A higher accuracy is better. Its baseline is the same probe on the same shape of model freshly "
-            f"initialised (the probe's untrained control, best layer): what word identity alone gives; {AT_CHANCE} "
+            f"initialised (the probe's untrained control, best layer{'; of word vectors, random ones of their spread' if report.get('probe_models') else ''}): "
+            f"what word identity alone gives; {AT_CHANCE} "
             "marks a cell whose interval reaches it (its lower end at or below)."]
     return lines
+
+
+def _probe_models(report: dict) -> str:
+    """The lens note's words for cells probed without pre-training ('' where there are none)."""
+    models = report.get("probe_models", {})
+    return "".join(f" ({cell}, which pre-trains nothing: {path})" for cell, path in models.items())
 
 
 def plan(report: dict) -> list[str]:

@@ -181,8 +181,11 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
     with 128 + the signal."""
     _check_probe_data(spec)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(cell, seed) for cell in spec.cells for seed in spec.seeds]
+    # A cell that fine-tunes from another's pre-training comes after every cell that pre-trains: the
+    # pool starts jobs in order, so its source has started (and it can wait for it) before it does.
+    jobs = [(cell, seed) for cell in sorted(spec.cells, key=lambda c: c.pretrain_from is not None) for seed in spec.seeds]
     todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unprobed(spec, c, cell_dir(out, c, s))]
+    ended = {(c.name, s): threading.Event() for c, s in todo}
     to_probe = sum(is_done(out, c, s) for c, s in todo)
     log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done"
         + (f", {to_probe} trained but not yet probed" if to_probe else ""))
@@ -191,7 +194,12 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
 
     def run(number: int, cell: Cell, seed: int) -> None:
         tell, started = progress.teller(number, cell, seed), time.time()
-        status = run_cell(spec, out, cell, seed, children, tell)
+        try:
+            if (source := ended.get((cell.pretrain_from, seed))) is not None:
+                source.wait()
+            status = run_cell(spec, out, cell, seed, children, tell)
+        finally:
+            ended[(cell.name, seed)].set()
         if children.stopped_by:
             tell(status)
         else:
@@ -210,6 +218,10 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
     if children.stopped_by:
         return f"not started ({children.stopped_by})"
     folder = cell_dir(out, cell, seed)
+    if cell.pretrain_from:
+        source = spec.cell(cell.pretrain_from)
+        if _last_logged_step(cell_dir(out, source, seed) / "pretrain") < spec.pretrain_steps(source):
+            return f"not started: it fine-tunes from {source.name}'s pre-training, which has not finished for seed {seed}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "error.json").unlink(missing_ok=True)
     steps = spec.pretrain_steps(cell)
@@ -247,14 +259,16 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
 def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, list[str], list[str]]]:
     """(stage name, gin files, bindings) of each `t5lite train` a (cell, seed) runs, in order:
     pre-training (evaluating its task's validation split at the last step where the sweep has
-    lenses), then fine-tuning on each task (column) from its checkpoint, or from scratch for a cell
+    lenses), then fine-tuning on each task (column) from its checkpoint (of a cell with
+    `pretrain_from`, the checkpoint of that cell's run of the same seed), or from scratch for a cell
     without pre-training (MODEL_DIR not yet bound)."""
     steps = spec.pretrain_steps(cell)
     lens_eval = [f"train.eval_every = {steps}", f"train.eval_max_examples = {spec.pretrain_eval_examples}"] if spec.eval_lenses else []
     out = [("pretrain", list(cell.pretrain), [
         *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {steps}",
         f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}", *lens_eval])] if cell.pretrain else []
-    start = f"'{folder / 'pretrain'}'" if cell.pretrain else "None"
+    source = folder.parent / f"{cell.pretrain_from}__seed{seed}" if cell.pretrain_from else folder
+    start = f"'{source / 'pretrain'}'" if cell.pretrain or cell.pretrain_from else "None"
     for task in spec.tasks:
         out.append((f"finetune_{task}", list(cell.finetune), [
             *spec.variant_bindings(task), *cell.finetune_bindings_for(task),
@@ -268,7 +282,8 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
 
 
 def _check_probe_data(spec: Spec) -> None:
-    """A probe lens's UD files exist before any training starts, so a wrong folder costs no run."""
+    """A probe lens's UD files and the cells' `probe_model`s exist before any training starts, so a
+    wrong path costs no run."""
     from t5lite.analysis.probe import SPLITS
     for probe in dict.fromkeys(spec.probe_lenses.values()):
         pattern, *splits = SPLITS[probe]
@@ -276,6 +291,10 @@ def _check_probe_data(spec: Spec) -> None:
         if missing:
             raise ConfigError(f"sweep.probe_data_dir {spec.probe_data_dir} holds no {', '.join(missing)} for the {probe} "
                               "probe lens: download UD English-EWT there (docs/guides/data.md) or point UD_DIR at it")
+    for cell in spec.cells if spec.probe_lenses else ():
+        if cell.probe_model and not Path(cell.probe_model).exists():
+            raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its probe_model {cell.probe_model} does not exist; "
+                              "write it there first (the sweep file says how) or point its macro elsewhere")
 
 
 def probe_dir(folder: Path, probe: str) -> Path:
@@ -283,21 +302,23 @@ def probe_dir(folder: Path, probe: str) -> Path:
 
 
 def _unprobed(spec: Spec, cell: Cell, folder: Path) -> bool:
-    """Whether a probe lens of the sweep has no result in this pre-trained (cell, seed)'s folder yet."""
-    return bool(cell.pretrain) and any(not isinstance(read_json(probe_dir(folder, probe) / "probe.json"), dict)
+    """Whether a probe lens of the sweep has no result in this (cell, seed)'s folder yet, for a cell
+    with something to probe (its pre-training or its `probe_model`)."""
+    return bool(cell.probed_model(folder)) and any(not isinstance(read_json(probe_dir(folder, probe) / "probe.json"), dict)
                                        for probe in spec.probe_lenses.values())
 
 
 def _probe(spec: Spec, cell: Cell, folder: Path, children: Children, tell) -> str | None:
-    """`t5lite probe` of the pre-trained model for each probe lens still without a result; None, or
-    why the (cell, seed) stopped."""
-    for probe in dict.fromkeys(spec.probe_lenses.values() if cell.pretrain else ()):
+    """`t5lite probe` of the cell's probed model (`Cell.probed_model`) for each probe lens still
+    without a result; None, or why the (cell, seed) stopped."""
+    model = cell.probed_model(folder)
+    for probe in dict.fromkeys(spec.probe_lenses.values() if model else ()):
         out = probe_dir(folder, probe)
         if isinstance(read_json(out / "probe.json"), dict):
             continue
         shutil.rmtree(out, ignore_errors=True)   # a probe stopped part-way: `t5lite probe` wants a new folder
         tell(f"{probe} probe")
-        args = ["probe", "--model", str(folder / "pretrain"), "--name", cell.name, "--data_dir",
+        args = ["probe", "--model", model, "--name", cell.name, "--data_dir",
                 str(spec.probe_data_dir), "--probes", probe, "--out", str(out)]
         try:
             result = _run_cli(spec, args, folder / f"probe_{probe}.log", children)

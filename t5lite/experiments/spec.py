@@ -15,7 +15,8 @@ import gin
 from t5lite import gin_checks
 from t5lite.errors import ConfigError
 
-CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row"}
+CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row",
+             "probe_model", "pretrain_from"}
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
               "eval_max_examples", "pretrain_eval_examples", "bindings", "parallel", "tasks", "pilot"}
 PILOT_SEEDS = 3   # a pilot's seeds unless the scale's `pilot` says otherwise
@@ -37,6 +38,12 @@ class Cell:
     task_bindings: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (task, its fine-tuning run's extra bindings)
     task_prefix: str = "glue_"
     tokens_per_row: int = 128
+    probe_model: str | None = None   # what the probe lenses read for a cell without pre-training (e.g. GloVe's file)
+    pretrain_from: str | None = None   # another cell whose pre-training (same seed) this one fine-tunes from
+
+    def probed_model(self, folder) -> str | None:
+        """What the probe lenses read for this cell's run `folder`: its pre-training, else `probe_model`."""
+        return str(folder / "pretrain") if self.pretrain else self.probe_model
 
     def finetune_bindings_for(self, task: str) -> tuple[str, ...]:
         return (*self.finetune_bindings, *dict(self.task_bindings).get(task, ()))
@@ -83,6 +90,9 @@ class Spec:
     pretrain_eval_examples: int | None = None   # how many held-out examples the lenses read (None: the split)
     probe_data_dir: str | None = None   # UD English-EWT, for the probe lenses
     task_variants: Mapping[str, tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
+
+    def cell(self, name: str) -> Cell:
+        return next(c for c in self.cells if c.name == name)
 
     def registered_task(self, column: str) -> str:
         """The task a column fine-tunes on (a variant's own task, else the column), before the cell's prefix."""
@@ -170,6 +180,10 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         if "pretrain" not in cell or not cell.get("finetune"):
             raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files "
                               "('pretrain': [] fine-tunes from scratch)")
+        if cell.get("probe_model") is not None and (cell["pretrain"] or not isinstance(cell["probe_model"], str)):
+            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: 'probe_model' names the model (a path) the probe "
+                              "lenses read for a cell without pre-training ('pretrain': []); a pre-trained cell's "
+                              "lenses read its pre-training")
         fields = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in cell.items()}
         per_task = dict(cell.get("task_bindings", {}))
         if set(per_task) - set(tasks):
@@ -178,6 +192,12 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         fields["task_bindings"] = tuple((task, tuple(b)) for task, b in per_task.items())
         parsed.append(Cell(cell_name, **fields))
     names = {c.name for c in parsed}
+    pretrained = {c.name for c in parsed if c.pretrain}
+    for cell in parsed:
+        if cell.pretrain_from is not None and (cell.pretrain or cell.pretrain_from not in pretrained):
+            raise ConfigError(f"sweep {name!r} cell {cell.name!r}: 'pretrain_from' names a cell that pre-trains "
+                              f"({', '.join(sorted(pretrained)) or 'none does'}), whose run of each seed this cell "
+                              "fine-tunes from; give it with 'pretrain': []")
     claims_ = tuple(_claim(name, c) for c in claims)
     for claim in claims_:
         if claim.column not in (*tasks, *lenses, "glue_average"):
@@ -252,6 +272,10 @@ def only_cells(spec: Spec, names: Sequence[str]) -> Spec:
         raise ConfigError(f"--cells {','.join(names)}: sweep {spec.name!r} has no cell named {unknown[0]!r}; "
                           f"give some of {', '.join(known)}, separated by commas")
     cells = tuple(cell for cell in spec.cells if cell.name in names)
+    for cell in cells:
+        if cell.pretrain_from and cell.pretrain_from not in names:
+            raise ConfigError(f"--cells {','.join(names)}: cell {cell.name!r} fine-tunes from {cell.pretrain_from!r}'s "
+                              f"pre-training; add {cell.pretrain_from} (its finished runs are not trained again)")
     claims = tuple(c for c in spec.claims if {c.better, c.worse} <= set(names))
     return dataclasses.replace(spec, cells=cells, claims=claims)
 

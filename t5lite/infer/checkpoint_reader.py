@@ -190,8 +190,8 @@ def restore_state(path: str, abstract_state: Any) -> Any:
 
 # The commands that read a run whose model is not a transformer (by its model_config.json's arch);
 # `t5lite eval` scores one on a task with the run's training gin config (its objective).
-OTHER_MODELS = {"bilm": ("an ELMo run", ("eval", "embed", "probe --neighbours")),
-                "awd_lstm": ("an AWD-LSTM run", ("eval",)), "word2vec": ("a word2vec run", ("embed",))}
+OTHER_MODELS = {"bilm": ("an ELMo run", ("eval", "embed", "probe", "probe --neighbours")),
+                "awd_lstm": ("an AWD-LSTM run", ("eval",)), "word2vec": ("a word2vec run", ("embed", "probe"))}
 
 
 def other_model(path: str) -> tuple[str, tuple[str, ...]] | None:

@@ -95,7 +95,12 @@ def load_run(checkpoint_path: str) -> tuple[BiLM, dict]:
     if not isinstance(config, BiLMConfig):
         raise ConfigError(f"{checkpoint_path} is a {config.arch} run, not an ELMo biLM one; give a run trained with "
                           "BiLMObjective or imported with `t5lite convert --from_elmo`")
-    abstract = jax.eval_shape(lambda: BiLM(config).init(jax.random.key(0), jnp.ones((1, 3, 50), jnp.int32),
-                                                        jnp.ones((1,), jnp.int32)))
-    params = checkpoint_reader.restore_params(step_dir, {"bilm": nn.unbox(abstract)["params"]})
+    abstract = jax.eval_shape(lambda: initial_variables(config))
+    params = checkpoint_reader.restore_params(step_dir, {"bilm": abstract["params"]})
     return BiLM(config), {"params": params["bilm"]}
+
+
+def initial_variables(config: BiLMConfig, seed: int = 0) -> dict:
+    """A freshly initialised biLM's variables (the probes' untrained control)."""
+    variables = BiLM(config).init(jax.random.key(seed), jnp.ones((1, 3, 50), jnp.int32), jnp.ones((1,), jnp.int32))
+    return {"params": nn.unbox(variables)["params"]}

@@ -418,9 +418,8 @@ def static_table(path: str, words: tuple[str, ...]) -> np.ndarray:
     vectors = _word_vectors(path)
     table = np.zeros((len(words) + 1, vectors.vectors.shape[1]), np.float32)
     for i, word in enumerate(words, start=1):
-        form = word if word in vectors else word.lower()
-        if form in vectors:
-            table[i] = vectors[form]
+        if (vector := vectors.vector_of(word)) is not None:
+            table[i] = vector
     return table
 
 
