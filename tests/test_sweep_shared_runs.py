@@ -12,6 +12,9 @@ from test_sweep_lenses import PROBE_LENS
 
 from t5lite.errors import ConfigError
 
+ONE_START = (r"give at most one of 'pretrain_from' \(a cell\), 'start_from' \(a checkpoint\) or 'probe_model' "
+             r"\(a path\), each with 'pretrain': \[\] and as a string")
+
 # The dependent cell comes first in the file: the runner must still start it after its source.
 SHARED = """
 sweep.cells = {
@@ -67,20 +70,30 @@ def test_a_bad_pretrain_from_is_one_line(tmp_path, clean_gin_state, cell, messag
 def test_a_pretrained_cell_with_pretrain_from_is_refused(tmp_path, clean_gin_state):
     from t5lite.experiments import spec
     cells = SHARED.replace("'reuse': {'pretrain': []", "'reuse': {'pretrain': ['configs/local/t5_tiny_pretrain.gin']")
-    with pytest.raises(ConfigError, match="give it with 'pretrain': \\[\\]"):
+    with pytest.raises(ConfigError, match=ONE_START):
         spec.load([str(shared_sweep(tmp_path, cells))], [], [str(REPO)])
 
 
-def vectors_sweep(tmp_path, vectors):
+def probed_sweep(tmp_path, key, path, name="static"):
+    """A pre-trained cell and `name`, which pre-trains nothing and has `key` (start_from or
+    probe_model) = `path`, with the POS probe lens and a claim on it."""
     cells = f"""
 sweep.cells = {{
     'good_enc_dec': {{'pretrain': ['configs/local/t5_tiny_pretrain.gin'], 'tokens_per_row': 160,
                      'finetune': ['configs/local/t5_tiny_finetune_sst2.gin']}},
-    'static': {{'pretrain': [], 'probe_model': '{vectors}', 'finetune': ['configs/local/t5_tiny_finetune_sst2.gin']}},
+    '{name}': {{'pretrain': [], '{key}': '{path}', 'finetune': ['configs/local/t5_tiny_finetune_sst2.gin']}},
 }}
-sweep.claims = [('contextual > static for tagging', 'good_enc_dec', 'static', 'pos')]
+sweep.claims = [('ours tags better', 'good_enc_dec', '{name}', 'pos')]
 """
     return shared_sweep(tmp_path, PROBE_LENS + cells)
+
+
+def vectors_sweep(tmp_path, vectors):
+    return probed_sweep(tmp_path, "probe_model", vectors)
+
+
+def start_from_sweep(tmp_path, base):
+    return probed_sweep(tmp_path, "start_from", base, name="released")
 
 
 def test_a_cell_without_pretraining_is_probed_as_its_probe_model(tmp_path):
@@ -101,10 +114,11 @@ def test_a_cell_without_pretraining_is_probed_as_its_probe_model(tmp_path):
     assert f"(static, which pre-trains nothing: {vectors})" in (out / "report.md").read_text()
 
 
-def test_a_missing_probe_model_stops_the_sweep_before_any_run(tmp_path):
-    result = sweep(vectors_sweep(tmp_path, tmp_path / "nowhere.txt"), tmp_path / "out")
+@pytest.mark.parametrize("key", ["probe_model", "start_from"])
+def test_a_missing_probe_model_or_start_from_stops_the_sweep_before_any_run(tmp_path, key):
+    result = sweep(probed_sweep(tmp_path, key, tmp_path / "nowhere"), tmp_path / "out")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert f"cell 'static': its probe_model {tmp_path / 'nowhere.txt'} does not exist" in result.stderr
+    assert f"cell 'static': its {key} {tmp_path / 'nowhere'} does not exist" in result.stderr
     assert not list((tmp_path / "out").glob("*__seed*"))
 
 
@@ -112,5 +126,28 @@ def test_a_probe_model_is_only_for_a_cell_without_pretraining(tmp_path, clean_gi
     from t5lite.experiments import spec
     gin_file = vectors_sweep(tmp_path, "x.txt")
     gin_file.write_text(gin_file.read_text().replace("'static': {'pretrain': []", "'static': {'pretrain': ['configs/local/t5_tiny_pretrain.gin']"))
-    with pytest.raises(ConfigError, match="'probe_model' names the model"):
+    with pytest.raises(ConfigError, match=ONE_START):
+        spec.load([str(gin_file)], [], [str(REPO)])
+
+
+def test_a_cell_fine_tunes_and_is_probed_from_its_start_from_checkpoint(tmp_path):
+    base = tmp_path / "released_model"
+    base.mkdir()
+    out = tmp_path / "out"
+    assert sweep(start_from_sweep(tmp_path, base), out).returncode == 0
+    for seed in (0, 1):
+        folder = out / f"released__seed{seed}"
+        assert not (folder / "pretrain").exists()
+        for task in ("sst2", "rte"):
+            assert json.loads((folder / f"finetune_{task}" / "started_from.json").read_text())["path"] == str(base)
+        assert json.loads((folder / "probe_pos" / "probe.json").read_text())["model"] == "released"
+    report = json.loads((out / "report.json").read_text())
+    assert not any(r["scores"]["pos"] != r["scores"]["pos"] for r in report["cells"]["released"]["seeds"].values())
+
+
+def test_two_starting_points_for_one_cell_are_refused(tmp_path, clean_gin_state):
+    from t5lite.experiments import spec
+    gin_file = start_from_sweep(tmp_path, "x")
+    gin_file.write_text(gin_file.read_text().replace("'start_from': 'x'", "'start_from': 'x', 'probe_model': 'y'"))
+    with pytest.raises(ConfigError, match=ONE_START):
         spec.load([str(gin_file)], [], [str(REPO)])

@@ -501,16 +501,20 @@ def plots(report: dict, out: Path) -> None:
 
 
 def curves_figure(report: dict):
-    """Pre-training loss per step, one line per cell and seed."""
+    """Pre-training loss per step, one line per cell and seed (a sweep whose cells all start from
+    elsewhere says so instead)."""
     fig, ax = pyplot().subplots(figsize=(6, 4))
     for i, (name, cell) in enumerate(report["cells"].items()):
-        for j, result in enumerate(cell["seeds"].values()):
-            if result["curve"]:
-                steps, losses = zip(*result["curve"])
-                ax.plot(steps, losses, color=f"C{i}", alpha=0.8, label=name if j == 0 else None)
+        curves = [result["curve"] for result in cell["seeds"].values() if result["curve"]]
+        for j, curve in enumerate(curves):
+            steps, losses = zip(*curve)
+            ax.plot(steps, losses, color=f"C{i}", alpha=0.8, label=name if j == 0 else None)
     ax.set(xlabel="pre-training step", ylabel="loss", title=f"{report['sweep']} ({report['scale']})")
     plain_ticks(ax, integer_x=True)
-    ax.legend(fontsize=8)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no cell pre-trains", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     return fig
 

@@ -179,7 +179,7 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
     """Runs every unfinished (cell, seed), `parallel` (default: the scale's) at a time, saying how
     each goes. Stopped by a STOP_SIGNALS signal, it waits for the running trains to save and exits
     with 128 + the signal."""
-    _check_probe_data(spec)
+    _check_inputs(spec)
     out.mkdir(parents=True, exist_ok=True)
     # A cell that fine-tunes from another's pre-training comes after every cell that pre-trains: the
     # pool starts jobs in order, so its source has started (and it can wait for it) before it does.
@@ -260,15 +260,14 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
     """(stage name, gin files, bindings) of each `t5lite train` a (cell, seed) runs, in order:
     pre-training (evaluating its task's validation split at the last step where the sweep has
     lenses), then fine-tuning on each task (column) from its checkpoint (of a cell with
-    `pretrain_from`, the checkpoint of that cell's run of the same seed), or from scratch for a cell
-    without pre-training (MODEL_DIR not yet bound)."""
+    `pretrain_from`, the checkpoint of that cell's run of the same seed; of one with `start_from`, that
+    checkpoint), or from scratch for a cell without pre-training (MODEL_DIR not yet bound)."""
     steps = spec.pretrain_steps(cell)
     lens_eval = [f"train.eval_every = {steps}", f"train.eval_max_examples = {spec.pretrain_eval_examples}"] if spec.eval_lenses else []
     out = [("pretrain", list(cell.pretrain), [
         *cell.bindings, *spec.scale_bindings, f"TRAIN_STEPS = {steps}",
         f"BATCH_SIZE = {spec.batch_size}", f"train.seed = {seed}", *lens_eval])] if cell.pretrain else []
-    source = folder.parent / f"{cell.pretrain_from}__seed{seed}" if cell.pretrain_from else folder
-    start = f"'{source / 'pretrain'}'" if cell.pretrain or cell.pretrain_from else "None"
+    start = f"'{cell.start(folder, seed)}'" if cell.start(folder, seed) else "None"
     for task in spec.tasks:
         out.append((f"finetune_{task}", list(cell.finetune), [
             *spec.variant_bindings(task), *cell.finetune_bindings_for(task),
@@ -281,9 +280,9 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
     return out
 
 
-def _check_probe_data(spec: Spec) -> None:
-    """A probe lens's UD files and the cells' `probe_model`s exist before any training starts, so a
-    wrong path costs no run."""
+def _check_inputs(spec: Spec) -> None:
+    """A probe lens's UD files and the cells' `start_from` and `probe_model` paths exist before any
+    training starts, so a wrong path costs no run."""
     from t5lite.analysis.probe import SPLITS
     for probe in dict.fromkeys(spec.probe_lenses.values()):
         pattern, *splits = SPLITS[probe]
@@ -291,10 +290,11 @@ def _check_probe_data(spec: Spec) -> None:
         if missing:
             raise ConfigError(f"sweep.probe_data_dir {spec.probe_data_dir} holds no {', '.join(missing)} for the {probe} "
                               "probe lens: download UD English-EWT there (docs/guides/data.md) or point UD_DIR at it")
-    for cell in spec.cells if spec.probe_lenses else ():
-        if cell.probe_model and not Path(cell.probe_model).exists():
-            raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its probe_model {cell.probe_model} does not exist; "
-                              "write it there first (the sweep file says how) or point its macro elsewhere")
+    for cell in spec.cells:
+        for key, path in (("start_from", cell.start_from), ("probe_model", spec.probe_lenses and cell.probe_model)):
+            if path and not Path(path).exists():
+                raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its {key} {path} does not exist; write it "
+                                  "there first (the sweep file says how) or point its macro elsewhere")
 
 
 def probe_dir(folder: Path, probe: str) -> Path:

@@ -16,7 +16,7 @@ from t5lite import gin_checks
 from t5lite.errors import ConfigError
 
 CELL_KEYS = {"pretrain", "finetune", "bindings", "finetune_bindings", "task_bindings", "task_prefix", "tokens_per_row",
-             "probe_model", "pretrain_from"}
+             "probe_model", "pretrain_from", "start_from"}
 SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size",
               "eval_max_examples", "pretrain_eval_examples", "bindings", "parallel", "tasks", "pilot"}
 PILOT_SEEDS = 3   # a pilot's seeds unless the scale's `pilot` says otherwise
@@ -40,10 +40,23 @@ class Cell:
     tokens_per_row: int = 128
     probe_model: str | None = None   # what the probe lenses read for a cell without pre-training (e.g. GloVe's file)
     pretrain_from: str | None = None   # another cell whose pre-training (same seed) this one fine-tunes from
+    start_from: str | None = None   # a checkpoint made elsewhere (a converted Hugging Face model) it fine-tunes from
+
+    def start(self, folder, seed: int):
+        """The checkpoint this cell's run `folder` of `seed` fine-tunes from: its pre-training, its
+        source cell's of the same seed (`pretrain_from`), `start_from`, or None (from scratch)."""
+        if self.pretrain:
+            return folder / "pretrain"
+        if self.pretrain_from:
+            return folder.parent / f"{self.pretrain_from}__seed{seed}" / "pretrain"
+        return self.start_from
 
     def probed_model(self, folder) -> str | None:
-        """What the probe lenses read for this cell's run `folder`: its pre-training, else `probe_model`."""
-        return str(folder / "pretrain") if self.pretrain else self.probe_model
+        """What the probe lenses read for this cell's run `folder`: its pre-training or `start_from`,
+        else `probe_model` (a cell fine-tuned from another's pre-training is probed in that one's row)."""
+        if self.pretrain:
+            return str(folder / "pretrain")
+        return self.start_from or self.probe_model
 
     def finetune_bindings_for(self, task: str) -> tuple[str, ...]:
         return (*self.finetune_bindings, *dict(self.task_bindings).get(task, ()))
@@ -180,10 +193,11 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         if "pretrain" not in cell or not cell.get("finetune"):
             raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give 'pretrain' and 'finetune' lists of gin files "
                               "('pretrain': [] fine-tunes from scratch)")
-        if cell.get("probe_model") is not None and (cell["pretrain"] or not isinstance(cell["probe_model"], str)):
-            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: 'probe_model' names the model (a path) the probe "
-                              "lenses read for a cell without pre-training ('pretrain': []); a pre-trained cell's "
-                              "lenses read its pre-training")
+        starts = [key for key in ("pretrain_from", "start_from", "probe_model") if cell.get(key) is not None]
+        if len(starts) > 1 or starts and cell["pretrain"] or not all(isinstance(cell[key], str) for key in starts):
+            raise ConfigError(f"sweep {name!r} cell {cell_name!r}: give at most one of 'pretrain_from' (a cell), "
+                              "'start_from' (a checkpoint) or 'probe_model' (a path), each with 'pretrain': [] and "
+                              "as a string")
         fields = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in cell.items()}
         per_task = dict(cell.get("task_bindings", {}))
         if set(per_task) - set(tasks):
@@ -194,10 +208,10 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
     names = {c.name for c in parsed}
     pretrained = {c.name for c in parsed if c.pretrain}
     for cell in parsed:
-        if cell.pretrain_from is not None and (cell.pretrain or cell.pretrain_from not in pretrained):
+        if cell.pretrain_from is not None and cell.pretrain_from not in pretrained:
             raise ConfigError(f"sweep {name!r} cell {cell.name!r}: 'pretrain_from' names a cell that pre-trains "
                               f"({', '.join(sorted(pretrained)) or 'none does'}), whose run of each seed this cell "
-                              "fine-tunes from; give it with 'pretrain': []")
+                              "fine-tunes from")
     claims_ = tuple(_claim(name, c) for c in claims)
     for claim in claims_:
         if claim.column not in (*tasks, *lenses, "glue_average"):
