@@ -56,6 +56,15 @@ def test_a_cell_run_alone_without_its_source_is_one_line(tmp_path):
     assert len(list(out.glob("*/done.json"))) == 4
 
 
+def test_a_pilot_keeps_the_cell_a_compared_cell_fine_tunes_from(tmp_path, clean_gin_state):
+    from t5lite.experiments import spec
+    cells = SHARED.replace("sweep.claims = [('the same encoder, fine-tuned two ways', 'good_enc_dec', 'reuse', 'sst2')]",
+                           "sweep.claims = [('pre-trained beats scratch', 'reuse', 'scratch', 'sst2')]").replace(
+        "sweep.cells = {", "sweep.cells = {\n    'scratch': {'pretrain': [], 'finetune': ['configs/local/t5_tiny_finetune_sst2.gin']},")
+    pilot = spec.pilot(spec.load([str(shared_sweep(tmp_path, cells))], [], [str(REPO)]))
+    assert sorted(c.name for c in pilot.cells) == ["good_enc_dec", "reuse", "scratch"]
+
+
 @pytest.mark.parametrize("cell, message", [
     ("'pretrain_from': 'nobody'", r"'pretrain_from' names a cell that pre-trains \(good_enc_dec\)"),
     ("'pretrain_from': 'reuse'", r"'pretrain_from' names a cell that pre-trains \(good_enc_dec\)"),

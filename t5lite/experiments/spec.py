@@ -252,10 +252,11 @@ def _sizes(where: str, size: Mapping) -> dict:
 
 
 def pilot(spec: Spec) -> Spec:
-    """The sweep's pilot: the cells its claims compare, at the scale's `pilot` sizes (by default
+    """The sweep's pilot: the cells its claims compare (and those they fine-tune from), at the scale's `pilot` sizes (by default
     the scale's own, with PILOT_SEEDS seeds), so a report can measure each task's seed-to-seed
     spread and distance from chance before the sweep is sized."""
     compared = {row for claim in spec.claims for row in (claim.better, claim.worse)}
+    compared |= {cell.pretrain_from for cell in spec.cells if cell.name in compared and cell.pretrain_from}
     if not compared:
         raise ConfigError(f"--pilot: sweep {spec.name!r} has no claim between the cells it runs; a pilot measures "
                           "what the claims need: give --cells two rows a claim compares, or leave --cells out")
