@@ -39,4 +39,4 @@ def plain_ticks(ax, integer_x: bool = False) -> None:
             formatter.set_scientific(False)
             axis.set_major_formatter(formatter)
     if integer_x:
-        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, min_n_ticks=1))   # one layer: one tick, 0

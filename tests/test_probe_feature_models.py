@@ -52,6 +52,10 @@ def test_a_glove_file_is_probed_as_one_layer_of_its_vectors(tmp_path, capsys):
     assert len(got) == 1 and got[0] == pytest.approx(want, abs=1.5 / n_test)
     control = result["glove.txt (untrained)"]["accuracy"]
     assert len(control) == 1 and control[0] < got[0]   # random vectors for the same words: word identity alone
+    from t5lite.analysis import probe
+    ax = probe.figure(json.loads((out / "probe.json").read_text())).axes[0]
+    low, high = ax.get_xlim()
+    assert [t for t in ax.get_xticks() if low <= t <= high] == [0]   # one layer, one tick: no fractional layers
 
 
 def test_an_elmo_run_is_probed_layer_by_layer(tmp_path, capsys):

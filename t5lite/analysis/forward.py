@@ -129,16 +129,18 @@ def word_states(subject: Subject, sentences: Sequence[words.Sentence]) -> tuple[
     the sentence's subwords (`run`); ELMo: the char-CNN token vector, then each biLSTM layer, one
     position per word (t5lite.interop.elmo.embed, every sentence from zero states); static vectors:
     one layer, the word's vector (`WordVectors.vector_of`; zeros for a word the table lacks)."""
-    if subject.word_vectors is None and subject.module.config.arch != "bilm":
-        encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
-        return run(subject, encoded)[0], encoded
+    whole_words = [words.one_position_per_word(len(s.words)) for s in sentences]
     if subject.word_vectors is not None:
         table = subject.word_vectors
         zero = np.zeros(table.vectors.shape[1], np.float32)
-        states = [np.stack([v if (v := table.vector_of(w)) is not None else zero for w in s.words])[None].astype(np.float32)
+        states = [np.stack([v if (v := table.vector_of(w)) is not None else zero for w in s.words])[None]
                   for s in sentences]
-    else:
+        finite.require_finite(states, "word vectors", subject.checkpoint)
+        return [x.astype(np.float32) for x in states], whole_words
+    if subject.module.config.arch == "bilm":
         from t5lite.interop import elmo
         states = elmo.embed(subject.module, subject.variables, [s.words for s in sentences])
-    finite.require_finite(states, "word vectors" if subject.word_vectors is not None else "hidden states", subject.checkpoint)
-    return states, [words.one_position_per_word(len(s.words)) for s in sentences]
+        finite.require_finite(states, "hidden states", subject.checkpoint)
+        return states, whole_words
+    encoded = [words.encode(subject.vocabulary, s.words, subject.module.config.arch) for s in sentences]
+    return run(subject, encoded)[0], encoded
