@@ -9,7 +9,8 @@ seconds, like the trainer's, add up over resumes); a binding of a name
 it does not know fails the run as the real CLI does, and so does a MODEL_DIR whose RUN_LOCK a live
 process holds (the lock holds its holder's pid for the run's whole time). SIGTERM ends a run with
 exit code 0 and its lock released, as it does a real one. A run started from a checkpoint writes
-started_from.json: the path and the steps that run had logged. `probe` writes a probe.json (fake_probe)."""
+started_from.json: the path and the steps that run had logged, and a pre-training a config.gin. `probe`
+writes a probe.json (fake_probe), `eval --forgetting` a forgetting.json (fake_forgetting)."""
 import hashlib
 import json
 import os
@@ -41,9 +42,30 @@ def fake_probe(argv):
     return 0
 
 
+def fake_forgetting(argv):
+    """`eval --forgetting`: the run's eval/forgetting.json, whose mlm_loss rose by 0.4 + a hash of the run
+    (0.3 less for a cell named good*) and whose mlm_accuracy fell by a tenth of that, with the argv it
+    was given; refused as the real one is when its gin file is missing. FAKE_EVAL_FAIL fails it."""
+    flags = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
+    run = flags["--gin.CHECKPOINT_PATH"].strip("'")
+    if os.environ.get("FAKE_EVAL_FAIL") or not os.path.isfile(flags["--gin_file"]):
+        print(f"t5lite: error: --gin_file {flags['--gin_file']}: no such file", file=sys.stderr)
+        return 2
+    cell = os.path.basename(os.path.dirname(run)).split("__seed")[0]
+    rise = 0.4 - (0.3 if cell.startswith("good") else 0.0) + int(hashlib.sha256(run.encode()).hexdigest()[:8], 16) % 100 / 10000
+    os.makedirs(os.path.join(run, "eval"), exist_ok=True)
+    with open(os.path.join(run, "eval", "forgetting.json"), "w") as f:
+        json.dump({"run": run, "base": flags["--forgetting_base"], "argv": argv,
+                   "base_metrics": {"mlm_loss": 3.0, "mlm_accuracy": 0.2},
+                   "run_metrics": {"mlm_loss": 3.0 + rise, "mlm_accuracy": 0.2 - rise / 10}}, f)
+    return 0
+
+
 def main(argv):
     if argv[0] == "probe":
         return fake_probe(argv)
+    if argv[:2] == ["eval", "--forgetting"]:
+        return fake_forgetting(argv)
     assert argv[0] == "train", argv
     bindings = dict(a[len("--gin."):].split("=", 1) for a in argv[1:] if a.startswith("--gin."))
     for name in bindings:
@@ -82,7 +104,9 @@ def fake_train(bindings, model_dir):
         steps = min(steps, int(os.environ["FAKE_STOP_AT"]))
     print("INFO t5lite: model Fake: 1.0M params; 1e+06 FLOPs/step; peak 1e+11 FLOP/s/device")
     print(f"INFO t5lite: trainable params: {1000 + len(cell)} || all params: {1000 + len(cell)} || trainable%: 100")
-    if "EVAL_EVERY" not in bindings:   # a pre-training run's cost report; a resumed run adds to its seconds
+    if "EVAL_EVERY" not in bindings:   # a pre-training run's config and cost report; a resumed run adds to its seconds
+        with open(os.path.join(model_dir, "config.gin"), "w") as f:
+            f.write(f"MODEL_DIR = '{model_dir}'\n")
         cost_path = os.path.join(model_dir, "cost.json")
         earlier = json.load(open(cost_path))["seconds"] if os.path.exists(cost_path) else 0.0
         with open(cost_path, "w") as f:

@@ -202,7 +202,7 @@ def test_runs_made_before_a_probe_lens_are_probed_without_training_again(tmp_pat
     gin_file.write_text(gin_file.read_text() + PROBE_LENS)
     result = sweep(gin_file, out)
     assert result.returncode == 0, result.stderr
-    assert "4 cell runs, 0 already done, 4 trained but not yet probed" in result.stdout
+    assert "4 cell runs, 0 already done, 4 trained but not yet measured by every lens" in result.stdout
     assert {path: path.stat().st_mtime_ns for path in out.glob("*/*/metrics.jsonl")} == trained
     report = json.loads((out / "report.json").read_text())
     assert all(len(cell["seeds"]) == 2 and not math.isnan(cell["summary"]["pos"]["mean"])

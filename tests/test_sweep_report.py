@@ -99,3 +99,15 @@ def test_report_axes_read_as_plain_decimals_with_whole_steps():
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert labels and all(float(label) == pytest.approx(loc) for label, loc in zip(labels, ax.get_yticks()))
     assert ax.yaxis.get_offset_text().get_text() == ""
+
+
+def test_a_one_task_sweep_shows_its_task_and_no_glue_average(tmp_path):
+    """Averaging one task repeats it: the table has no GLUE avg column and the figure shows the task."""
+    built = sweep_report(wide=cell(WIDE), narrow=cell(NARROW)) | {"tasks": {"sst2": "accuracy"},
+                                                                    "baselines": {"sst2": 50.9}}
+    text = report.markdown(built)
+    assert "| cell | sst2 (accuracy) | params |" in text and "GLUE" not in text
+    assert "| narrow | 81.0 [68.3, 93.7] | " in text
+    ax, = report.table_figure(built).axes
+    assert ax.get_xlabel() == "sst2 accuracy (mean, 95% t-interval)\nintervals clipped to the metric's range [0, 100]"
+    assert [bar.get_width() for bar in ax.patches] == pytest.approx([25.0, 81.0])

@@ -23,8 +23,9 @@ def summarize(runs: Mapping[str, Sequence[tuple[float, float]]]) -> dict[str, di
     return out
 
 
-def plot(summary: Mapping[str, dict], path: str, title: str, loss_name: str = "held-out MLM loss") -> None:
-    """One point per method with its intervals (an accuracy's clipped to [0, 100]); the frontier joined
+def plot(summary: Mapping[str, dict], path: str, title: str, loss_name: str = "increase of the base's held-out MLM loss",
+         fit_name: str = "task dev accuracy, %", fit_range: tuple[float, float] = (0.0, 100.0)) -> None:
+    """One point per method with its intervals (the fit's clipped to `fit_range`); the frontier joined
     by a line."""
     plt = plotting.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -34,7 +35,7 @@ def plot(summary: Mapping[str, dict], path: str, title: str, loss_name: str = "h
     placed = []   # labels of points that (nearly) coincide are stacked, not overprinted
     for name, row in summary.items():
         (f, fl, fh), (a, al, ah) = row["forgetting"], row["accuracy"]
-        al, ah = max(al, 0.0), min(ah, 100.0)   # an accuracy's interval within what it can take
+        al, ah = max(al, fit_range[0]), min(ah, fit_range[1])   # the fit's interval within what it can take
         ax.errorbar(f, a, xerr=[[f - fl], [fh - f]], yerr=[[a - al], [ah - a]], fmt="o", capsize=3,
                     color="C0" if row["on_frontier"] else "C7")
         stacked = sum(abs(f - pf) < near_x and abs(a - pa) < near_y for pf, pa in placed)
@@ -44,8 +45,8 @@ def plot(summary: Mapping[str, dict], path: str, title: str, loss_name: str = "h
     if len(front) > 1:
         ax.plot(*zip(*front), color="C0", linewidth=1, zorder=0, label="frontier")
         ax.legend(loc="lower right")
-    ax.set_xlabel(f"forgetting: increase of the base's {loss_name}")
-    ax.set_ylabel("task dev accuracy (%; 95% t-interval within [0, 100])")
+    ax.set_xlabel(f"forgetting: {loss_name}")
+    ax.set_ylabel(f"{fit_name} (95% t-interval within [{fit_range[0]:g}, {fit_range[1]:g}])")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     plotting.plain_ticks(ax)

@@ -18,8 +18,8 @@ import numpy as np
 from t5lite import metrics
 from t5lite.errors import T5liteError
 from t5lite.experiments import stats
-from t5lite.experiments.runner import cell_dir, probe_dir, read_json, read_metrics, write_json_atomic
-from t5lite.experiments.spec import PROBE_LENSES, Claim, Spec
+from t5lite.experiments.runner import cell_dir, forgetting_report, probe_dir, read_json, read_metrics, write_json_atomic
+from t5lite.experiments.spec import FORGETTING, PROBE_LENSES, Claim, Spec, is_forgetting
 from t5lite.infer.unigram import UNIGRAM_EXAMPLES
 from t5lite.plotting import plain_ticks, pyplot
 from t5lite.run_layout import RunDir
@@ -39,7 +39,9 @@ AT_CHANCE = "°"
 
 def metric_range(metric: str) -> tuple[float, float]:
     """The values `eval_<metric>` can take: a loss is >= 0, a perplexity >= 1, a score x100 is
-    within [0, 100] ([-100, 100] for a correlation)."""
+    within [0, 100] ([-100, 100] for a correlation); a forgetting lens (a change) is unbounded."""
+    if is_forgetting(metric):
+        return -math.inf, math.inf
     if metric.endswith("perplexity"):
         return 1.0, math.inf
     if metric.endswith("loss"):
@@ -48,8 +50,13 @@ def metric_range(metric: str) -> tuple[float, float]:
 
 
 def direction(metric: str) -> int:
-    """+1 where a higher score is better, -1 for a loss or a perplexity."""
+    """+1 where a higher score is better, -1 for a loss or a perplexity (and for a rise of either)."""
     return -1 if metric.endswith(("loss", "perplexity")) else 1
+
+
+def has_average(report: dict) -> bool:
+    """Whether the report shows a GLUE average: a sweep of one task has none beside that task."""
+    return len(report["tasks"]) > 1
 
 
 def average_tasks(report: dict) -> list[str]:
@@ -87,6 +94,8 @@ def seed_result(spec: Spec, folder: Path, done: dict) -> dict:
                if metric == _token_loss(pretrain)}
     for lens, probe in spec.probe_lenses.items():
         scores[lens], unigram[lens] = probe_scores(probe_dir(folder, probe) / "probe.json", probe)
+    scores |= {lens: forgetting_score(forgetting_report(spec, folder), metric)
+               for lens, metric in spec.forgetting_lenses.items()}
     cost = {"pretrain_steps": done["pretrain_steps"], "pretrain_tokens": done["pretrain_tokens"],
             "wall_hours": sum(_stage_seconds(folder / stage, seconds)
                               for stage, seconds in done["wall_seconds"].items()) / 3600}
@@ -112,6 +121,14 @@ def probe_scores(path: Path, probe: str) -> tuple[float, float]:
     best = {control: max((100 * a for name, r in runs.items() if name.endswith(" (untrained)") == control
                           for a in r.get("accuracy", [])), default=math.nan) for control in (False, True)}
     return best[False], best[True]
+
+
+def forgetting_score(path: Path, metric: str) -> float:
+    """The change of the base's `metric` in a `t5lite eval --forgetting` JSON, fine-tuned minus base;
+    NaN where the file or the metric is missing (a cell from scratch has no base)."""
+    measured = read_json(path) or {}
+    before, after = (measured.get(key, {}).get(metric) for key in ("base_metrics", "run_metrics"))
+    return math.nan if before is None or after is None else float(after) - float(before)
 
 
 def _token_loss(pretrain: list[dict]) -> str:
@@ -237,6 +254,7 @@ def build(spec: Spec, out: Path, results: dict | None = None) -> dict:
             result["scores"]["glue_average"] = statistics.fmean(result["scores"][t] for t in averaged) if averaged else math.nan
         cell["summary"]["glue_average"] = _summary([r["scores"]["glue_average"] for r in cell["seeds"].values()])
     return {"sweep": spec.name, "scale": spec.scale, "tasks": dict(spec.tasks), "lenses": dict(spec.lenses),
+            **({"forgetting_task": spec.forgetting_task} if spec.forgetting_task else {}),
             "pretrain_eval_examples": spec.pretrain_eval_examples, "seeds": list(spec.seeds),
             "pretrain_tokens_budget": spec.pretrain_tokens, "batch_size": spec.batch_size,
             "finetune_steps": spec.finetune_steps, "eval_max_examples": spec.eval_max_examples,
@@ -308,9 +326,10 @@ def _fmt(summary: dict, bounds: tuple[float, float], chance: bool = False, digit
 
 
 def digits(report: dict, column: str) -> str:
-    """How a column's numbers are written: a lens in nats (a loss, a perplexity) to 3 decimals, a score x100 to 1."""
+    """How a column's numbers are written: a lens in nats (a loss, a perplexity) or a forgetting lens (a
+    change) to 3 decimals, a score x100 to 1."""
     metric = report.get("lenses", {}).get(column)
-    return ".3f" if metric is not None and direction(metric) < 0 else ".1f"
+    return ".3f" if metric is not None and (direction(metric) < 0 or is_forgetting(metric)) else ".1f"
 
 
 def _clipping_note(report: dict, columns: list[str], heads: list[str]) -> list[str]:
@@ -332,8 +351,10 @@ def _num(value, spec: str = ".3g") -> str:
 
 def markdown(report: dict) -> str:
     lenses = report.get("lenses", {})
-    columns = [*report["tasks"], "glue_average", *lenses]
-    heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"] + [_lens_head(lens, m) for lens, m in lenses.items()]
+    average = ["glue_average"] if has_average(report) else []
+    columns = [*report["tasks"], *average, *lenses]
+    heads = [f"{t} ({m})" for t, m in report["tasks"].items()] + ["GLUE avg"] * len(average) + [
+        _lens_head(lens, m, report.get("forgetting_task")) for lens, m in lenses.items()]
     lines = [f"# Sweep `{report['sweep']}` at the `{report['scale']}` scale", "",
              f"Seeds {report['seeds']}; pre-training budget {report['pretrain_tokens_budget']} tokens per cell "
              f"(batch {report['batch_size']}); fine-tuning {report['finetune_steps']} steps per task. "
@@ -388,15 +409,18 @@ def _chance_note(report: dict) -> list[str]:
     if "baselines" not in report:
         return []
     averaged = average_tasks(report)
-    average = (f"GLUE avg is the mean over {', '.join(averaged)}: the tasks no cell is at chance on." if averaged
-               else "GLUE avg is – : every task has a cell at chance.")
+    average = ("" if not has_average(report) else
+               f" GLUE avg is the mean over {', '.join(averaged)}: the tasks no cell is at chance on." if averaged
+               else " GLUE avg is – : every task has a cell at chance.")
     return ["", f"constant baseline: the best score of one label predicted for every dev example scored. "
             f"{AT_CHANCE} at chance: the seeds' 95% interval reaches the baseline (its lower end is at or below it); "
-            f"such entries are kept out of the GLUE average and out of the claims' verdicts (where both rows are at "
-            f"chance). {average}"]
+            f"such entries are kept out of {'the GLUE average and out of ' if has_average(report) else ''}the claims' "
+            f"verdicts (where both rows are at chance).{average}"]
 
 
-def _lens_head(lens: str, metric: str) -> str:
+def _lens_head(lens: str, metric: str, forgetting_task: str | None = None) -> str:
+    if is_forgetting(metric):
+        return f"{lens} ({metric.removeprefix(FORGETTING)} change after {forgetting_task})"
     return f"{lens} ({PROBE_LENSES[metric]} probe, best layer)" if metric in PROBE_LENSES else f"{lens} ({metric}, held out)"
 
 
@@ -415,7 +439,8 @@ def _lens_note(report: dict) -> list[str]:
         return []
     count = report.get("pretrain_eval_examples")
     read = f"the first {count} examples" if count else "every example"
-    held_out = {lens: metric for lens, metric in lenses.items() if metric not in PROBE_LENSES}
+    held_out = {lens: metric for lens, metric in lenses.items() if metric not in PROBE_LENSES and not is_forgetting(metric)}
+    forgotten = {lens: metric.removeprefix(FORGETTING) for lens, metric in lenses.items() if is_forgetting(metric)}
     probed = {lens: PROBE_LENSES[metric] for lens, metric in lenses.items() if metric in PROBE_LENSES}
     lines = []
     if held_out:
@@ -440,6 +465,14 @@ def _lens_note(report: dict) -> list[str]:
             f"initialised (the probe's untrained control, best layer{'; of word vectors, random ones of their spread' if report.get('probe_models') else ''}): "
             f"what word identity alone gives; {AT_CHANCE} "
             "marks a cell whose interval reaches it (its lower end at or below)."]
+    if forgotten:
+        names = ", ".join(f"{lens} is `{metric}`'s" for lens, metric in forgotten.items())
+        lines += [
+            "", f"Forgetting lenses, of each cell's fine-tuning on {report.get('forgetting_task')}, by `t5lite eval "
+            f"--forgetting` on {read} of its base's pre-training task's validation split (the base run's own "
+            "config.gin; the fine-tuned weights put into the base's model, its pre-training head kept): the change "
+            f"fine-tuning made, fine-tuned minus base: {names}. Less rise of a loss (more of an accuracy) is less "
+            "forgotten. A cell fine-tuned from scratch has no base and shows –; there is no baseline (no change is 0)."]
     return lines
 
 
@@ -484,20 +517,41 @@ def claim_table(report: dict) -> list[str]:
              "| seeds | seeds needed | verdict |", "|---" * 11 + "|"]
     for c in report["claims"]:
         for task, r in c["tasks"].items():
+            shown = digits(report, task).replace("1f", "2f")   # a score's difference to 2 decimals, a nats lens's to 3
             means = [_mean(report["cells"][row], task, digits(report, task)) for row in (c["better"], c["worse"])]
-            interval = "–" if r["low"] is None or math.isnan(r["low"]) else f"[{r['low']:+.2f}, {r['high']:+.2f}]"
+            interval = "–" if r["low"] is None or math.isnan(r["low"]) else f"[{r['low']:+{shown}}, {r['high']:+{shown}}]"
             lines.append(f"| {c['claim']} | {task} | {_num(report.get('baselines', {}).get(task), '.1f')} | {means[0]} | "
-                         f"{means[1]} | {_num(r['difference'], '+.2f')} {interval} | {_num(r['sd'], '.2f')} | "
+                         f"{means[1]} | {_num(r['difference'], '+' + shown)} {interval} | {_num(r['sd'], shown)} | "
                          f"{_num(r['p_value'])} | {len(r['seeds'])} | {_num(r['seeds_needed'], 'd')} | {r['verdict']} |")
     return lines
 
 
 def plots(report: dict, out: Path) -> None:
-    """pretrain_curves.png and table.png."""
+    """pretrain_curves.png and table.png, and LENS_frontier.png per forgetting lens."""
     plt = pyplot()
     for name, figure in (("pretrain_curves.png", curves_figure(report)), ("table.png", table_figure(report))):
         figure.savefig(out / name, dpi=100)
         plt.close(figure)
+    for lens, metric in report.get("lenses", {}).items():
+        if is_forgetting(metric):
+            frontier_plot(report, lens, out / f"{lens}_frontier.png")
+
+
+def frontier_plot(report: dict, lens: str, path: Path) -> None:
+    """The forgetting frontier (t5lite.experiments.forgetting) of the cells with a base: how much each
+    forgot (a loss's rise, an accuracy's fall) against its score on the task it was fine-tuned on."""
+    from t5lite.experiments import forgetting
+    metric, task = report["lenses"][lens].removeprefix(FORGETTING), report["forgetting_task"]
+    sign = -direction(metric)   # what was forgotten: a loss's rise, an accuracy's fall
+    pairs = {name: [(sign * r["scores"][lens], r["scores"][task]) for r in cell["seeds"].values()
+                    if not math.isnan(r["scores"][lens]) and not math.isnan(r["scores"][task])]
+             for name, cell in report["cells"].items()}
+    summary = forgetting.summarize({name: p for name, p in pairs.items() if p})
+    if not summary:
+        return
+    forgetting.plot(summary, str(path), f"{report['sweep']} ({report['scale']}, seeds {report['seeds']}): "
+                    f"forgetting against {task}", f"{'rise' if sign > 0 else 'fall'} of the base's held-out {metric}",
+                    f"{task} dev {report['tasks'][task]}", metric_range(report["tasks"][task]))
 
 
 def curves_figure(report: dict):
@@ -520,12 +574,14 @@ def curves_figure(report: dict):
 
 
 def table_figure(report: dict):
-    """Each cell's GLUE average with its t-interval, clipped to the average's range as the table's
-    are (the x label says so when it is); every cell is named, and a figure without a bar (an
-    average over no task) says why."""
+    """Each cell's GLUE average (of a one-task sweep, its task's score) with its t-interval, clipped
+    to the metric's range as the table's are (the x label says so when it is); every cell is named,
+    and a figure without a bar (an average over no task) says why."""
     names = list(report["cells"])
-    bounds = column_ranges(report)["glue_average"]
-    summaries = [report["cells"][n]["summary"]["glue_average"] for n in names]
+    column = "glue_average" if has_average(report) else next(iter(report["tasks"]))
+    shown = "GLUE average" if has_average(report) else f"{column} {report['tasks'][column]}"
+    bounds = column_ranges(report)[column]
+    summaries = [report["cells"][n]["summary"][column] for n in names]
     intervals = [clipped(s, bounds) for s in summaries]
     fig, ax = pyplot().subplots(figsize=(6, 0.9 + 0.5 * len(names)))
     means = [s["mean"] for s in summaries]
@@ -534,11 +590,12 @@ def table_figure(report: dict):
     ax.barh(rows, means, xerr=errors, color=[f"C{i}" for i in rows])
     ax.set(yticks=rows, yticklabels=names, ylim=(len(names) - 0.5, -0.5))
     if all(math.isnan(m) for m in means):
-        why = "no cell finished a seed" if average_tasks(report) else "every task has a cell at chance"
-        ax.text(0.5, 0.5, f"no GLUE average: {why}", transform=ax.transAxes, ha="center", va="center")
+        why = "no cell finished a seed" if average_tasks(report) or column != "glue_average" else "every task has a cell at chance"
+        ax.text(0.5, 0.5, f"no {shown}: {why}", transform=ax.transAxes, ha="center", va="center")
         ax.set_xticks([])
-    note = f"\nintervals clipped to the average's range {_range_text(bounds)}" if any(moved for *_, moved in intervals) else ""
-    ax.set(xlabel=f"GLUE average (mean, 95% t-interval){note}")
+    note = (f"\nintervals clipped to the {'average' if column == 'glue_average' else 'metric'}'s range "
+            f"{_range_text(bounds)}" if any(moved for *_, moved in intervals) else "")
+    ax.set(xlabel=f"{shown} (mean, 95% t-interval){note}")
     plain_ticks(ax)
     fig.tight_layout()
     return fig

@@ -184,11 +184,11 @@ def run_sweep(spec: Spec, out: Path, parallel: int | None = None, log=say) -> No
     # A cell that fine-tunes from another's pre-training comes after every cell that pre-trains: the
     # pool starts jobs in order, so its source has started (and it can wait for it) before it does.
     jobs = [(cell, seed) for cell in sorted(spec.cells, key=lambda c: c.pretrain_from is not None) for seed in spec.seeds]
-    todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unprobed(spec, c, cell_dir(out, c, s))]
+    todo = [(c, s) for c, s in jobs if not is_done(out, c, s) or _unmeasured(spec, c, s, cell_dir(out, c, s))]
     ended = {(c.name, s): threading.Event() for c, s in todo}
     to_probe = sum(is_done(out, c, s) for c, s in todo)
     log(f"sweep {spec.name} ({spec.scale}): {len(jobs)} cell runs, {len(jobs) - len(todo)} already done"
-        + (f", {to_probe} trained but not yet probed" if to_probe else ""))
+        + (f", {to_probe} trained but not yet measured by every lens" if to_probe else ""))
     workers = max(1, parallel or spec.parallel)
     progress = Progress(len(todo), workers, log)
 
@@ -249,6 +249,9 @@ def run_cell(spec: Spec, out: Path, cell: Cell, seed: int, children: Children, t
             return failed
     if _unprobed(spec, cell, folder) and (failed := _probe(spec, cell, folder, children, tell)):
         return failed
+    if _forgetting_unmeasured(spec, cell, seed, folder) and (failed := _measure_forgetting(spec, cell, seed, folder,
+                                                                                           children, tell)):
+        return failed
     write_json_atomic(folder / "done.json", {
         "cell": cell.name, "seed": seed, "pretrain_steps": steps, "pretrain_tokens_budget": spec.pretrain_tokens,
         "pretrain_tokens": steps * spec.batch_size * cell.tokens_per_row, "batch_size": spec.batch_size,
@@ -281,8 +284,8 @@ def stages(spec: Spec, cell: Cell, seed: int, folder: Path) -> list[tuple[str, l
 
 
 def _check_inputs(spec: Spec) -> None:
-    """A probe lens's UD files and the cells' `start_from` and `probe_model` paths exist before any
-    training starts, so a wrong path costs no run."""
+    """A probe lens's UD files, the cells' `start_from` and `probe_model` paths and, for a forgetting
+    lens, a `start_from`'s config.gin exist before any training starts, so a wrong path costs no run."""
     from t5lite.analysis.probe import SPLITS
     for probe in dict.fromkeys(spec.probe_lenses.values()):
         pattern, *splits = SPLITS[probe]
@@ -295,10 +298,50 @@ def _check_inputs(spec: Spec) -> None:
             if path and not Path(path).exists():
                 raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its {key} {path} does not exist; write it "
                                   "there first (the sweep file says how) or point its macro elsewhere")
+        if spec.forgetting_lenses and cell.start_from and not (Path(cell.start_from) / "config.gin").is_file():
+            raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its start_from {cell.start_from} has no "
+                              "config.gin, which the forgetting lens evaluates the base's pre-training task with; "
+                              "give the run folder a `t5lite train` pre-training wrote")
 
 
 def probe_dir(folder: Path, probe: str) -> Path:
     return folder / f"probe_{probe}"
+
+
+def _unmeasured(spec: Spec, cell: Cell, seed: int, folder: Path) -> bool:
+    """Whether a lens of the sweep that measures this (cell, seed) after training has no result yet."""
+    return _unprobed(spec, cell, folder) or _forgetting_unmeasured(spec, cell, seed, folder)
+
+
+def forgetting_report(spec: Spec, folder: Path) -> Path:
+    """Where `t5lite eval --forgetting` writes the forgetting of a (cell, seed)'s fine-tuning on the
+    sweep's forgetting task."""
+    return RunDir(folder / f"finetune_{spec.forgetting_task}").evaluations / "forgetting.json"
+
+
+def _forgetting_unmeasured(spec: Spec, cell: Cell, seed: int, folder: Path) -> bool:
+    """Whether the sweep has a forgetting lens and this (cell, seed), fine-tuned from a base, has no
+    forgetting report yet."""
+    return bool(spec.forgetting_lenses) and cell.start(folder, seed) is not None and not isinstance(
+        read_json(forgetting_report(spec, folder)), dict)
+
+
+def _measure_forgetting(spec: Spec, cell: Cell, seed: int, folder: Path, children: Children, tell) -> str | None:
+    """`t5lite eval --forgetting` of the fine-tuning on the forgetting task, with its base's own
+    config.gin (the base's pre-training task and held-out split); None, or why the (cell, seed) stopped."""
+    base = cell.start(folder, seed)
+    tell(f"forgetting after {spec.forgetting_task}")
+    args = ["eval", "--forgetting", f"--forgetting_base={base}", f"--gin_file={Path(base) / 'config.gin'}",
+            f"--gin.CHECKPOINT_PATH='{folder / f'finetune_{spec.forgetting_task}'}'",
+            *([f"--gin.eval.max_examples={spec.pretrain_eval_examples}"] if spec.pretrain_eval_examples else [])]
+    try:
+        result = _run_cli(spec, args, folder / "forgetting.log", children)
+    except Stopped as signal_name:
+        return f"stopped in the forgetting evaluation by {signal_name} (run the sweep again to resume)"
+    if result is not None:
+        write_json_atomic(folder / "error.json", {"stage": "forgetting", "returncode": result[0], "tail": result[1]})
+        return f"FAILED in the forgetting evaluation (see {folder / 'error.json'})"
+    return None
 
 
 def _unprobed(spec: Spec, cell: Cell, folder: Path) -> bool:

@@ -22,6 +22,9 @@ SCALE_KEYS = {"seeds", "pretrain_tokens", "batch_size", "finetune_steps", "finet
 PILOT_SEEDS = 3   # a pilot's seeds unless the scale's `pilot` says otherwise
 # Lens metrics measured by `t5lite probe` on the pre-trained model (the probe it runs), not logged by its run.
 PROBE_LENSES = {"pos_probe": "pos"}
+# A lens metric `forgetting_<metric>` is the change of the base's held-out `<metric>` that fine-tuning
+# on the sweep's forgetting task caused (`t5lite eval --forgetting`: fine-tuned minus base).
+FORGETTING = "forgetting_"
 POSITIVE_SCALE_KEYS = {"pretrain_tokens", "batch_size", "finetune_steps", "finetune_batch_size", "eval_max_examples",
                        "pretrain_eval_examples", "parallel"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -103,6 +106,7 @@ class Spec:
     pretrain_eval_examples: int | None = None   # how many held-out examples the lenses read (None: the split)
     probe_data_dir: str | None = None   # UD English-EWT, for the probe lenses
     task_variants: Mapping[str, tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
+    forgetting_task: str | None = None   # the task column whose fine-tuning the forgetting lenses measure
 
     def cell(self, name: str) -> Cell:
         return next(c for c in self.cells if c.name == name)
@@ -121,9 +125,15 @@ class Spec:
         return {lens: PROBE_LENSES[metric] for lens, metric in self.lenses.items() if metric in PROBE_LENSES}
 
     @property
+    def forgetting_lenses(self) -> dict[str, str]:
+        """{lens: the base's metric} of the lenses `t5lite eval --forgetting` measures."""
+        return {lens: metric.removeprefix(FORGETTING) for lens, metric in self.lenses.items() if is_forgetting(metric)}
+
+    @property
     def eval_lenses(self) -> dict[str, str]:
         """{lens: metric} of the lenses the pre-training run's own evaluation logs."""
-        return {lens: metric for lens, metric in self.lenses.items() if metric not in PROBE_LENSES}
+        return {lens: metric for lens, metric in self.lenses.items()
+                if metric not in PROBE_LENSES and not is_forgetting(metric)}
 
     def pretrain_steps(self, cell: Cell) -> int:
         """Steps that spend the token budget: budget / (batch size x tokens per row), at least 1; 0 for
@@ -133,18 +143,26 @@ class Spec:
         return max(1, self.pretrain_tokens // (self.batch_size * cell.tokens_per_row))
 
 
+def is_forgetting(metric: str) -> bool:
+    return metric.startswith(FORGETTING)
+
+
 @gin.configurable
 def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = gin.REQUIRED,
           tasks: Mapping = gin.REQUIRED, scales: Mapping = gin.REQUIRED, claims: Sequence = (),
           command: Sequence[str] = (), data_dir: str | None = None, lenses: Mapping | None = None,
-          probe_data_dir: str | None = None, task_variants: Mapping | None = None) -> Spec:
+          probe_data_dir: str | None = None, task_variants: Mapping | None = None,
+          forgetting_task: str | None = None) -> Spec:
     """The sweep a gin file describes, checked. `data_dir` is the fine-tuning configs' DATA_DIR (the GLUE
     folder); `command` replaces `python -m t5lite.cli` as what runs `train`. `lenses` names metrics
     of the pre-trained model itself, {lens: metric}: each pre-training run evaluates its task's
     validation split at its last step and the lens is its `eval_<metric>` (e.g. 'mlm_loss'), a
     column beside the tasks that claims may name; a cell whose objective logs no such metric has none.
     The metric 'pos_probe' is instead the best layer's accuracy of `t5lite probe --probes pos` on the
-    pre-trained model, reading UD English-EWT from `probe_data_dir`.
+    pre-trained model, reading UD English-EWT from `probe_data_dir`. The metric 'forgetting_<metric>'
+    (e.g. 'forgetting_mlm_loss') is what fine-tuning on `forgetting_task` (default: the first task)
+    did to the base's held-out `<metric>`: `t5lite eval --forgetting` of that fine-tuned run, with the
+    base run's own config.gin, fine-tuned minus base; a cell from scratch has none.
 
     A cell with `'pretrain': []` fine-tunes from random weights (the from-scratch row). A column of
     `tasks` may be a variant of a task, `task_variants = {'sst2_100': ('sst2', ['train.train_examples
@@ -182,6 +200,9 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
         if not isinstance(metric, str) or not NAME.fullmatch(metric):
             raise ConfigError(f"sweep {name!r} lens {lens!r}: its metric is {metric!r}; give the name the pre-training "
                               f"run logs as eval_<metric>, e.g. 'mlm_loss', or one of {sorted(PROBE_LENSES)}")
+        if metric == FORGETTING:
+            raise ConfigError(f"sweep {name!r} lens {lens!r}: name the base's held-out metric it measures the change "
+                              "of, e.g. 'forgetting_mlm_loss'")
         if metric in PROBE_LENSES and not probe_data_dir:
             raise ConfigError(f"sweep {name!r} lens {lens!r} probes the pre-trained model on UD English-EWT: set "
                               "sweep.probe_data_dir to its folder, e.g. --gin.sweep.probe_data_dir=\"'data/ud'\"")
@@ -227,9 +248,28 @@ def sweep(name: str = gin.REQUIRED, scale: str = gin.REQUIRED, cells: Mapping = 
             raise ConfigError(f"sweep {name!r} scale {scale!r}: its tasks {sorted(size['tasks'])} leave none of "
                               f"sweep.tasks {sorted(tasks)}")
         tasks = kept
+    forgetting_task = _forgetting_task(name, scale, lenses, forgetting_task, tasks)
     return Spec(name=name, scale=scale, cells=tuple(parsed), tasks=dict(tasks), claims=claims_, command=tuple(command),
                 data_dir=data_dir, pilot_sizes=pilot_sizes, lenses=dict(lenses), probe_data_dir=probe_data_dir,
-                task_variants=variants, **sizes)
+                task_variants=variants, forgetting_task=forgetting_task, **sizes)
+
+
+def _forgetting_task(name: str, scale: str, lenses: Mapping, given: str | None, tasks: Mapping) -> str | None:
+    """The task column the forgetting lenses measure (the first of the scale's tasks unless given);
+    None without such a lens. Given for a sweep without one, or naming a column the scale does not
+    run, it is refused: the lens would measure nothing."""
+    where = f"sweep {name!r} scale {scale!r}"
+    if not any(map(is_forgetting, lenses.values())):
+        if given is not None:
+            raise ConfigError(f"{where}: sweep.forgetting_task is set but no lens is 'forgetting_<metric>'; add one, "
+                              "e.g. sweep.lenses = {'forgetting': 'forgetting_mlm_loss'}, or drop forgetting_task")
+        return None
+    if given is None:
+        return next(iter(tasks))
+    if given not in tasks:
+        raise ConfigError(f"{where}: sweep.forgetting_task {given!r} is not one of the tasks it fine-tunes "
+                          f"{sorted(tasks)}; name one of them")
+    return given
 
 
 def _sizes(where: str, size: Mapping) -> dict:
