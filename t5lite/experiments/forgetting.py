@@ -29,16 +29,17 @@ def plot(summary: Mapping[str, dict], path: str, title: str, loss_name: str = "i
     by a line."""
     plt = plotting.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    xs = [r["forgetting"][0] for r in summary.values()]
-    ys = [r["accuracy"][0] for r in summary.values()]
-    near_x, near_y = 0.06 * (max(xs) - min(xs) or 1.0), 0.03 * (max(ys) - min(ys) or 1.0)
-    placed = []   # labels of points that (nearly) coincide are stacked, not overprinted
-    for name, row in summary.items():
+    for row in summary.values():
         (f, fl, fh), (a, al, ah) = row["forgetting"], row["accuracy"]
         al, ah = max(al, fit_range[0]), min(ah, fit_range[1])   # the fit's interval within what it can take
         ax.errorbar(f, a, xerr=[[f - fl], [fh - f]], yerr=[[a - al], [ah - a]], fmt="o", capsize=3,
-                    color="C0" if row["on_frontier"] else "C7")
-        stacked = sum(abs(f - pf) < near_x and abs(a - pa) < near_y for pf, pa in placed)
+                    color="C0" if row["on_frontier"] else "C7", zorder=3 if row["on_frontier"] else 2)
+    # Labels of points that look alike at the axes' scale (set by the intervals) are stacked, not overprinted.
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    placed = []
+    for name, row in summary.items():
+        f, a = row["forgetting"][0], row["accuracy"][0]
+        stacked = sum(abs(f - pf) < 0.08 * (x1 - x0) and abs(a - pa) < 0.04 * (y1 - y0) for pf, pa in placed)
         placed.append((f, a))
         ax.annotate(name, (f, a), textcoords="offset points", xytext=(6, 4 + 11 * stacked), fontsize=9)
     front = sorted((r["forgetting"][0], r["accuracy"][0]) for r in summary.values() if r["on_frontier"])
