@@ -587,3 +587,26 @@ def test_a_ci_pilot_prints_the_seeds_each_claim_needs_and_the_sweep_shows_it_fir
     assert lines[:6] == ["the pilot measured:", plan[0], *sorted(plan[1:]), "this sweep runs seeds [0, 1]",
                          "sweep toy (ci): 4 cell runs, 0 already done"], lines   # report.json's tasks: in name order
     assert "## The pilot" in (out / "report.md").read_text()
+
+
+def test_more_seeds_run_only_the_new_ones_and_the_report_holds_them_all(tmp_path):
+    gin_file, out = write_sweep(tmp_path), tmp_path / "out"
+    assert sweep(gin_file, out).returncode == 0   # the ci scale's 2 seeds
+    trained = {path: path.stat().st_mtime_ns for path in out.glob("*/*/metrics.jsonl")}
+    result = sweep(gin_file, out, "--seeds", "3")
+    assert result.returncode == 0, result.stderr
+    assert "4 cell runs" not in result.stdout and "6 cell runs, 4 already done" in result.stdout
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in trained.items())
+    report = json.loads((out / "report.json").read_text())
+    assert report["seeds"] == [0, 1, 2] and all(len(c["seeds"]) == 3 for c in report["cells"].values())
+    rebuilt = sweep(gin_file, tmp_path / "rebuilt", "--rebuild", str(out / "report.json"))
+    assert rebuilt.returncode == 2 and "pass the --gin.SWEEP_SCALE (or --seeds) it was made with" in rebuilt.stderr
+    assert sweep(gin_file, tmp_path / "rebuilt", "--seeds", "3", "--rebuild", str(out / "report.json")).returncode == 0
+
+
+@pytest.mark.parametrize("flags, message", [(["--seeds", "0"], "argument --seeds: give a whole number >= 1, not 0"),
+                                            (["--pilot", "--seeds", "1"], "a pilot measures the spread between seeds")])
+def test_bad_seed_counts_are_one_line(tmp_path, flags, message):
+    result = sweep(write_sweep(tmp_path), tmp_path / "out", *flags)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -18,6 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("--out", required=True, help="the sweep's folder: a run directory per cell and seed, report.md")
     parser.add_argument("--parallel", type=positive_int, default=None,
                         help="cells run at once (default: the scale's `parallel`)")
+    parser.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                        help="run seeds 0..N-1 instead of the scale's (as many as the pilot's 'needs N seeds'); "
+                             "the seeds already finished in OUT are reused")
     parser.add_argument("--cells", type=comma_separated, default=None,
                         help="run only these cells (NAME,NAME,...) and the claims between them; "
                              "a later run without it reuses their folders")
@@ -50,6 +54,10 @@ def cmd_sweep(args, gin_files, gin_bindings) -> None:
         sweep = spec.only_cells(sweep, args.cells)
     if args.pilot:
         sweep = spec.pilot(sweep)
+    if args.seeds is not None:
+        if args.pilot and args.seeds < 2:
+            raise ConfigError(f"--seeds {args.seeds} with --pilot: a pilot measures the spread between seeds; give 2 or more")
+        sweep = dataclasses.replace(sweep, seeds=tuple(range(args.seeds)))
     out = Path(args.out)
     runs = out / "pilot" if args.pilot else out
     stored = None   # refused before OUT exists

@@ -58,7 +58,7 @@ def _check_scale(where: str, stored: dict, spec: Spec) -> None:
                             "pass the --gin.SWEEP_SCALE (and bindings) it was made with")
     if stored["seeds"] != list(spec.seeds):
         raise DataError(f"{where} was made with seeds {stored['seeds']}, {made} runs {list(spec.seeds)}; "
-                        "pass the --gin.SWEEP_SCALE it was made with")
+                        "pass the --gin.SWEEP_SCALE (or --seeds) it was made with")
     if other := [f"{task} ({metric})" for task, metric in spec.tasks.items() if stored["tasks"].get(task) != metric]:
         raise DataError(f"{where} has no score for {', '.join(other)}, which {made} reports; pass the "
                         "--gin.SWEEP_SCALE it was made with")
