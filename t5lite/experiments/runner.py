@@ -298,7 +298,7 @@ def _check_inputs(spec: Spec) -> None:
             if path and not Path(path).exists():
                 raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its {key} {path} does not exist; write it "
                                   "there first (the sweep file says how) or point its macro elsewhere")
-        if spec.forgetting_lenses and cell.start_from and not (Path(cell.start_from) / "config.gin").is_file():
+        if spec.forgetting_lenses and cell.start_from and not RunDir(cell.start_from).config_gin.is_file():
             raise ConfigError(f"sweep {spec.name!r} cell {cell.name!r}: its start_from {cell.start_from} has no "
                               "config.gin, which the forgetting lens evaluates the base's pre-training task with; "
                               "give the run folder a `t5lite train` pre-training wrote")
@@ -331,7 +331,7 @@ def _measure_forgetting(spec: Spec, cell: Cell, seed: int, folder: Path, childre
     config.gin (the base's pre-training task and held-out split); None, or why the (cell, seed) stopped."""
     base = cell.start(folder, seed)
     tell(f"forgetting after {spec.forgetting_task}")
-    args = ["eval", "--forgetting", f"--forgetting_base={base}", f"--gin_file={Path(base) / 'config.gin'}",
+    args = ["eval", "--forgetting", f"--forgetting_base={base}", f"--gin_file={RunDir(base).config_gin}",
             f"--gin.CHECKPOINT_PATH='{folder / f'finetune_{spec.forgetting_task}'}'",
             *([f"--gin.eval.max_examples={spec.pretrain_eval_examples}"] if spec.pretrain_eval_examples else [])]
     try:
